@@ -1,0 +1,168 @@
+// Package config reads the host's settings: ROOT/host.json (or --config), then MESH_HOST_*
+// environment variables, which win. Defaults are filled in one place, Load.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultRoot is where everything the host and launcher keep lives unless --root or
+// MESH_HOST_ROOT moves it.
+const DefaultRoot = "/var/lib/mesh-host"
+
+// Config is every host setting. The JSON names are the host.json fields; each has a
+// MESH_HOST_* variable named in envNames.
+type Config struct {
+	Root              string   `json:"-"`
+	Node              string   `json:"node,omitempty"`
+	NATSURLs          []string `json:"nats_urls,omitempty"`
+	NATSCreds         string   `json:"nats_creds,omitempty"`
+	NATSCA            string   `json:"nats_ca,omitempty"`
+	Prefix            string   `json:"prefix,omitempty"`
+	TrustedKeys       []string `json:"trusted_keys,omitempty"`
+	ReconcileInterval Duration `json:"reconcile_interval,omitempty"`
+	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`
+}
+
+// Duration is a time.Duration written as "10m" in host.json.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a Go duration string ("30s", "10m").
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string like \"30s\": %w", err)
+	}
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Std returns the duration as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration like \"30s\" or \"10m\"", s)
+	}
+	if v <= 0 {
+		return 0, fmt.Errorf("duration %q must be positive", s)
+	}
+	return v, nil
+}
+
+// Env is the environment the settings are read from; os.Getenv in production, a map in tests.
+type Env func(string) string
+
+// Load reads host.json at path (ROOT/host.json when path is empty; a missing default file is
+// fine, a missing named file is not), applies the environment, and fills in defaults.
+func Load(root, path string, getenv Env) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if v := getenv("MESH_HOST_ROOT"); v != "" && root == "" {
+		root = v
+	}
+	if root == "" {
+		root = DefaultRoot
+	}
+	c := Config{Root: root}
+	file, named := path, path != ""
+	if !named {
+		file = filepath.Join(root, "host.json")
+	}
+	b, err := os.ReadFile(file)
+	switch {
+	case err == nil:
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", file, err)
+		}
+	case errors.Is(err, fs.ErrNotExist) && !named:
+	default:
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := c.applyEnv(getenv); err != nil {
+		return Config{}, err
+	}
+	if c.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return Config{}, fmt.Errorf("config: no node id given and the hostname is unreadable: %w", err)
+		}
+		c.Node = h
+	}
+	if c.Prefix == "" {
+		c.Prefix = "mesh"
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = Duration(10 * time.Minute)
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = Duration(30 * time.Second)
+	}
+	return c, nil
+}
+
+func (c *Config) applyEnv(getenv Env) error {
+	str := map[string]*string{
+		"MESH_HOST_NODE":       &c.Node,
+		"MESH_HOST_NATS_CREDS": &c.NATSCreds,
+		"MESH_HOST_NATS_CA":    &c.NATSCA,
+		"MESH_HOST_PREFIX":     &c.Prefix,
+	}
+	for name, p := range str {
+		if v := getenv(name); v != "" {
+			*p = v
+		}
+	}
+	list := map[string]*[]string{
+		"MESH_HOST_NATS_URL":     &c.NATSURLs,
+		"MESH_HOST_TRUSTED_KEYS": &c.TrustedKeys,
+	}
+	for name, p := range list {
+		if v := getenv(name); v != "" {
+			*p = splitList(v)
+		}
+	}
+	dur := map[string]*Duration{
+		"MESH_HOST_RECONCILE_INTERVAL": &c.ReconcileInterval,
+		"MESH_HOST_HEARTBEAT_INTERVAL": &c.HeartbeatInterval,
+	}
+	for name, p := range dur {
+		if v := getenv(name); v != "" {
+			d, err := parseDuration(v)
+			if err != nil {
+				return fmt.Errorf("config %s: %w", name, err)
+			}
+			*p = Duration(d)
+		}
+	}
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

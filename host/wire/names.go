@@ -1,0 +1,40 @@
+package wire
+
+import "strings"
+
+// DefaultPrefix is the prefix every bus name is derived from unless configured otherwise.
+const DefaultPrefix = "mesh"
+
+// Names are the bus names under one prefix. With the default prefix "mesh": KV
+// mesh_declarations, mesh_host_targets, mesh_host_releases, mesh_rollouts, object store
+// mesh_host_archives, stream MESH_HEARTBEATS on subjects mesh.node.*.heartbeat.
+type Names struct{ Prefix string }
+
+// NamesFor returns the names under prefix, or under DefaultPrefix when it is empty.
+func NamesFor(prefix string) Names {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Names{Prefix: prefix}
+}
+
+func (n Names) Declarations() string { return n.Prefix + "_declarations" }
+func (n Names) Targets() string      { return n.Prefix + "_host_targets" }
+func (n Names) Releases() string     { return n.Prefix + "_host_releases" }
+func (n Names) Rollouts() string     { return n.Prefix + "_rollouts" }
+func (n Names) Archives() string     { return n.Prefix + "_host_archives" }
+func (n Names) HeartbeatStream() string {
+	return strings.ToUpper(n.Prefix) + "_HEARTBEATS"
+}
+
+// Heartbeat is the subject a node heartbeats on.
+func (n Names) Heartbeat(node string) string { return n.Prefix + ".node." + node + ".heartbeat" }
+
+// HeartbeatWildcard matches every node's heartbeat subject.
+func (n Names) HeartbeatWildcard() string { return n.Prefix + ".node.*.heartbeat" }
+
+// NodeTargetKey is the targets key for one node; FleetTargetKey is the fallback for all.
+func NodeTargetKey(node string) string { return "node." + node }
+
+// FleetTargetKey is the targets key every node falls back to.
+const FleetTargetKey = "fleet"
