@@ -1,0 +1,174 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// DeclarationVersion is the only declaration format this host reads.
+const DeclarationVersion = 1
+
+// Resource kinds a declaration may name. KindAction is valid only in a local bundle: the link
+// refuses it (DESIGN.md, "Reconcile").
+const (
+	KindDirectory = "directory"
+	KindFile      = "file"
+	KindArchive   = "archive"
+	KindService   = "service"
+	KindPackage   = "package"
+	KindContainer = "container"
+	KindAction    = "action"
+)
+
+// kinds is every resource kind, in the order DESIGN.md lists them.
+var kinds = []string{KindDirectory, KindFile, KindArchive, KindService, KindPackage, KindContainer, KindAction}
+
+// Declaration is the value under KV mesh_declarations, key = node id: what one node should hold.
+// Resources are applied in order.
+type Declaration struct {
+	Version   int        `json:"version"`
+	Node      string     `json:"node"`
+	Resources []Resource `json:"resources"`
+}
+
+// Resource is one typed resource with a stable identity. Its spec is kept raw here: each kind's
+// applier decodes and checks its own spec.
+type Resource struct {
+	Type string          `json:"type"`
+	ID   string          `json:"id"`
+	Spec json.RawMessage `json:"spec"`
+}
+
+// declarationEnvelope decodes the top level with each resource left raw, so that an error in
+// one resource can be reported with its index.
+type declarationEnvelope struct {
+	Version   *int               `json:"version"`
+	Node      *string            `json:"node"`
+	Resources *[]json.RawMessage `json:"resources"`
+}
+
+// ParseDeclaration decodes a declaration received over the link for node, strictly: unknown
+// fields (at any level above a spec), trailing data, an unknown version or resource type, a
+// declaration addressed to another node, an empty or repeated id, and the kind "action" (never
+// accepted over the link) are each refused, and the error names what was wrong.
+func ParseDeclaration(b []byte, node string) (Declaration, error) {
+	var env declarationEnvelope
+	if err := decodeStrict(b, &env); err != nil {
+		return Declaration{}, fmt.Errorf("declaration: %w", err)
+	}
+	switch {
+	case env.Version == nil:
+		return Declaration{}, fmt.Errorf("declaration: no \"version\" (this host reads version %d)", DeclarationVersion)
+	case *env.Version != DeclarationVersion:
+		return Declaration{}, fmt.Errorf("declaration: version %d is not supported (this host reads version %d)", *env.Version, DeclarationVersion)
+	case env.Node == nil || *env.Node == "":
+		return Declaration{}, fmt.Errorf("declaration: no \"node\" (it must name the node it is for, here %q)", node)
+	case *env.Node != node:
+		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this is node %q", *env.Node, node)
+	case env.Resources == nil:
+		return Declaration{}, fmt.Errorf("declaration: no \"resources\" list (use [] to declare nothing)")
+	}
+	d := Declaration{Version: *env.Version, Node: *env.Node, Resources: make([]Resource, 0, len(*env.Resources))}
+	seen := make(map[[2]string]int)
+	for i, raw := range *env.Resources {
+		r, err := parseResource(raw)
+		if err != nil {
+			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %w", i, err)
+		}
+		key := [2]string{r.Type, r.ID}
+		if j, dup := seen[key]; dup {
+			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %s %q is already declared at resources[%d]; ids are unique per type", i, r.Type, r.ID, j)
+		}
+		seen[key] = i
+		d.Resources = append(d.Resources, r)
+	}
+	return d, nil
+}
+
+func parseResource(raw json.RawMessage) (Resource, error) {
+	var r Resource
+	if err := decodeStrict(raw, &r); err != nil {
+		return Resource{}, err
+	}
+	if !knownKind(r.Type) {
+		if r.Type == "" {
+			return Resource{}, fmt.Errorf("no \"type\" (one of %s)", kindList())
+		}
+		return Resource{}, fmt.Errorf("unknown type %q (one of %s)", r.Type, kindList())
+	}
+	if r.Type == KindAction {
+		return Resource{}, fmt.Errorf("type %q is accepted only from a local bundle, never over the link", KindAction)
+	}
+	if r.ID == "" {
+		return Resource{}, fmt.Errorf("%s has no \"id\"", r.Type)
+	}
+	for _, c := range r.ID {
+		if c < 0x20 || c == 0x7f {
+			return Resource{}, fmt.Errorf("%s id %q contains a control character", r.Type, r.ID)
+		}
+	}
+	spec := bytes.TrimSpace(r.Spec)
+	switch {
+	case len(spec) == 0 || bytes.Equal(spec, []byte("null")):
+		r.Spec = json.RawMessage("{}")
+	case spec[0] != '{':
+		return Resource{}, fmt.Errorf("%s %q: \"spec\" must be a JSON object", r.Type, r.ID)
+	default:
+		r.Spec = append(json.RawMessage(nil), spec...)
+	}
+	return r, nil
+}
+
+func knownKind(t string) bool {
+	for _, k := range kinds {
+		if t == k {
+			return true
+		}
+	}
+	return false
+}
+
+func kindList() string {
+	var b bytes.Buffer
+	for i, k := range kinds {
+		if k == KindAction {
+			continue
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// Marshal returns the declaration's JSON.
+func (d Declaration) Marshal() []byte {
+	if d.Resources == nil {
+		d.Resources = []Resource{}
+	}
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// ValidNode checks that id can name a node on the bus: it is used as a subject token
+// (mesh.node.<id>.heartbeat) and in KV keys (node.<id>), so it may hold only ASCII letters,
+// digits, '-' and '_' — no dots, wildcards, spaces or slashes — and at most 128 characters.
+func ValidNode(id string) error {
+	if id == "" {
+		return fmt.Errorf("node id is empty; set node in host.json or MESH_HOST_NODE")
+	}
+	if len(id) > 128 {
+		return fmt.Errorf("node id %q is longer than 128 characters", id)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return fmt.Errorf("node id %q contains %q at byte %d; a node id may hold only letters, digits, '-' and '_' (a hostname with dots needs an explicit node id)", id, string(c), i)
+		}
+	}
+	return nil
+}

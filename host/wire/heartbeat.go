@@ -1,0 +1,123 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// HeartbeatSchema is the heartbeat format this package writes and reads.
+const HeartbeatSchema = 1
+
+// Host states a heartbeat reports.
+const (
+	StateRunning       = "running"
+	StateStandingAside = "standing-aside"
+	StateStopping      = "stopping"
+)
+
+// Reconcile triggers (DESIGN.md, "Reconcile").
+const (
+	TriggerStart       = "start"
+	TriggerDeclaration = "declaration"
+	TriggerReconnect   = "reconnect"
+	TriggerTimer       = "timer"
+)
+
+// Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
+// reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
+// stream keeps the last one per node, so it is each node's last word. Every key is always
+// present except refused and fetch.
+type Heartbeat struct {
+	Schema              int            `json:"schema"`
+	Node                string         `json:"node"`
+	State               string         `json:"state"`
+	Running             string         `json:"running"`
+	StandingAsideFor    string         `json:"standing_aside_for"`
+	KnownGood           string         `json:"known_good"`
+	Staged              []string       `json:"staged"`
+	Target              string         `json:"target"`
+	DeclarationRevision uint64         `json:"declaration_revision"`
+	LastReconcile       *LastReconcile `json:"last_reconcile"`
+	Rollbacks           []Rollback     `json:"rollbacks"`
+	UptimeS             int64          `json:"uptime_s"`
+	SentAt              time.Time      `json:"sent_at"`
+	Refused             *Refusal       `json:"refused,omitempty"`
+	Fetch               *Fetch         `json:"fetch,omitempty"`
+}
+
+// LastReconcile is the most recent completed reconcile. Error is empty when OK.
+type LastReconcile struct {
+	At         time.Time `json:"at"`
+	Trigger    string    `json:"trigger"`
+	OK         bool      `json:"ok"`
+	Error      string    `json:"error"`
+	DurationMS int64     `json:"duration_ms"`
+}
+
+// Rollback is one rollback from the records: the launcher went From a failing version To its
+// known-good predecessor.
+type Rollback struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+	Output string    `json:"output"`
+}
+
+// Refusal is the last declaration or target the host refused. What is "declaration" or
+// "target"; Revision is its KV revision.
+type Refusal struct {
+	What     string    `json:"what"`
+	Revision uint64    `json:"revision"`
+	Error    string    `json:"error"`
+	At       time.Time `json:"at"`
+}
+
+// Fetch is the progress of fetching a host version (filled by delivery). State is one of
+// "fetching", "verifying", "staged", "failed".
+type Fetch struct {
+	State   string  `json:"state"`
+	Version string  `json:"version"`
+	Bytes   int64   `json:"bytes"`
+	Total   int64   `json:"total"`
+	Percent float64 `json:"percent"`
+	RateBPS int64   `json:"rate_bps"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []
+// rather than null.
+func (h Heartbeat) Marshal() []byte {
+	h.Schema = HeartbeatSchema
+	if h.Staged == nil {
+		h.Staged = []string{}
+	}
+	if h.Rollbacks == nil {
+		h.Rollbacks = []Rollback{}
+	}
+	b, _ := json.Marshal(h)
+	return b
+}
+
+// ParseHeartbeat decodes a heartbeat. Unlike declarations, a heartbeat is a report, not an
+// order: fields added by newer hosts of the same schema are ignored so an older fleet view still
+// reads them. The schema, node and state are checked.
+func ParseHeartbeat(b []byte) (Heartbeat, error) {
+	var h Heartbeat
+	if err := json.Unmarshal(b, &h); err != nil {
+		return Heartbeat{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	if h.Schema != HeartbeatSchema {
+		return Heartbeat{}, fmt.Errorf("heartbeat: schema %d is not supported (this tool reads schema %d)", h.Schema, HeartbeatSchema)
+	}
+	if err := ValidNode(h.Node); err != nil {
+		return Heartbeat{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	switch h.State {
+	case StateRunning, StateStandingAside, StateStopping:
+	default:
+		return Heartbeat{}, fmt.Errorf("heartbeat: unknown state %q (running, standing-aside or stopping)", h.State)
+	}
+	return h, nil
+}

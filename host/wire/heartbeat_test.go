@@ -1,0 +1,81 @@
+package wire
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHeartbeatHasEveryKeyTheIssueLists(t *testing.T) {
+	b := Heartbeat{Node: "n1", State: StateRunning, Running: "v1.0.0", SentAt: time.Unix(0, 0).UTC()}.Marshal()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"schema", "node", "state", "running", "standing_aside_for", "known_good", "staged",
+		"target", "declaration_revision", "last_reconcile", "rollbacks", "uptime_s", "sent_at"}
+	var got []string
+	for k := range m {
+		got = append(got, k)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("keys = %v, want %v", got, want)
+	}
+	if string(m["staged"]) != "[]" || string(m["rollbacks"]) != "[]" || string(m["schema"]) != "1" {
+		t.Fatalf("staged=%s rollbacks=%s schema=%s", m["staged"], m["rollbacks"], m["schema"])
+	}
+}
+
+func TestHeartbeatLastReconcileKeys(t *testing.T) {
+	h := Heartbeat{Node: "n1", State: StateRunning, LastReconcile: &LastReconcile{Trigger: TriggerTimer, OK: true}}
+	var m struct {
+		LastReconcile map[string]json.RawMessage `json:"last_reconcile"`
+	}
+	if err := json.Unmarshal(h.Marshal(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"at", "trigger", "ok", "error", "duration_ms"} {
+		if _, ok := m.LastReconcile[k]; !ok {
+			t.Errorf("last_reconcile has no %q", k)
+		}
+	}
+}
+
+func TestHeartbeatRoundTripsWithRefusalAndFetch(t *testing.T) {
+	in := Heartbeat{Node: "n1", State: StateStandingAside, StandingAsideFor: "v1.1.0",
+		Refused: &Refusal{What: "declaration", Revision: 7, Error: "bad"},
+		Fetch:   &Fetch{State: "fetching", Version: "v1.1.0", Bytes: 10, Total: 100, Percent: 10}}
+	out, err := ParseHeartbeat(in.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Refused == nil || out.Refused.Revision != 7 || out.Fetch == nil || out.Fetch.Total != 100 || out.StandingAsideFor != "v1.1.0" {
+		t.Fatalf("round trip = %+v", out)
+	}
+}
+
+func TestHeartbeatParseIgnoresFieldsFromNewerHosts(t *testing.T) {
+	if _, err := ParseHeartbeat([]byte(`{"schema":1,"node":"n1","state":"running","new_thing":3}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHeartbeatParseRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"Malformed", `{"schema":`, "heartbeat:"},
+		{"OtherSchema", `{"schema":2,"node":"n1","state":"running"}`, "schema 2"},
+		{"BadNode", `{"schema":1,"node":"a.b","state":"running"}`, `node id "a.b"`},
+		{"UnknownState", `{"schema":1,"node":"n1","state":"dancing"}`, `unknown state "dancing"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseHeartbeat([]byte(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
