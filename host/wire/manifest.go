@@ -1,0 +1,235 @@
+package wire
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/mod/semver"
+)
+
+// ManifestSchema is the only manifest schema this code reads and writes.
+const ManifestSchema = 1
+
+// SigningHeader is the first line of the text a manifest's signature covers.
+const SigningHeader = "mesh-host release 1\n"
+
+// Manifest is the announcement of one host release: the value under KV mesh_host_releases,
+// key = version, and the manifest.json `mesh-release build` writes. The signature covers
+// SigningText, a documented text any tool can reproduce:
+//
+//	mesh-host release 1
+//	version=v1.4.0
+//	os=linux
+//	arch=amd64
+//	object=mesh-host-v1.4.0-linux-amd64.tar.zst
+//	size=7340032
+//	digest=sha256:<hex of the archive>
+//	binary_digest=sha256:<hex of the mesh-host binary inside it>
+//	created=2026-10-01T12:00:00Z
+//
+// each line ending in "\n". Signature is the standard base64 of the ed25519 signature over
+// those bytes; KeyID is KeyID of the public key that verifies it.
+type Manifest struct {
+	Schema       int           `json:"schema"`
+	Version      string        `json:"version"`
+	OS           string        `json:"os"`
+	Arch         string        `json:"arch"`
+	Object       string        `json:"object"`
+	Size         int64         `json:"size"`
+	Digest       digest.Digest `json:"digest"`
+	BinaryDigest digest.Digest `json:"binary_digest"`
+	Created      string        `json:"created"`
+	KeyID        string        `json:"key_id,omitempty"`
+	Signature    string        `json:"signature,omitempty"`
+}
+
+// Errors Verify returns (wrapped, with the details); test them with errors.Is.
+var (
+	ErrUnsigned     = errors.New("manifest is not signed")
+	ErrUnknownKey   = errors.New("manifest is signed by a key this node does not trust")
+	ErrBadSignature = errors.New("manifest signature does not verify: a field was altered after signing, or the signature is corrupt")
+)
+
+var platformName = regexp.MustCompile(`^[a-z0-9]+$`)
+
+// ObjectName is the archive's name in the object store and on disk:
+// mesh-host-<version>-<os>-<arch>.tar.zst.
+func ObjectName(version, goos, goarch string) string {
+	return "mesh-host-" + version + "-" + goos + "-" + goarch + ".tar.zst"
+}
+
+// ValidVersion reports whether v can name a release: a semantic version like v1.4.0 or
+// v1.5.0-rc.1 in canonical form, without +build metadata (it is a KV key, where '+' is not
+// allowed).
+func ValidVersion(v string) bool {
+	return semver.IsValid(v) && semver.Canonical(v) == v
+}
+
+// ParseManifest decodes a manifest strictly (unknown fields and trailing data are refused)
+// and validates every field. It does not check the signature: that is Verify.
+func ParseManifest(b []byte) (Manifest, error) {
+	var m Manifest
+	if err := decodeStrict(b, &m); err != nil {
+		return Manifest{}, fmt.Errorf("manifest: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
+}
+
+// Validate checks every field except the signature, naming the first one that is wrong.
+func (m Manifest) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("manifest %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	if m.Schema != ManifestSchema {
+		return bad("schema", "is %d; this host reads schema %d only", m.Schema, ManifestSchema)
+	}
+	if !ValidVersion(m.Version) {
+		return bad("version", "%q is not a canonical semantic version like v1.4.0 (no +build metadata)", m.Version)
+	}
+	if !platformName.MatchString(m.OS) {
+		return bad("os", "%q is not an operating system name like linux", m.OS)
+	}
+	if !platformName.MatchString(m.Arch) {
+		return bad("arch", "%q is not an architecture name like amd64", m.Arch)
+	}
+	if want := ObjectName(m.Version, m.OS, m.Arch); m.Object != want {
+		return bad("object", "is %q; for this version and platform it must be %q", m.Object, want)
+	}
+	if m.Size <= 0 {
+		return bad("size", "is %d; an archive has a positive size", m.Size)
+	}
+	for _, d := range []struct {
+		field string
+		v     digest.Digest
+	}{{"digest", m.Digest}, {"binary_digest", m.BinaryDigest}} {
+		if err := d.v.Validate(); err != nil {
+			return bad(d.field, "%q is not a digest like sha256:<64 hex digits>: %v", string(d.v), err)
+		}
+		if d.v.Algorithm() != digest.SHA256 {
+			return bad(d.field, "%q uses %s; manifests use sha256", string(d.v), d.v.Algorithm())
+		}
+	}
+	if _, err := time.Parse(time.RFC3339, m.Created); err != nil {
+		return bad("created", "%q is not an RFC 3339 time like 2026-10-01T12:00:00Z", m.Created)
+	}
+	if m.KeyID != "" {
+		if b, err := hex.DecodeString(m.KeyID); err != nil || len(b) != 8 {
+			return bad("key_id", "%q is not 16 hex digits", m.KeyID)
+		}
+	}
+	return nil
+}
+
+// SigningText returns the exact bytes the signature covers (see Manifest).
+func (m Manifest) SigningText() []byte {
+	var b bytes.Buffer
+	b.WriteString(SigningHeader)
+	for _, kv := range [][2]string{
+		{"version", m.Version},
+		{"os", m.OS},
+		{"arch", m.Arch},
+		{"object", m.Object},
+		{"size", strconv.FormatInt(m.Size, 10)},
+		{"digest", string(m.Digest)},
+		{"binary_digest", string(m.BinaryDigest)},
+		{"created", m.Created},
+	} {
+		b.WriteString(kv[0])
+		b.WriteByte('=')
+		b.WriteString(kv[1])
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// Sign validates the manifest and signs it with priv, setting KeyID and Signature.
+func (m *Manifest) Sign(priv ed25519.PrivateKey) error {
+	if len(priv) != ed25519.PrivateKeySize {
+		return fmt.Errorf("sign manifest: the release key is %d bytes, an ed25519 private key is %d", len(priv), ed25519.PrivateKeySize)
+	}
+	m.KeyID, m.Signature = "", ""
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("sign manifest: %w", err)
+	}
+	m.KeyID = KeyID(priv.Public().(ed25519.PublicKey))
+	m.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, m.SigningText()))
+	return nil
+}
+
+// Verify validates the manifest and checks its signature against the trusted keys. An
+// unsigned manifest, a key that is not trusted and a signature that does not verify are
+// distinct errors (ErrUnsigned, ErrUnknownKey, ErrBadSignature), each naming the version.
+func (m Manifest) Verify(trusted []ed25519.PublicKey) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	if m.Signature == "" {
+		return fmt.Errorf("%s: %w; sign it with `mesh-release build --key`", m.Version, ErrUnsigned)
+	}
+	sig, err := base64.StdEncoding.DecodeString(m.Signature)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return fmt.Errorf("%s: %w (the signature is not %d bytes of standard base64)", m.Version, ErrBadSignature, ed25519.SignatureSize)
+	}
+	for _, pub := range trusted {
+		if KeyID(pub) != m.KeyID {
+			continue
+		}
+		if !ed25519.Verify(pub, m.SigningText(), sig) {
+			return fmt.Errorf("%s: %w (key %s)", m.Version, ErrBadSignature, m.KeyID)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: %w: key_id %q is not among the %d trusted_keys; add its release.pub to trusted_keys if it is yours",
+		m.Version, ErrUnknownKey, m.KeyID, len(trusted))
+}
+
+// Marshal returns the manifest as indented JSON with a final newline, as manifest.json holds it.
+func (m Manifest) Marshal() []byte {
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return append(b, '\n')
+}
+
+// KeyID names a public key: the hex of the first 8 bytes of its SHA-256.
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// ParseTrustedKey decodes one trusted_keys entry: the standard base64 of a 32-byte ed25519
+// public key, as release.pub holds it.
+func ParseTrustedKey(s string) (ed25519.PublicKey, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("trusted key %q is not standard base64: %w", s, err)
+	}
+	if len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("trusted key %q is %d bytes; an ed25519 public key is %d (use the content of release.pub)", s, len(b), ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// ParseTrustedKeys decodes every trusted_keys entry, refusing the list if any is malformed.
+func ParseTrustedKeys(list []string) ([]ed25519.PublicKey, error) {
+	keys := make([]ed25519.PublicKey, 0, len(list))
+	for _, s := range list {
+		k, err := ParseTrustedKey(s)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
