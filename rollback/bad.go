@@ -1,0 +1,90 @@
+package rollback
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// MarkBad records that version must never run again on this machine, and why.
+func (r *Records) MarkBad(ctx context.Context, version, reason string) error {
+	_, err := r.db.ExecContext(ctx, `UPDATE versions SET bad_at = COALESCE(bad_at, ?), bad_reason = COALESCE(bad_reason, ?) WHERE version = ?`,
+		ms(r.now()), reason, version)
+	return r.wrapIf("mark "+version+" bad", err)
+}
+
+// IsBad reports whether version is marked bad on this machine, and why. The host asks before
+// fetching a target, so a bad version is never staged again.
+func (r *Records) IsBad(ctx context.Context, version string) (bool, string, error) {
+	var at sql.NullInt64
+	var reason sql.NullString
+	err := r.db.QueryRowContext(ctx, `SELECT bad_at, bad_reason FROM versions WHERE version = ?`, version).Scan(&at, &reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", r.wrap("look up "+version, err)
+	}
+	return at.Valid, reason.String, nil
+}
+
+// Rollback is one recorded rollback.
+type Rollback struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+	Output string    `json:"output,omitempty"` // the failed version's last output lines
+}
+
+// RecordRollback records a rollback from one version to another.
+func (r *Records) RecordRollback(ctx context.Context, rb Rollback) error {
+	if rb.At.IsZero() {
+		rb.At = r.now()
+	}
+	_, err := r.db.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output) VALUES (?, ?, ?, ?, ?)`,
+		rb.From, rb.To, ms(rb.At), rb.Reason, rb.Output)
+	return r.wrapIf("record rollback", err)
+}
+
+// Rollbacks lists the most recent rollbacks, newest first.
+func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) {
+	rows, err := r.db.QueryContext(ctx, `SELECT from_version, to_version, at, reason, COALESCE(output, '') FROM rollbacks ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, r.wrap("read rollbacks", err)
+	}
+	defer rows.Close()
+	var out []Rollback
+	for rows.Next() {
+		var rb Rollback
+		var at sql.NullInt64
+		if err := rows.Scan(&rb.From, &rb.To, &at, &rb.Reason, &rb.Output); err != nil {
+			return nil, r.wrap("read rollbacks", err)
+		}
+		rb.At = fromMS(at)
+		out = append(out, rb)
+	}
+	return out, r.wrapIf("read rollbacks", rows.Err())
+}
+
+// SetFailed records that the launcher stopped in its failed state, and why.
+func (r *Records) SetFailed(ctx context.Context, reason string) error {
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, reason, ms(r.now()))
+	return r.wrapIf("record failed state", err)
+}
+
+// ClearFailed leaves the failed state: an operator started the launcher again. Failures before
+// this moment no longer count toward an unconfirmed version's limit.
+func (r *Records) ClearFailed(ctx context.Context) (was string, err error) {
+	var failed bool
+	var reason sql.NullString
+	if err := r.db.QueryRowContext(ctx, `SELECT failed, failed_reason FROM launcher WHERE id = 1`).Scan(&failed, &reason); err != nil {
+		return "", r.wrap("read failed state", err)
+	}
+	if !failed {
+		return "", nil
+	}
+	_, err = r.db.ExecContext(ctx, `UPDATE launcher SET failed = 0, reset_at = ? WHERE id = 1`, ms(r.now()))
+	return reason.String, r.wrapIf("clear failed state", err)
+}

@@ -1,0 +1,101 @@
+package rollback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Lock is an exclusive advisory lock on a file under the root: one launcher and one host per
+// root. The kernel drops it when the process dies, however it dies.
+type Lock struct{ f *os.File }
+
+// ErrLocked is returned when another process holds the lock.
+var ErrLocked = errors.New("lock held by another process")
+
+// LockLauncher takes ROOT/launcher.lock without waiting.
+func LockLauncher(root string) (*Lock, error) {
+	return lock(context.Background(), filepath.Join(root, launcherLock), "mesh-launcher", 0)
+}
+
+// LockHost takes ROOT/host.lock, waiting up to wait for a predecessor that is still exiting
+// (a host that stood aside, or one killed with its launcher) to let go of it.
+func LockHost(ctx context.Context, root string, wait time.Duration) (*Lock, error) {
+	return lock(ctx, filepath.Join(root, hostLock), "mesh-host", wait)
+}
+
+// LauncherRunning reports the pid holding ROOT/launcher.lock, or 0 when no launcher runs. It
+// never takes the lock, so it cannot get in a starting launcher's way.
+func LauncherRunning(root string) int {
+	return holder(filepath.Join(root, launcherLock))
+}
+
+func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", path, err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			pid := holder(path)
+			f.Close()
+			return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, ErrLocked)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// The pid is written for people and status; the flock is what counts.
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &Lock{f: f}, nil
+}
+
+// holder returns the pid written in a lock file if the lock is currently held, else 0.
+func holder(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	// A shared lock succeeds only when nobody holds the exclusive one; release it at once.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return 0
+	}
+	b, _ := os.ReadFile(path)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}

@@ -1,0 +1,146 @@
+package rollback
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Status is everything the records and the versions directory say, for `mesh-launcher status`
+// and the host's heartbeat.
+type Status struct {
+	Running      *Running        `json:"running"`
+	KnownGood    string          `json:"known_good"`
+	Predecessor  string          `json:"predecessor"`
+	Failed       bool            `json:"failed"`
+	FailedReason string          `json:"failed_reason"`
+	Note         string          `json:"note,omitempty"`
+	Versions     []VersionStatus `json:"versions"`
+	Ignored      []string        `json:"ignored"` // entries of versions/ that are not versions
+	Rollbacks    []Rollback      `json:"rollbacks"`
+}
+
+// Running is the open start: what the launcher last started and has not seen end.
+type Running struct {
+	Version string    `json:"version"`
+	PID     int       `json:"pid"`
+	Since   time.Time `json:"since"`
+	StartID int64     `json:"-"`
+}
+
+// VersionStatus is one version, on disk or only in the records (retired or bad).
+type VersionStatus struct {
+	Version    string `json:"version"`
+	Digest     string `json:"digest"`
+	OnDisk     bool   `json:"on_disk"`
+	Running    bool   `json:"running"`
+	Confirmed  bool   `json:"confirmed"`
+	Bad        bool   `json:"bad"`
+	BadReason  string `json:"bad_reason"`
+	Mismatch   string `json:"mismatch,omitempty"` // why its binary is not trusted any more
+	Failures   int    `json:"failures"`           // failed starts, all time
+	LastOutput string `json:"last_output,omitempty"`
+}
+
+// Status reads the whole picture. It never writes, except recording the digest of a version seen
+// for the first time (as Choose does).
+func (r *Records) Status(ctx context.Context, root string) (Status, error) {
+	st := Status{Versions: []VersionStatus{}, Ignored: []string{}, Rollbacks: []Rollback{}}
+	var failed bool
+	var reason, note sql.NullString
+	if err := r.db.QueryRowContext(ctx, `SELECT failed, failed_reason, note FROM launcher WHERE id = 1`).Scan(&failed, &reason, &note); err != nil {
+		return st, r.wrap("read launcher state", err)
+	}
+	st.Failed, st.FailedReason, st.Note = failed, reason.String, note.String
+
+	var run Running
+	var pid sql.NullInt64
+	var since int64
+	err := r.db.QueryRowContext(ctx, `SELECT id, version, pid, started_at FROM starts WHERE ended_at IS NULL ORDER BY id DESC LIMIT 1`).Scan(&run.StartID, &run.Version, &pid, &since)
+	switch {
+	case err == nil:
+		run.PID, run.Since = int(pid.Int64), time.UnixMilli(since)
+		st.Running = &run
+	case err != sql.ErrNoRows:
+		return st, r.wrap("read running start", err)
+	}
+
+	recs, err := r.versionRows(ctx)
+	if err != nil {
+		return st, err
+	}
+	failures := map[string]int{}
+	rows, err := r.db.QueryContext(ctx, `SELECT version, COUNT(*) FROM starts WHERE outcome IN (?, ?) GROUP BY version`, string(OutcomeFailed), string(OutcomeDeadline))
+	if err != nil {
+		return st, r.wrap("count failures", err)
+	}
+	for rows.Next() {
+		var v string
+		var n int
+		if err := rows.Scan(&v, &n); err != nil {
+			rows.Close()
+			return st, r.wrap("count failures", err)
+		}
+		failures[v] = n
+	}
+	rows.Close()
+
+	dirs, err := ScanVersions(root)
+	if err != nil {
+		return st, err
+	}
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if !d.Version {
+			st.Ignored = append(st.Ignored, d.Name)
+			continue
+		}
+		seen[d.Name] = true
+		c, err := r.candidate(ctx, root, d.Name)
+		if err != nil {
+			return st, err
+		}
+		recs, err = r.versionRows(ctx) // candidate may have recorded a first digest
+		if err != nil {
+			return st, err
+		}
+		st.Versions = append(st.Versions, r.versionStatus(ctx, recs[d.Name], d.Name, true, c.Mismatch, failures, st.Running))
+	}
+	// Versions only in the records (retired, or bad and removed) come after, newest first.
+	for _, v := range sortedNewestFirst(recs) {
+		if !seen[v] {
+			st.Versions = append(st.Versions, r.versionStatus(ctx, recs[v], v, false, "", failures, st.Running))
+		}
+	}
+	if st.KnownGood, err = r.KnownGood(ctx, root); err != nil {
+		return st, err
+	}
+	ref := st.KnownGood
+	if st.Running != nil {
+		ref = st.Running.Version
+	}
+	if ref != "" {
+		if st.Predecessor, err = r.Predecessor(ctx, root, ref); err != nil {
+			return st, err
+		}
+	}
+	if st.Rollbacks, err = r.Rollbacks(ctx, 10); err != nil {
+		return st, err
+	}
+	if st.Rollbacks == nil {
+		st.Rollbacks = []Rollback{}
+	}
+	return st, nil
+}
+
+func (r *Records) versionStatus(ctx context.Context, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) VersionStatus {
+	vs := VersionStatus{
+		Version: v, Digest: rec.Digest, OnDisk: onDisk, Confirmed: rec.Confirmed, Bad: rec.Bad,
+		BadReason: rec.BadReason, Mismatch: mismatch, Failures: failures[v],
+		Running: run != nil && run.Version == v,
+	}
+	if rec.Bad {
+		vs.LastOutput, _ = r.LastOutput(ctx, v)
+	}
+	return vs
+}

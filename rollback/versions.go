@@ -1,0 +1,82 @@
+package rollback
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/mod/semver"
+)
+
+// Dir is one entry of ROOT/versions as found on disk.
+type Dir struct {
+	Name    string // directory name; for a version, its semantic version
+	Version bool   // the name is a canonical semantic version ("v1.4.0", "v2.0.0-rc.1")
+	Staging bool   // a leftover .staging-* directory
+}
+
+// ScanVersions lists ROOT/versions: versions newest first, then everything else (ignored by
+// Choose, shown by status). A missing versions directory is an empty list.
+func ScanVersions(root string) ([]Dir, error) {
+	entries, err := os.ReadDir(VersionsDir(root))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read versions directory: %w", err)
+	}
+	var versions, other []Dir
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, StagingPrefix):
+			other = append(other, Dir{Name: name, Staging: true})
+		case e.IsDir() && IsVersion(name):
+			versions = append(versions, Dir{Name: name, Version: true})
+		default:
+			other = append(other, Dir{Name: name})
+		}
+	}
+	sort.Slice(versions, func(i, j int) bool { return semver.Compare(versions[i].Name, versions[j].Name) > 0 })
+	return append(versions, other...), nil
+}
+
+// IsVersion reports whether name is a semantic version as directories are named: valid and
+// canonical ("v1.4.0", not "v1.4" or "1.4.0"), so one version has exactly one directory.
+func IsVersion(name string) bool {
+	return semver.IsValid(name) && semver.Canonical(name) == name
+}
+
+// CleanStaging removes ROOT/versions/.staging-* directories left behind by a crash while
+// staging. It must only run when no stager is running: at launcher or host start, under lock.
+func CleanStaging(root string) ([]string, error) {
+	dirs, err := ScanVersions(root)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, d := range dirs {
+		if !d.Staging {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(VersionsDir(root), d.Name)); err != nil {
+			return removed, fmt.Errorf("remove leftover staging directory %s: %w", d.Name, err)
+		}
+		removed = append(removed, d.Name)
+	}
+	return removed, nil
+}
+
+// sortedNewestFirst returns the keys of a version-keyed map in semver order, newest first.
+func sortedNewestFirst[T any](m map[string]T) []string {
+	out := make([]string, 0, len(m))
+	for v := range m {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return semver.Compare(out[i], out[j]) > 0 })
+	return out
+}
