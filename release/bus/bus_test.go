@@ -1,0 +1,108 @@
+package bus
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+func serveForTest(t *testing.T, dir, listen string) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Serve(ctx, ServeOptions{DataDir: dir, Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestInitIsIdempotentAndHeartbeatsSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := serveForTest(t, dir, "127.0.0.1:-1")
+	addr := s.Addr().String()
+	c, err := Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := wire.NamesFor("mesh")
+	for i := 0; i < 2; i++ {
+		if err := Init(ctx, c.JS, names); err != nil {
+			t.Fatalf("init #%d: %v", i+1, err)
+		}
+	}
+	for _, b := range []string{names.Declarations(), names.Targets(), names.Releases(), names.Rollouts()} {
+		if _, err := c.JS.KeyValue(ctx, b); err != nil {
+			t.Errorf("KV %s: %v", b, err)
+		}
+	}
+	if _, err := c.JS.ObjectStore(ctx, names.Archives()); err != nil {
+		t.Errorf("object store: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := c.JS.Publish(ctx, names.Heartbeat("n1"), []byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.JS.Publish(ctx, names.Heartbeat("n2"), []byte("z")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s.Shutdown()
+
+	s = serveForTest(t, dir, addr)
+	defer s.Shutdown()
+	c, err = Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.JS.Stream(ctx, names.HeartbeatStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages after restart, want 2 (one per node)", info.State.Msgs)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, names.Heartbeat("n1"))
+	if err != nil || string(m.Data) != "c" {
+		t.Fatalf("n1's last word = %q, %v; want \"c\"", m.Data, err)
+	}
+}
+
+func TestInitRefusesAHeartbeatStreamKeepingMoreThanOne(t *testing.T) {
+	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
+	defer s.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	names := wire.NamesFor("mesh")
+	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: names.HeartbeatStream(), Subjects: []string{names.HeartbeatWildcard()}, MaxMsgsPerSubject: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Init(ctx, c.JS, names); err == nil {
+		t.Fatal("init accepted a heartbeat stream keeping 5 per subject")
+	}
+}
+
+func TestServeRefusesABadListenAddress(t *testing.T) {
+	for _, l := range []string{"4222", "127.0.0.1:http", "127.0.0.1:70000"} {
+		if _, err := Serve(context.Background(), ServeOptions{DataDir: t.TempDir(), Listen: l}); err == nil {
+			t.Errorf("Serve accepted listen %q", l)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// Init creates the mesh's buckets and heartbeat stream under names if they are missing: KV
+// declarations, host_targets, host_releases, rollouts; object store host_archives; and the
+// heartbeat stream keeping one message per node subject on file storage, so every node's last
+// word survives a restart. Existing ones are left as the operator configured them, except that a
+// heartbeat stream not keeping exactly one message per subject is an error. Safe to repeat.
+func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
+	kvs := []jetstream.KeyValueConfig{
+		{Bucket: n.Declarations(), Description: "mesh: each node's declaration, key = node id", History: 10, Storage: jetstream.FileStorage},
+		{Bucket: n.Targets(), Description: "mesh: host version to run, keys node.<id> and fleet", History: 10, Storage: jetstream.FileStorage},
+		{Bucket: n.Releases(), Description: "mesh: signed host release manifests, key = version", History: 1, Storage: jetstream.FileStorage},
+		{Bucket: n.Rollouts(), Description: "mesh: rollout state", History: 5, Storage: jetstream.FileStorage},
+	}
+	for _, cfg := range kvs {
+		if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("init: create KV bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	obj := jetstream.ObjectStoreConfig{Bucket: n.Archives(), Description: "mesh: host archives, fetched by digest", Storage: jetstream.FileStorage}
+	if _, err := js.CreateObjectStore(ctx, obj); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		return fmt.Errorf("init: create object store %s: %w", obj.Bucket, err)
+	}
+	sc := jetstream.StreamConfig{
+		Name:              n.HeartbeatStream(),
+		Description:       "mesh: each node's last heartbeat",
+		Subjects:          []string{n.HeartbeatWildcard()},
+		MaxMsgsPerSubject: 1,
+		Storage:           jetstream.FileStorage,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+	}
+	_, err := js.CreateStream(ctx, sc)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("init: create stream %s: %w", sc.Name, err)
+	}
+	s, err := js.Stream(ctx, sc.Name)
+	if err != nil {
+		return fmt.Errorf("init: read stream %s: %w", sc.Name, err)
+	}
+	have := s.CachedInfo().Config
+	if have.MaxMsgsPerSubject != 1 || !slices.Contains(have.Subjects, n.HeartbeatWildcard()) {
+		return fmt.Errorf("init: stream %s exists but keeps %d messages per subject on %v; it must keep 1 on %s — fix it with `nats stream edit` or delete it and run init again",
+			sc.Name, have.MaxMsgsPerSubject, have.Subjects, n.HeartbeatWildcard())
+	}
+	return nil
+}
