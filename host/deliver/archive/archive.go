@@ -1,0 +1,308 @@
+// Package archive is the host archive format, both sides of it: Pack writes the one
+// reproducible tar+zstd archive a release holds (a single regular file named mesh-host), and
+// Extract reads one back strictly, refusing anything else an archive could carry.
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+)
+
+// BinaryName is the one entry a host archive holds.
+const BinaryName = "mesh-host"
+
+// Mode is the file mode of the packed and of the extracted binary.
+const Mode = 0o755
+
+// DefaultMaxBinary is the default cap on the extracted binary's size.
+const DefaultMaxBinary = 256 << 20
+
+// DefaultMaxWindow is the largest zstd window Extract accepts (zstd -19 uses 8 MiB; only
+// --long or --ultra go beyond it).
+const DefaultMaxWindow = 64 << 20
+
+// ErrUnsafe is wrapped by every refusal of an archive's content; the message names the entry
+// and what was wrong with it.
+var ErrUnsafe = errors.New("refused host archive")
+
+// Pack writes a host archive holding bin (size bytes, the mesh-host binary) to w. The output
+// depends only on the binary's bytes and this package's pinned zstd version: fixed time,
+// owner, name and mode; a single entry; one encoder goroutine.
+func Pack(w io.Writer, bin io.Reader, size int64) error {
+	zw, err := zstd.NewWriter(w,
+		zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(8<<20),
+		zstd.WithEncoderCRC(true))
+	if err != nil {
+		return fmt.Errorf("pack: zstd: %w", err)
+	}
+	tw := tar.NewWriter(zw)
+	hdr := &tar.Header{
+		Typeflag: tar.TypeReg,
+		Name:     BinaryName,
+		Mode:     Mode,
+		Size:     size,
+		ModTime:  time.Unix(0, 0), // fixed, so the same binary gives the same bytes
+		Format:   tar.FormatUSTAR,
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		zw.Close()
+		return fmt.Errorf("pack: %w", err)
+	}
+	n, err := io.Copy(tw, bin)
+	if err != nil {
+		zw.Close()
+		return fmt.Errorf("pack: copying the binary: %w", err)
+	}
+	if n != size {
+		zw.Close()
+		return fmt.Errorf("pack: the binary is %d bytes, expected %d (did it change while packing?)", n, size)
+	}
+	if err := tw.Close(); err != nil {
+		zw.Close()
+		return fmt.Errorf("pack: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("pack: zstd: %w", err)
+	}
+	return nil
+}
+
+// Limits bound what Extract will decode. Zero fields take the defaults.
+type Limits struct {
+	MaxBinary int64  // largest binary accepted (DefaultMaxBinary)
+	MaxWindow uint64 // largest zstd window accepted (DefaultMaxWindow)
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBinary <= 0 {
+		l.MaxBinary = DefaultMaxBinary
+	}
+	if l.MaxWindow == 0 {
+		l.MaxWindow = DefaultMaxWindow
+	}
+	return l
+}
+
+// Binary is what Extract wrote: the path of the binary, its size and its digest, hashed while
+// it was written.
+type Binary struct {
+	Path   string
+	Size   int64
+	Digest digest.Digest
+}
+
+// tarSlack is what the tar framing around one file may add to the decoded stream: headers
+// (a long name or PAX record would need more, and is refused), padding and the end blocks,
+// with room for a record-padded writer such as GNU tar (10 KiB records).
+const tarSlack = 64 << 10
+
+// Extract reads a host archive from r and writes its one binary to dir/mesh-host (dir must
+// exist; the file must not). It refuses, wrapping ErrUnsafe: any entry that is not a regular
+// file named mesh-host (or ./mesh-host) — directories, symlinks, hard links, devices, FIFOs,
+// PAX global headers, absolute names, names with "..", a second entry; setuid, setgid or
+// sticky modes; a binary larger than the limit; a decoded stream larger than the binary plus
+// tar framing, or a zstd window larger than the limit (decompression bombs); anything but
+// zero padding after the tar end. It reads r to its end, so the zstd checksum is verified.
+// On error the caller removes dir; Extract may have left a partial file there.
+func Extract(ctx context.Context, r io.Reader, dir string, lim Limits) (Binary, error) {
+	lim = lim.withDefaults()
+	capBytes := lim.MaxBinary + tarSlack
+	zr, err := zstd.NewReader(&ctxReader{ctx: ctx, r: r},
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(lim.MaxWindow),
+		zstd.WithDecoderMaxMemory(lim.MaxWindow)) // for streams, a memory bound; output is capped below
+	if err != nil {
+		return Binary{}, fmt.Errorf("extract: zstd: %w", err)
+	}
+	defer zr.Close()
+	capped := &capReader{r: zr, left: capBytes, limit: capBytes}
+	tr := tar.NewReader(capped)
+
+	hdr, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return Binary{}, fmt.Errorf("%w: the archive is empty; it must hold one file named %s", ErrUnsafe, BinaryName)
+	}
+	if err != nil {
+		return Binary{}, readErr(err)
+	}
+	if err := checkEntry(hdr, lim); err != nil {
+		return Binary{}, err
+	}
+	out := filepath.Join(dir, BinaryName)
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, Mode)
+	if err != nil {
+		return Binary{}, fmt.Errorf("extract: %w", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), tr)
+	if err != nil {
+		f.Close()
+		return Binary{}, readErr(err)
+	}
+	if err := f.Chmod(Mode); err != nil {
+		f.Close()
+		return Binary{}, fmt.Errorf("extract: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return Binary{}, fmt.Errorf("extract: sync %s: %w", out, err)
+	}
+	if err := f.Close(); err != nil {
+		return Binary{}, fmt.Errorf("extract: %w", err)
+	}
+	next, err := tr.Next()
+	switch {
+	case err == nil:
+		return Binary{}, fmt.Errorf("%w: it holds more than one entry (%q after %s); a host archive holds exactly one file named %s",
+			ErrUnsafe, next.Name, BinaryName, BinaryName)
+	case !errors.Is(err, io.EOF):
+		return Binary{}, readErr(err)
+	}
+	// After the tar end there may be only zero padding; reading to the end also makes the
+	// zstd decoder check the frame checksum.
+	if err := drainZeros(capped); err != nil {
+		return Binary{}, err
+	}
+	return Binary{Path: out, Size: n, Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))}, nil
+}
+
+func checkEntry(hdr *tar.Header, lim Limits) error {
+	name := hdr.Name
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w: entry %q %s; a host archive holds exactly one regular file named %s",
+			ErrUnsafe, name, fmt.Sprintf(format, args...), BinaryName)
+	}
+	switch {
+	case strings.HasPrefix(name, "/"):
+		return refuse("has an absolute path")
+	case hasDotDot(name):
+		return refuse("escapes the extraction directory with ..")
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg:
+	case tar.TypeSymlink:
+		return refuse("is a symlink to %q", hdr.Linkname)
+	case tar.TypeLink:
+		return refuse("is a hard link to %q", hdr.Linkname)
+	case tar.TypeChar, tar.TypeBlock:
+		return refuse("is a device node")
+	case tar.TypeFifo:
+		return refuse("is a FIFO")
+	case tar.TypeDir:
+		return refuse("is a directory")
+	case tar.TypeXGlobalHeader:
+		return refuse("is a PAX global header")
+	default:
+		return refuse("has tar type %q", string(hdr.Typeflag))
+	}
+	if name != BinaryName && name != "./"+BinaryName {
+		return refuse("is not named %s", BinaryName)
+	}
+	if hdr.Mode&0o7000 != 0 {
+		return refuse("has mode %#o (setuid, setgid or sticky)", hdr.Mode)
+	}
+	if hdr.Size > lim.MaxBinary {
+		return refuse("is %d bytes, over the %d-byte limit", hdr.Size, lim.MaxBinary)
+	}
+	return nil
+}
+
+func hasDotDot(name string) bool {
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// readErr words a decoding error for the operator.
+func readErr(err error) error {
+	var bomb *bombError
+	switch {
+	case errors.As(err, &bomb):
+		return fmt.Errorf("%w: %v", ErrUnsafe, err)
+	case errors.Is(err, zstd.ErrWindowSizeExceeded), errors.Is(err, zstd.ErrDecoderSizeExceeded):
+		return fmt.Errorf("%w: the zstd stream needs more memory than allowed (%v); repack it without --long/--ultra", ErrUnsafe, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("extract: %w", err)
+	}
+	return fmt.Errorf("%w: it is not a valid tar+zstd archive: %v", ErrUnsafe, err)
+}
+
+func drainZeros(r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		for _, b := range buf[:n] {
+			if b != 0 {
+				return fmt.Errorf("%w: it holds data after the end of the tar stream", ErrUnsafe)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return readErr(err)
+		}
+	}
+}
+
+// bombError is returned when the decoded stream exceeds its cap.
+type bombError struct{ limit int64 }
+
+func (e *bombError) Error() string {
+	return fmt.Sprintf("it decompresses to more than %d bytes (a decompression bomb, or a binary over the limit)", e.limit)
+}
+
+// capReader returns a bombError once more than left bytes are read through it.
+type capReader struct {
+	r     io.Reader
+	left  int64
+	limit int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One more byte distinguishes "exactly at the cap" from "over it".
+		var one [1]byte
+		n, err := c.r.Read(one[:])
+		if n > 0 {
+			return 0, &bombError{limit: c.limit}
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// ctxReader stops reading once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

@@ -1,0 +1,228 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+)
+
+// entry is one tar entry of a hand-made archive.
+type entry struct {
+	hdr  tar.Header
+	body []byte
+}
+
+func reg(name string, body []byte) entry {
+	return entry{tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(body))}, body}
+}
+
+// craft writes entries as tar+zstd, then trailer (raw bytes after the tar end, inside the
+// zstd stream), with the given encoder options.
+func craft(t *testing.T, entries []entry, trailer []byte, opts ...zstd.EOption) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(zw)
+	for _, e := range entries {
+		h := e.hdr
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(e.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(trailer); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+var binary = []byte("#!/bin/sh\necho v1.0.0\n")
+
+func TestPackThenExtractGivesTheBinaryBack(t *testing.T) {
+	var a bytes.Buffer
+	if err := Pack(&a, bytes.NewReader(binary), int64(len(binary))); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	got, err := Extract(context.Background(), bytes.NewReader(a.Bytes()), dir, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != digest.FromBytes(binary) || got.Size != int64(len(binary)) {
+		t.Fatalf("got %+v, want digest %s", got, digest.FromBytes(binary))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, BinaryName))
+	if err != nil || !bytes.Equal(b, binary) {
+		t.Fatalf("extracted %q, %v", b, err)
+	}
+	fi, _ := os.Stat(got.Path)
+	if fi.Mode().Perm() != Mode {
+		t.Fatalf("mode %v, want %v", fi.Mode().Perm(), os.FileMode(Mode))
+	}
+}
+
+func TestPackIsReproducible(t *testing.T) {
+	big := bytes.Repeat([]byte("mesh-host reproducible "), 1<<16)
+	var d [2]digest.Digest
+	for i := range d {
+		var a bytes.Buffer
+		if err := Pack(&a, bytes.NewReader(big), int64(len(big))); err != nil {
+			t.Fatal(err)
+		}
+		d[i] = digest.FromBytes(a.Bytes())
+	}
+	if d[0] != d[1] {
+		t.Fatalf("two packs of the same binary differ: %s, %s", d[0], d[1])
+	}
+}
+
+func TestPackRefusesABinaryThatChangedSize(t *testing.T) {
+	var a bytes.Buffer
+	if err := Pack(&a, bytes.NewReader(binary), int64(len(binary))+1); err == nil {
+		t.Fatal("packed a short binary")
+	}
+}
+
+func TestExtractAcceptsDotSlashName(t *testing.T) {
+	a := craft(t, []entry{reg("./mesh-host", binary)}, nil)
+	if _, err := Extract(context.Background(), bytes.NewReader(a), t.TempDir(), Limits{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExtractRefuses(t *testing.T) {
+	small := Limits{MaxBinary: 1 << 20}
+	cases := []struct {
+		name string
+		arch []byte
+		lim  Limits
+		want string
+	}{
+		{"TestExtractRefusesArchiveWithDotDot",
+			craft(t, []entry{reg("../mesh-host", binary)}, nil), Limits{}, "escapes"},
+		{"TestExtractRefusesArchiveWithNestedDotDot",
+			craft(t, []entry{reg("a/../../mesh-host", binary)}, nil), Limits{}, "escapes"},
+		{"TestExtractRefusesArchiveWithAbsolutePath",
+			craft(t, []entry{reg("/usr/bin/mesh-host", binary)}, nil), Limits{}, "absolute path"},
+		{"TestExtractRefusesArchiveWithSymlink",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh", Mode: 0o777}, nil}}, nil), Limits{}, "symlink"},
+		{"TestExtractRefusesArchiveWithHardLink",
+			craft(t, []entry{reg("x", binary), {tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "x"}, nil}}, nil), Limits{}, "not named"},
+		{"TestExtractRefusesArchiveWithOnlyAHardLink",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "/etc/shadow"}, nil}}, nil), Limits{}, "hard link"},
+		{"TestExtractRefusesArchiveWithCharDevice",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeChar, Name: "mesh-host", Devmajor: 1, Devminor: 3, Mode: 0o666}, nil}}, nil), Limits{}, "device"},
+		{"TestExtractRefusesArchiveWithBlockDevice",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeBlock, Name: "mesh-host", Devmajor: 8, Mode: 0o666}, nil}}, nil), Limits{}, "device"},
+		{"TestExtractRefusesArchiveWithFIFO",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeFifo, Name: "mesh-host", Mode: 0o666}, nil}}, nil), Limits{}, "FIFO"},
+		{"TestExtractRefusesArchiveWithDirectory",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}, nil}, reg("./mesh-host", binary)}, nil), Limits{}, "directory"},
+		{"TestExtractRefusesArchiveWithTwoFiles",
+			craft(t, []entry{reg("mesh-host", binary), reg("README", []byte("hi"))}, nil), Limits{}, "more than one entry"},
+		{"TestExtractRefusesArchiveWithOtherName",
+			craft(t, []entry{reg("mesh-launcher", binary)}, nil), Limits{}, "not named"},
+		{"TestExtractRefusesSetuidBinary",
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeReg, Name: "mesh-host", Mode: 0o4755, Size: int64(len(binary))}, binary}}, nil), Limits{}, "setuid"},
+		{"TestExtractRefusesEmptyArchive",
+			craft(t, nil, nil), Limits{}, "empty"},
+		{"TestExtractRefusesBinaryOverTheLimit",
+			craft(t, []entry{reg("mesh-host", make([]byte, 1<<20+1))}, nil), small, "over the"},
+		{"TestExtractRefusesDecompressionBombAfterTarEnd",
+			craft(t, []entry{reg("mesh-host", binary)}, make([]byte, 8<<20)), small, "decompression bomb"},
+		{"TestExtractRefusesDataAfterTarEnd",
+			craft(t, []entry{reg("mesh-host", binary)}, []byte("surprise")), Limits{}, "after the end"},
+		{"TestExtractRefusesZstdWindowOverTheLimit",
+			craft(t, []entry{reg("mesh-host", make([]byte, 4<<20))}, nil, zstd.WithWindowSize(4<<20)), Limits{MaxWindow: 1 << 20}, "more memory"},
+		{"TestExtractRefusesNonZstdInput",
+			[]byte("this is not an archive at all"), Limits{}, "not a valid tar+zstd"},
+		{"TestExtractRefusesZstdOfNonTar",
+			func() []byte {
+				var b bytes.Buffer
+				zw, _ := zstd.NewWriter(&b)
+				zw.Write(bytes.Repeat([]byte("x"), 2000))
+				zw.Close()
+				return b.Bytes()
+			}(), Limits{}, "not a valid tar+zstd"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := Extract(context.Background(), bytes.NewReader(c.arch), dir, c.lim)
+			if !errors.Is(err, ErrUnsafe) {
+				t.Fatalf("got %v, want ErrUnsafe", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not say %q", err, c.want)
+			}
+			// Nothing outside dir was touched: the only thing Extract may leave is dir/mesh-host.
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if e.Name() != BinaryName {
+					t.Fatalf("extract left %q in %s", e.Name(), dir)
+				}
+			}
+		})
+	}
+}
+
+func TestExtractRefusesCorruptFrameChecksum(t *testing.T) {
+	var a bytes.Buffer
+	if err := Pack(&a, bytes.NewReader(binary), int64(len(binary))); err != nil {
+		t.Fatal(err)
+	}
+	b := a.Bytes()
+	b[len(b)-1] ^= 0xff // the last 4 bytes are the frame's xxhash checksum
+	_, err := Extract(context.Background(), bytes.NewReader(b), t.TempDir(), Limits{})
+	if !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("got %v, want ErrUnsafe", err)
+	}
+}
+
+func TestExtractStopsWhenContextIsDone(t *testing.T) {
+	var a bytes.Buffer
+	_ = Pack(&a, bytes.NewReader(binary), int64(len(binary)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Extract(ctx, bytes.NewReader(a.Bytes()), t.TempDir(), Limits{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+func BenchmarkPackExtract20MB(b *testing.B) {
+	bin := make([]byte, 20<<20)
+	for i := range bin {
+		bin[i] = byte(i * 7 % 251)
+	}
+	var a bytes.Buffer
+	_ = Pack(&a, bytes.NewReader(bin), int64(len(bin)))
+	_ = sha256.Sum256(a.Bytes())
+	b.SetBytes(int64(len(bin)))
+	for b.Loop() {
+		dir := b.TempDir()
+		if _, err := Extract(context.Background(), bytes.NewReader(a.Bytes()), dir, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
