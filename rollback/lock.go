@@ -21,7 +21,8 @@ var ErrLocked = errors.New("lock held by another process")
 
 // LockLauncher takes ROOT/launcher.lock without waiting.
 func LockLauncher(root string) (*Lock, error) {
-	return lock(context.Background(), filepath.Join(root, launcherLock), "mesh-launcher", 0)
+	// A short wait rides out `status` peeking at the lock at the same moment.
+	return lock(context.Background(), filepath.Join(root, launcherLock), "mesh-launcher", time.Second)
 }
 
 // LockHost takes ROOT/host.lock, waiting up to wait for a predecessor that is still exiting

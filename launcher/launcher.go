@@ -1,0 +1,152 @@
+// Package launcher is mesh-launcher's whole job: lock the root, choose a version, run it, judge
+// how it ended, and roll back once. It has no network code; what it knows it reads from the
+// versions directory and records.db, through the rollback package the host shares.
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/novox/mesh-host/rollback"
+)
+
+// ExitFailed is the launcher's exit status when it stops in its failed state: the unit names
+// it in RestartPreventExitStatus= so systemd does not start it again and again.
+const ExitFailed = 3
+
+// Config is the launcher's settings; Defaults fills what is left zero.
+type Config struct {
+	Root            string
+	Policy          rollback.Policy
+	ConfirmDeadline time.Duration // an unconfirmed version must confirm within this (10m)
+	StopTimeout     time.Duration // how long a stopping host may take before SIGKILL (90s)
+	Logger          *slog.Logger
+	Notifier        Notifier // systemd notifications; NopNotifier outside systemd
+	Stderr          *os.File // where the host's stderr is passed through (os.Stderr)
+	Stdout          *os.File
+}
+
+// Defaults fills in what is zero.
+func (c Config) Defaults() Config {
+	d := rollback.DefaultPolicy
+	if c.Policy.Limit == 0 {
+		c.Policy.Limit = d.Limit
+	}
+	if c.Policy.Interval == 0 {
+		c.Policy.Interval = d.Interval
+	}
+	if c.Policy.BackoffMin == 0 {
+		c.Policy.BackoffMin = d.BackoffMin
+	}
+	if c.Policy.BackoffMax == 0 {
+		c.Policy.BackoffMax = d.BackoffMax
+	}
+	if c.ConfirmDeadline == 0 {
+		c.ConfirmDeadline = 10 * time.Minute
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = 90 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Notifier == nil {
+		c.Notifier = NopNotifier{}
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	return c
+}
+
+// Launcher runs hosts for one root.
+type Launcher struct {
+	cfg     Config
+	log     *slog.Logger
+	records *rollback.Records
+}
+
+// errFailedState carries the reason the launcher stops in its failed state.
+type errFailedState struct{ reason string }
+
+func (e errFailedState) Error() string { return e.reason }
+
+// Run runs until ctx is cancelled (exit 0: the host was stopped at a safe point) or the launcher
+// reaches its failed state (exit ExitFailed, reason recorded). Other errors (the root cannot be
+// locked, the records cannot be opened) return a non-nil error and exit 1.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	cfg = cfg.Defaults()
+	log := cfg.Logger.With("root", cfg.Root)
+	lock, err := rollback.LockLauncher(cfg.Root)
+	if err != nil {
+		return 1, err
+	}
+	defer lock.Unlock()
+
+	records, note, err := rollback.OpenForLauncher(ctx, cfg.Root)
+	if err != nil {
+		return 1, err
+	}
+	defer records.Close()
+	if note != "" {
+		log.Error(note)
+	}
+	l := &Launcher{cfg: cfg, log: log, records: records}
+	if err := l.prepare(ctx); err != nil {
+		return 1, err
+	}
+	stopWatchdog := startWatchdog(ctx, cfg.Notifier)
+	defer stopWatchdog()
+	cfg.Notifier.Notify("READY=1")
+
+	err = l.loop(ctx)
+	var failed errFailedState
+	switch {
+	case err == nil:
+		cfg.Notifier.Notify("STOPPING=1")
+		return 0, nil
+	case errors.As(err, &failed):
+		log.Error("stopping in the failed state", "reason", failed.reason)
+		if rerr := records.SetFailed(context.WithoutCancel(ctx), failed.reason); rerr != nil {
+			log.Error("could not record the failed state", "err", rerr)
+		}
+		cfg.Notifier.Notify("STATUS=failed: " + failed.reason)
+		return ExitFailed, nil
+	default:
+		return 1, err
+	}
+}
+
+// prepare makes the root safe to run from: no host of a previous launcher still alive, starts it
+// left open closed, the failed state of a previous run left (an operator started us again), and
+// leftover staging directories removed.
+func (l *Launcher) prepare(ctx context.Context) error {
+	// Holding the host lock for a moment proves no host of an earlier launcher is still running.
+	hl, err := rollback.LockHost(ctx, l.cfg.Root, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("a host from an earlier launcher is still running: %w", err)
+	}
+	defer hl.Unlock()
+	if n, err := l.records.EndInterrupted(ctx); err != nil {
+		return err
+	} else if n > 0 {
+		l.log.Warn("an earlier launcher ended without seeing its host end; that start is recorded as interrupted, not as a failure")
+	}
+	if was, err := l.records.ClearFailed(ctx); err != nil {
+		return err
+	} else if was != "" {
+		l.log.Warn("the last run stopped in the failed state; trying again because the launcher was started again", "was", was)
+	}
+	removed, err := rollback.CleanStaging(l.cfg.Root)
+	for _, d := range removed {
+		l.log.Info("removed a staging directory left by a crash", "dir", d)
+	}
+	return err
+}

@@ -1,0 +1,219 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/novox/mesh-host/rollback"
+)
+
+// loop chooses, runs and judges until stopped or failed.
+func (l *Launcher) loop(ctx context.Context) error {
+	for {
+		choice, err := l.records.Choose(ctx, l.cfg.Root)
+		if err != nil {
+			return err
+		}
+		for _, s := range choice.Skipped {
+			if s.Mismatch != "" {
+				l.log.Error("not running a version whose binary cannot be trusted", "version", s.Version, "why", s.Mismatch)
+			}
+		}
+		if choice.Version == "" {
+			return errFailedState{reason: fmt.Sprintf("no version to run under %s%s", rollback.VersionsDir(l.cfg.Root), skippedSummary(choice.Skipped))}
+		}
+		end, err := l.runOnce(ctx, choice.Version)
+		if err != nil {
+			return err
+		}
+		switch end.Outcome {
+		case rollback.OutcomeStopped:
+			return nil
+		case rollback.OutcomeStoodAside:
+			continue // run what is on disk, at once
+		}
+		if err := l.afterFailure(ctx, choice.Version, end); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// runOnce starts one version and waits for it to end, stopping it if ctx ends and killing it
+// if it is unconfirmed at the confirm deadline. It records and returns how it ended.
+func (l *Launcher) runOnce(ctx context.Context, version string) (rollback.End, error) {
+	standing, err := l.records.Standing(ctx, l.cfg.Root, version, l.cfg.Policy)
+	if err != nil {
+		return rollback.End{}, err
+	}
+	start, err := l.records.BeginStart(ctx, version)
+	if err != nil {
+		return rollback.End{}, err
+	}
+	log := l.log.With("version", version, "start", start)
+	p, err := l.startHost(version, start)
+	if err != nil {
+		// A binary that cannot even be executed is a failure of that version like any other.
+		log.Error("could not start the host", "err", err)
+		end := rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: -1, Signal: "", Output: err.Error()}
+		return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
+	}
+	if err := l.records.SetPID(ctx, start, p.cmd.Process.Pid); err != nil {
+		log.Error("could not record the host's pid", "err", err)
+	}
+	status := fmt.Sprintf("running %s (pid %d)", version, p.cmd.Process.Pid)
+	if !standing.Confirmed {
+		status = fmt.Sprintf("running %s (trial %d/%d)", version, standing.Failures+1, l.cfg.Policy.Limit)
+	}
+	l.cfg.Notifier.Notify("STATUS=" + status)
+	log.Info("started the host", "pid", p.cmd.Process.Pid, "confirmed", standing.Confirmed)
+
+	var deadline <-chan time.Time
+	if !standing.Confirmed {
+		t := time.NewTimer(l.cfg.ConfirmDeadline)
+		defer t.Stop()
+		deadline = t.C
+	}
+	end := rollback.End{}
+wait:
+	for {
+		select {
+		case <-p.exited:
+			break wait
+		case <-ctx.Done():
+			log.Info("stopping the host at a safe point")
+			p.stop(context.WithoutCancel(ctx), l.cfg.StopTimeout)
+			end.Outcome = rollback.OutcomeStopped
+			break wait
+		case <-deadline:
+			ok, err := l.records.StartConfirmed(ctx, start)
+			if err != nil {
+				log.Error("could not read whether the host confirmed", "err", err)
+			}
+			if ok {
+				deadline = nil
+				continue
+			}
+			log.Error("the host did not confirm within the confirm deadline; killing it", "deadline", l.cfg.ConfirmDeadline)
+			p.cmd.Process.Kill()
+			<-p.exited
+			end.Outcome = rollback.OutcomeDeadline
+			break wait
+		}
+	}
+	end.ExitCode, end.Signal = p.exitOf()
+	end.Output = p.output()
+	if end.Outcome == "" {
+		end.Outcome, err = l.judgeExit(ctx, version, end)
+		if err != nil {
+			return end, err
+		}
+	}
+	log.Info("the host ended", "outcome", end.Outcome, "exit", end.ExitCode, "signal", end.Signal)
+	return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
+}
+
+// judgeExit is DESIGN.md's "run what is on disk": a clean exit while Choose names another version
+// is standing aside; a clean exit while it still names this one, or any other exit, is a failure.
+func (l *Launcher) judgeExit(ctx context.Context, version string, end rollback.End) (rollback.Outcome, error) {
+	if end.ExitCode != 0 {
+		return rollback.OutcomeFailed, nil
+	}
+	choice, err := l.records.Choose(ctx, l.cfg.Root)
+	if err != nil {
+		return "", err
+	}
+	if choice.Version != version {
+		return rollback.OutcomeStoodAside, nil
+	}
+	return rollback.OutcomeFailed, nil
+}
+
+// afterFailure applies the failure policy to a version that has just failed.
+func (l *Launcher) afterFailure(ctx context.Context, version string, end rollback.End) error {
+	s, err := l.records.Standing(ctx, l.cfg.Root, version, l.cfg.Policy)
+	if err != nil {
+		return err
+	}
+	v := l.cfg.Policy.Judge(s)
+	why := describe(end)
+	log := l.log.With("version", version, "failures", s.Failures, "limit", l.cfg.Policy.Limit, "why", why)
+	switch v.Action {
+	case rollback.Restart:
+		log.Warn("the host failed; restarting it after a backoff", "delay", v.Delay)
+		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=%s failed (%s); restarting in %s", version, why, v.Delay))
+		select {
+		case <-ctx.Done():
+		case <-time.After(v.Delay):
+		}
+		return nil
+	case rollback.RollBack:
+		reason := fmt.Sprintf("%s failed %d times without confirming (last: %s)", version, s.Failures, why)
+		if err := l.records.MarkBad(ctx, version, reason); err != nil {
+			return err
+		}
+		choice, err := l.records.Choose(ctx, l.cfg.Root)
+		if err != nil {
+			return err
+		}
+		if err := l.records.RecordRollback(ctx, rollback.Rollback{From: version, To: choice.Version, Reason: reason, Output: end.Output}); err != nil {
+			return err
+		}
+		log.Error("rolling back", "to", choice.Version, "reason", reason)
+		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=rolled back from %s to %s", version, choice.Version))
+		return nil
+	case rollback.StopRolledBack:
+		return errFailedState{reason: fmt.Sprintf("%s, the version rolled back to, failed %d times too (last: %s): the machine is the problem, not the release; fix it and restart mesh-launcher", version, s.Failures, why)}
+	default:
+		return errFailedState{reason: fmt.Sprintf("%s failed %d times without ever confirming (last: %s) and there is no known-good version to roll back to; fix the machine or stage a working version, then restart mesh-launcher", version, s.Failures, why)}
+	}
+}
+
+// describe says how a start ended in a few words.
+func describe(e rollback.End) string {
+	var s string
+	switch {
+	case e.Outcome == rollback.OutcomeDeadline:
+		s = "did not confirm within the confirm deadline"
+	case e.Signal != "":
+		s = "killed by signal " + e.Signal
+	case e.ExitCode == 0:
+		s = "exited 0 with nothing newer to stand aside for"
+	default:
+		s = fmt.Sprintf("exited with status %d", e.ExitCode)
+	}
+	if last := lastLine(e.Output); last != "" {
+		s += ": " + last
+	}
+	return s
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+func skippedSummary(skipped []rollback.Candidate) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, c := range skipped {
+		why := c.Mismatch
+		if c.Bad {
+			why = "marked bad"
+		}
+		parts = append(parts, c.Version+": "+why)
+	}
+	return " (passed over: " + strings.Join(parts, "; ") + ")"
+}
