@@ -1,0 +1,327 @@
+// Package store is the host's own memory, ROOT/store.db: the declaration it holds and its
+// revision, the declarations it refused, and every reconcile it ran. The host owns this file;
+// nothing else writes it. It lets a host restarted without the bus reconcile what it held.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// FileName is the store's file name under the host's root.
+const FileName = "store.db"
+
+// SchemaVersion is the newest schema this package writes (PRAGMA user_version).
+const SchemaVersion = 1
+
+// keepHistory is how many reconciles and refusals are kept; older rows are pruned.
+const keepHistory = 1000
+
+// migrations[v] moves the schema from version v to v+1.
+var migrations = []string{
+	`CREATE TABLE held (
+		id          INTEGER PRIMARY KEY CHECK (id = 1),
+		declaration BLOB    NOT NULL,
+		revision    INTEGER NOT NULL,
+		held_at     INTEGER NOT NULL
+	);
+	CREATE TABLE refusals (
+		id       INTEGER PRIMARY KEY AUTOINCREMENT,
+		what     TEXT    NOT NULL,
+		revision INTEGER NOT NULL,
+		reason   TEXT    NOT NULL,
+		at       INTEGER NOT NULL
+	);
+	CREATE TABLE reconciles (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		trigger    TEXT    NOT NULL,
+		started_at INTEGER NOT NULL,
+		ended_at   INTEGER,
+		ok         INTEGER,
+		error      TEXT    NOT NULL DEFAULT ''
+	);`,
+}
+
+// ErrCorrupt is wrapped by errors about a store.db that is not a readable SQLite database.
+var ErrCorrupt = errors.New("store database is corrupt")
+
+// Store is ROOT/store.db.
+type Store struct {
+	db   *sql.DB
+	path string
+	now  func() time.Time
+}
+
+// Reconcile is one reconcile as recorded. Ended is zero while it runs.
+type Reconcile struct {
+	ID      int64
+	Trigger string
+	Started time.Time
+	Ended   time.Time
+	OK      bool
+	Error   string
+}
+
+// Duration is how long the reconcile took (zero while it runs).
+func (r Reconcile) Duration() time.Duration {
+	if r.Ended.IsZero() {
+		return 0
+	}
+	return r.Ended.Sub(r.Started)
+}
+
+// Wire is the reconcile as a heartbeat reports it.
+func (r Reconcile) Wire() *wire.LastReconcile {
+	return &wire.LastReconcile{At: r.Ended.UTC(), Trigger: r.Trigger, OK: r.OK, Error: r.Error, DurationMS: r.Duration().Milliseconds()}
+}
+
+// Refusal is a declaration (or target) the host refused.
+type Refusal struct {
+	What     string
+	Revision uint64
+	Reason   string
+	At       time.Time
+}
+
+// Wire is the refusal as a heartbeat reports it.
+func (r Refusal) Wire() *wire.Refusal {
+	return &wire.Refusal{What: r.What, Revision: r.Revision, Error: r.Reason, At: r.At.UTC()}
+}
+
+// Open opens the store at path, creating or migrating it. A reconcile left running by a host
+// that stopped mid-way is closed as failed ("interrupted"). A file that is not a SQLite
+// database yields an error wrapping ErrCorrupt that names the file and the fix.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path, now: time.Now}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE reconciles SET ended_at = started_at, ok = 0,
+		error = 'interrupted: the host stopped during this reconcile' WHERE ended_at IS NULL`); err != nil {
+		db.Close()
+		return nil, s.wrap("close interrupted reconciles", err)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var v int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return s.wrap("read schema version", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("store %s has schema version %d, newer than this host understands (%d): run the newer mesh-host, or move the file aside to start with an empty store (the declaration is fetched from the bus again)", s.path, v, SchemaVersion)
+	}
+	for ; v < SchemaVersion; v++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return s.wrap("migrate", err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			tx.Rollback()
+			return s.wrap(fmt.Sprintf("migrate schema %d→%d", v, v+1), err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
+			tx.Rollback()
+			return s.wrap("migrate", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return s.wrap("migrate", err)
+		}
+	}
+	return nil
+}
+
+// wrap names the file in every database error, and marks corruption with the fix.
+func (s *Store) wrap(what string, err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+			return fmt.Errorf("store %s is not a readable SQLite database (%s): %w: %w — stop the host and move %s aside (store.MoveAside does it); the host then starts with an empty store and takes its declaration from the bus again",
+				s.path, what, ErrCorrupt, err, s.path)
+		}
+	}
+	return fmt.Errorf("store %s: %s: %w", s.path, what, err)
+}
+
+// MoveAside renames a corrupt store at path (and its -wal and -shm files) to
+// <path>.corrupt-<UTC time> and returns the new name, so that Open makes a fresh one.
+func MoveAside(path string, now time.Time) (string, error) {
+	aside := fmt.Sprintf("%s.corrupt-%s", path, now.UTC().Format("20060102T150405"))
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(path+suffix, aside+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("move %s aside: %w; move it away by hand", path+suffix, err)
+		}
+	}
+	return aside, nil
+}
+
+// Path is the store's file path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Held returns the declaration the host holds and its KV revision; ok is false when it holds
+// none yet.
+func (s *Store) Held(ctx context.Context) (decl []byte, revision uint64, ok bool, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT declaration, revision FROM held WHERE id = 1`).Scan(&decl, &revision)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, s.wrap("read the held declaration", err)
+	}
+	return decl, revision, true, nil
+}
+
+// Hold replaces the held declaration with decl at revision, atomically: a crash leaves either
+// the old one or the new one.
+func (s *Store) Hold(ctx context.Context, decl []byte, revision uint64) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO held (id, declaration, revision, held_at) VALUES (1, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET declaration = excluded.declaration, revision = excluded.revision, held_at = excluded.held_at`,
+		decl, int64(revision), s.now().UnixMilli())
+	if err != nil {
+		return s.wrap("hold declaration", err)
+	}
+	return nil
+}
+
+// RecordRefusal records that the declaration (what = "declaration") or target (what = "target")
+// at revision was refused, and why. The held declaration is untouched.
+func (s *Store) RecordRefusal(ctx context.Context, what string, revision uint64, reason string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap("record refusal", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `INSERT INTO refusals (what, revision, reason, at) VALUES (?, ?, ?, ?)`,
+		what, int64(revision), reason, s.now().UnixMilli())
+	if err != nil {
+		return s.wrap("record refusal", err)
+	}
+	id, _ := res.LastInsertId()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM refusals WHERE id <= ?`, id-keepHistory); err != nil {
+		return s.wrap("prune refusals", err)
+	}
+	return s.wrapCommit("record refusal", tx.Commit())
+}
+
+// LastRefusal returns the most recent refusal; ok is false when there is none.
+func (s *Store) LastRefusal(ctx context.Context) (r Refusal, ok bool, err error) {
+	var rev, at int64
+	err = s.db.QueryRowContext(ctx, `SELECT what, revision, reason, at FROM refusals ORDER BY id DESC LIMIT 1`).Scan(&r.What, &rev, &r.Reason, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Refusal{}, false, nil
+	}
+	if err != nil {
+		return Refusal{}, false, s.wrap("read the last refusal", err)
+	}
+	r.Revision, r.At = uint64(rev), time.UnixMilli(at)
+	return r, true, nil
+}
+
+// BeginReconcile records that a reconcile started for trigger and returns its id for
+// EndReconcile.
+func (s *Store) BeginReconcile(ctx context.Context, trigger string) (int64, error) {
+	switch trigger {
+	case wire.TriggerStart, wire.TriggerDeclaration, wire.TriggerReconnect, wire.TriggerTimer:
+	default:
+		return 0, fmt.Errorf("store: unknown reconcile trigger %q", trigger)
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT INTO reconciles (trigger, started_at) VALUES (?, ?)`, trigger, s.now().UnixMilli())
+	if err != nil {
+		return 0, s.wrap("record reconcile start", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, s.wrap("record reconcile start", err)
+	}
+	return id, nil
+}
+
+// EndReconcile records how reconcile id ended; errText is empty when ok.
+func (s *Store) EndReconcile(ctx context.Context, id int64, ok bool, errText string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap("record reconcile end", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE reconciles SET ended_at = ?, ok = ?, error = ? WHERE id = ? AND ended_at IS NULL`,
+		s.now().UnixMilli(), ok, errText, id)
+	if err != nil {
+		return s.wrap("record reconcile end", err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("store %s: reconcile %d is not running (never begun, or already ended)", s.path, id)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM reconciles WHERE id <= ?`, id-keepHistory); err != nil {
+		return s.wrap("prune reconciles", err)
+	}
+	return s.wrapCommit("record reconcile end", tx.Commit())
+}
+
+// LastReconcile returns the most recent reconcile that ended; ok is false before the first.
+func (s *Store) LastReconcile(ctx context.Context) (r Reconcile, ok bool, err error) {
+	rs, err := s.reconciles(ctx, `WHERE ended_at IS NOT NULL ORDER BY id DESC LIMIT 1`)
+	if err != nil || len(rs) == 0 {
+		return Reconcile{}, false, err
+	}
+	return rs[0], true, nil
+}
+
+// Reconciles returns up to limit reconciles, newest first, including one still running.
+func (s *Store) Reconciles(ctx context.Context, limit int) ([]Reconcile, error) {
+	return s.reconciles(ctx, `ORDER BY id DESC LIMIT ?`, limit)
+}
+
+func (s *Store) reconciles(ctx context.Context, tail string, args ...any) ([]Reconcile, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, trigger, started_at, ended_at, ok, error FROM reconciles `+tail, args...)
+	if err != nil {
+		return nil, s.wrap("read reconciles", err)
+	}
+	defer rows.Close()
+	var out []Reconcile
+	for rows.Next() {
+		var r Reconcile
+		var started int64
+		var ended sql.NullInt64
+		var ok sql.NullBool
+		if err := rows.Scan(&r.ID, &r.Trigger, &started, &ended, &ok, &r.Error); err != nil {
+			return nil, s.wrap("read reconciles", err)
+		}
+		r.Started = time.UnixMilli(started)
+		if ended.Valid {
+			r.Ended = time.UnixMilli(ended.Int64)
+		}
+		r.OK = ok.Valid && ok.Bool
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("read reconciles", err)
+	}
+	return out, nil
+}
+
+func (s *Store) wrapCommit(what string, err error) error {
+	if err != nil {
+		return s.wrap(what, err)
+	}
+	return nil
+}
