@@ -105,8 +105,8 @@ type Binary struct {
 }
 
 // tarSlack is what the tar framing around one file may add to the decoded stream: headers
-// (a long name or PAX record would need more, and is refused), padding and the end blocks,
-// with room for a record-padded writer such as GNU tar (10 KiB records).
+// (with PAX records), padding and the end blocks, with room for a record-padded writer such
+// as GNU tar (10 KiB records).
 const tarSlack = 64 << 10
 
 // Extract reads a host archive from r and writes its one binary to dir/mesh-host (dir must
