@@ -2,6 +2,7 @@ package rollback
 
 import (
 	"context"
+	_ "crypto/sha256" // go-digest needs the hash registered
 	"database/sql"
 	"errors"
 	"fmt"
