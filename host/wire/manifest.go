@@ -233,3 +233,13 @@ func ParseTrustedKeys(list []string) ([]ed25519.PublicKey, error) {
 	}
 	return keys, nil
 }
+
+// ObjectStoreDigest writes a sha256 digest the way a NATS object store reports an object's
+// digest in its info: "SHA-256=" and the URL-safe base64 of the 32 bytes.
+func ObjectStoreDigest(d digest.Digest) (string, error) {
+	if err := d.Validate(); err != nil || d.Algorithm() != digest.SHA256 {
+		return "", fmt.Errorf("%q is not a sha256 digest", string(d))
+	}
+	b, _ := hex.DecodeString(d.Encoded())
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(b), nil
+}

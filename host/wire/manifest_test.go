@@ -203,3 +203,11 @@ func TestParseTrustedKey(t *testing.T) {
 		})
 	}
 }
+
+func TestObjectStoreDigestIsTheFormNATSReports(t *testing.T) {
+	got, err := ObjectStoreDigest(digest.FromString("hello"))
+	// sha256("hello") = 2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824
+	if err != nil || got != "SHA-256=LPJNul-wow4m6DsqxbninhsWHlwfp0JecwQzYpOLmCQ=" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}
