@@ -29,26 +29,26 @@ const (
 // means every host must be told to trust a new one.
 func Keygen(dir string) (ed25519.PublicKey, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("keygen: %w", err)
+		return nil, fmt.Errorf("make the release key: %w", err)
 	}
 	for _, name := range []string{KeyFile, PubFile} {
 		p := filepath.Join(dir, name)
 		if _, err := os.Lstat(p); err == nil {
-			return nil, fmt.Errorf("keygen: %s already exists; move it aside first if you really mean to replace the release key (hosts trust it by its public key)", p)
+			return nil, fmt.Errorf("%s already exists; move it aside first if you really mean to replace the release key (hosts trust it by its public key)", p)
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("keygen: %w", err)
+			return nil, fmt.Errorf("make the release key: %w", err)
 		}
 	}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("keygen: %w", err)
+		return nil, fmt.Errorf("make the release key: %w", err)
 	}
 	seed := base64.StdEncoding.EncodeToString(priv.Seed()) + "\n"
 	if err := writeFileAtomic(filepath.Join(dir, KeyFile), []byte(seed), 0o600); err != nil {
-		return nil, fmt.Errorf("keygen: %w", err)
+		return nil, fmt.Errorf("make the release key: %w", err)
 	}
 	if err := writeFileAtomic(filepath.Join(dir, PubFile), []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("keygen: %w", err)
+		return nil, fmt.Errorf("make the release key: %w", err)
 	}
 	return pub, nil
 }
