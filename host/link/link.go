@@ -1,0 +1,496 @@
+// Package link is the host's one outbound connection to the bus. It watches the node's
+// declaration and target (pushed by the server, never polled), reports what arrives as events,
+// and publishes the host's heartbeats. It opens no listening socket; it keeps reconnecting for
+// as long as it is open, including when the server is down at start.
+package link
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// Options configure a link. URLs and Node are required; the rest have defaults filled in by Open.
+type Options struct {
+	URLs  []string   // the bus, one URL per server
+	Creds string     // a .creds file or an nkey seed file; empty for none
+	CA    string     // a PEM file of CAs to trust for TLS; empty for the system's
+	Node  string     // this node's id
+	Names wire.Names // the bus names; zero means the default prefix
+	// Name is how the connection is named on the server; default "mesh-host <node>".
+	Name   string
+	Logger *slog.Logger // nil discards
+	// ReconnectWait is the pause between reconnect attempts (plus jitter); default 2s.
+	ReconnectWait time.Duration
+	// RetryMin and RetryMax bound the backoff while a bucket is missing or a watch fails;
+	// defaults 500ms and 30s.
+	RetryMin, RetryMax time.Duration
+	// PublishTimeout bounds a heartbeat publish when its context has no deadline; default 5s.
+	PublishTimeout time.Duration
+}
+
+// Event is something the link reports: Connected, Reconnected, Disconnected,
+// DeclarationArrived or TargetChanged.
+type Event interface{ event() }
+
+// Connected: the link reached the bus for the first time. Watches start after it.
+type Connected struct{ URL string }
+
+// Reconnected: the link reached the bus again after losing it (a reconcile trigger). Watches
+// are re-established after it, and anything that changed meanwhile arrives as further events.
+type Reconnected struct{ URL string }
+
+// Disconnected: the link lost the bus; it keeps trying. Err may be nil.
+type Disconnected struct{ Err error }
+
+// DeclarationArrived: the node's declaration key has a new revision. Value is raw and
+// unvalidated (wire.ParseDeclaration checks it). Deleted means the key was deleted or purged on
+// the bus; Value is then empty. The same revision is never reported twice.
+type DeclarationArrived struct {
+	Value    []byte
+	Revision uint64
+	Deleted  bool
+}
+
+// TargetChanged: the effective target changed. Key is wire.NodeTargetKey(node) or
+// wire.FleetTargetKey, whichever is in force (the node key wins while present), or "" when
+// neither is set; Target is then nil. Err is set, and Target nil, when the value in force is not
+// a valid target.
+type TargetChanged struct {
+	Target   *wire.Target
+	Key      string
+	Revision uint64
+	Err      error
+}
+
+func (Connected) event()          {}
+func (Reconnected) event()        {}
+func (Disconnected) event()       {}
+func (DeclarationArrived) event() {}
+func (TargetChanged) event()      {}
+
+// ErrNotConnected is returned by PublishHeartbeat while the link is down; the heartbeat is
+// dropped rather than queued, because a stale heartbeat would lie about when it was sent.
+var ErrNotConnected = errors.New("link: not connected to the bus")
+
+// Link is the host's connection to the bus.
+type Link struct {
+	opts   Options
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	events chan Event
+
+	kick       chan struct{} // connection status may have changed
+	reconnects atomic.Uint64 // reconnects seen by the nats callback
+	lastErr    atomic.Value  // error, the last disconnect's cause
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+
+	// Owned by the session goroutines, which never overlap: each session is stopped and
+	// waited for before the next starts.
+	declRev    uint64
+	declSeen   bool
+	targetSeen bool
+	targetKey  string
+	targetRev  uint64
+}
+
+// Open starts the link: it dials the bus in the background and returns at once, even when the
+// server is unreachable. Read Events until Close.
+func Open(ctx context.Context, o Options) (*Link, error) {
+	if len(o.URLs) == 0 {
+		return nil, errors.New("link: no NATS URL; set nats_urls in host.json or MESH_HOST_NATS_URL, or run without a link")
+	}
+	if err := wire.ValidNode(o.Node); err != nil {
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	if o.Names.Prefix == "" {
+		o.Names = wire.NamesFor("")
+	}
+	if o.Name == "" {
+		o.Name = "mesh-host " + o.Node
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ReconnectWait == 0 {
+		o.ReconnectWait = 2 * time.Second
+	}
+	if o.RetryMin == 0 {
+		o.RetryMin = 500 * time.Millisecond
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = 30 * time.Second
+	}
+	if o.PublishTimeout == 0 {
+		o.PublishTimeout = 5 * time.Second
+	}
+	l := &Link{
+		opts:   o,
+		log:    o.Logger.With("bus", strings.Join(o.URLs, ",")),
+		events: make(chan Event, 16),
+		kick:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	nopts, err := l.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(strings.Join(o.URLs, ","), nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("link: connect to %s: %w", strings.Join(o.URLs, ","), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("link: jetstream: %w", err)
+	}
+	l.nc, l.js = nc, js
+	runCtx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.poke()
+	go l.run(runCtx)
+	return l, nil
+}
+
+func (l *Link) natsOptions() ([]nats.Option, error) {
+	o := l.opts
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.IgnoreAuthErrorAbort(),
+		nats.ReconnectWait(o.ReconnectWait),
+		nats.ReconnectBufSize(-1), // fail publishes while down instead of queueing stale heartbeats
+		nats.PingInterval(20 * time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.ConnectHandler(func(*nats.Conn) { l.poke() }),
+		nats.ReconnectHandler(func(*nats.Conn) { l.reconnects.Add(1); l.poke() }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				l.lastErr.Store(err)
+			}
+			l.poke()
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { l.poke() }),
+	}
+	if o.Creds != "" {
+		b, err := os.ReadFile(o.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+		}
+		switch {
+		case bytes.Contains(b, []byte("BEGIN NATS USER JWT")):
+			opts = append(opts, nats.UserCredentials(o.Creds))
+		case bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")):
+			opt, err := nats.NkeyOptionFromSeed(o.Creds)
+			if err != nil {
+				return nil, fmt.Errorf("link: nkey seed %s: %w", o.Creds, err)
+			}
+			opts = append(opts, opt)
+		default:
+			return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
+		}
+	}
+	if o.CA != "" {
+		if _, err := os.Stat(o.CA); err != nil {
+			return nil, fmt.Errorf("link: CA file: %w", err)
+		}
+		opts = append(opts, nats.RootCAs(o.CA))
+	}
+	return opts, nil
+}
+
+func (l *Link) poke() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Events is the stream of what the link sees. The host must keep reading it; it is closed by
+// Close.
+func (l *Link) Events() <-chan Event { return l.events }
+
+// Connected reports whether the link is up now.
+func (l *Link) Connected() bool { return l.nc.IsConnected() }
+
+// Close stops the watches, closes the connection and the Events channel. Safe to call twice.
+func (l *Link) Close() error {
+	l.once.Do(func() {
+		l.cancel()
+		<-l.done
+		l.nc.Close()
+	})
+	return nil
+}
+
+// PublishHeartbeat publishes hb on this node's heartbeat subject and waits for the stream to
+// store it. Node and SentAt are filled in when empty. While the link is down it returns
+// ErrNotConnected at once.
+func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
+	if hb.Node == "" {
+		hb.Node = l.opts.Node
+	}
+	if hb.Node != l.opts.Node {
+		return fmt.Errorf("link: heartbeat names node %q but this link is node %q", hb.Node, l.opts.Node)
+	}
+	if hb.SentAt.IsZero() {
+		hb.SentAt = time.Now().UTC()
+	}
+	if !l.nc.IsConnected() {
+		return ErrNotConnected
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.opts.PublishTimeout)
+		defer cancel()
+	}
+	subject := l.opts.Names.Heartbeat(l.opts.Node)
+	if _, err := l.js.Publish(ctx, subject, hb.Marshal()); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("link: heartbeat on %s: no stream stores it; create %s with `mesh-release init`: %w", subject, l.opts.Names.HeartbeatStream(), err)
+		}
+		return fmt.Errorf("link: heartbeat on %s: %w", subject, err)
+	}
+	return nil
+}
+
+// run follows the connection's state and keeps one watch session per connected period.
+func (l *Link) run(ctx context.Context) {
+	defer close(l.done)
+	defer close(l.events)
+	var (
+		up       bool
+		ever     bool
+		seenRC   uint64
+		stopSess = func() {}
+	)
+	defer func() { stopSess() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kick:
+		}
+		connected := l.nc.IsConnected()
+		rc := l.reconnects.Load()
+		switch {
+		case connected && (!up || rc != seenRC):
+			stopSess()
+			stopSess = func() {}
+			seenRC = rc
+			url := l.nc.ConnectedUrlRedacted()
+			var ev Event = Connected{URL: url}
+			if ever {
+				ev = Reconnected{URL: url}
+				l.log.Info("link: reconnected", "url", url)
+			} else {
+				l.log.Info("link: connected", "url", url)
+			}
+			up, ever = true, true
+			if !l.send(ctx, ev) {
+				return
+			}
+			stopSess = l.startSession(ctx)
+		case !connected && up:
+			up = false
+			stopSess()
+			stopSess = func() {}
+			err, _ := l.lastErr.Load().(error)
+			l.log.Warn("link: lost the bus; reconnecting", "err", err)
+			if !l.send(ctx, Disconnected{Err: err}) {
+				return
+			}
+		}
+		if l.nc.IsClosed() {
+			l.log.Error("link: the connection was closed")
+			return
+		}
+	}
+}
+
+func (l *Link) send(ctx context.Context, ev Event) bool {
+	select {
+	case l.events <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// startSession starts the two watches for one connected period and returns a function that
+// stops them and waits until they have stopped.
+func (l *Link) startSession(parent context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		l.watch(ctx, l.opts.Names.Declarations(), []string{l.opts.Node}, l.declarationWatcher())
+	}()
+	go func() {
+		defer wg.Done()
+		l.watch(ctx, l.opts.Names.Targets(), []string{wire.NodeTargetKey(l.opts.Node), wire.FleetTargetKey}, l.targetWatcher())
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// watcher handles one watch's entries; a nil entry marks the end of the initial values.
+// It returns false when the session is over.
+type watcher func(ctx context.Context, e jetstream.KeyValueEntry) bool
+
+// watch keeps a watch on keys of bucket open until ctx ends, retrying with backoff while the
+// bucket is missing or the watch fails.
+func (l *Link) watch(ctx context.Context, bucket string, keys []string, newHandler func() watcher) {
+	backoff := l.opts.RetryMin
+	warned := false
+	for ctx.Err() == nil {
+		err := l.watchOnce(ctx, bucket, keys, newHandler(), func() { backoff, warned = l.opts.RetryMin, false })
+		if ctx.Err() != nil {
+			return
+		}
+		if !warned {
+			l.log.Warn("link: cannot watch; retrying", "bucket", bucket, "keys", keys, "err", err)
+			warned = true
+		} else {
+			l.log.Debug("link: cannot watch; retrying", "bucket", bucket, "err", err, "in", backoff)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, l.opts.RetryMax)
+	}
+}
+
+func (l *Link) watchOnce(ctx context.Context, bucket string, keys []string, handle watcher, healthy func()) error {
+	kv, err := l.js.KeyValue(ctx, bucket)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", bucket, err)
+		}
+		return err
+	}
+	w, err := kv.WatchFiltered(ctx, keys)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	healthy()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch ended")
+			}
+			if !handle(ctx, e) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// declarationWatcher reports each new revision of the node's declaration once.
+func (l *Link) declarationWatcher() func() watcher {
+	return func() watcher {
+		return func(ctx context.Context, e jetstream.KeyValueEntry) bool {
+			if e == nil {
+				return true
+			}
+			if l.declSeen && e.Revision() == l.declRev {
+				return true
+			}
+			ev := DeclarationArrived{Revision: e.Revision()}
+			if e.Operation() == jetstream.KeyValuePut {
+				ev.Value = e.Value()
+			} else {
+				ev.Deleted = true
+			}
+			if !l.send(ctx, ev) {
+				return false
+			}
+			l.declSeen, l.declRev = true, e.Revision()
+			return true
+		}
+	}
+}
+
+// targetWatcher folds the node and fleet keys into the effective target and reports it when it
+// changes, starting once the initial values are in.
+func (l *Link) targetWatcher() func() watcher {
+	nodeKey := wire.NodeTargetKey(l.opts.Node)
+	return func() watcher {
+		var node, fleet jetstream.KeyValueEntry // nil while absent
+		ready := false
+		return func(ctx context.Context, e jetstream.KeyValueEntry) bool {
+			if e == nil {
+				ready = true
+			} else {
+				var v jetstream.KeyValueEntry
+				if e.Operation() == jetstream.KeyValuePut {
+					v = e
+				}
+				if e.Key() == nodeKey {
+					node = v
+				} else {
+					fleet = v
+				}
+			}
+			if !ready {
+				return true
+			}
+			return l.reportTarget(ctx, node, fleet)
+		}
+	}
+}
+
+func (l *Link) reportTarget(ctx context.Context, node, fleet jetstream.KeyValueEntry) bool {
+	eff := node
+	if eff == nil {
+		eff = fleet
+	}
+	var ev TargetChanged
+	if eff != nil {
+		ev.Key, ev.Revision = eff.Key(), eff.Revision()
+	}
+	if l.targetSeen && ev.Key == l.targetKey && ev.Revision == l.targetRev {
+		return true
+	}
+	if eff != nil {
+		t, err := wire.ParseTarget(eff.Value())
+		if err != nil {
+			ev.Err = fmt.Errorf("%s key %s revision %d: %w", l.opts.Names.Targets(), ev.Key, ev.Revision, err)
+		} else {
+			ev.Target = &t
+		}
+	}
+	if !l.send(ctx, ev) {
+		return false
+	}
+	l.targetSeen, l.targetKey, l.targetRev = true, ev.Key, ev.Revision
+	return true
+}

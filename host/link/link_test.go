@@ -1,0 +1,321 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/bus"
+)
+
+var names = wire.NamesFor("mesh")
+
+// testBus is an embedded server on a random loopback port with its store in a temp dir.
+type testBus struct {
+	t    *testing.T
+	dir  string
+	addr string
+	srv  *bus.Server
+	conn *bus.Conn
+}
+
+func startBus(t *testing.T, initBuckets bool) *testBus {
+	t.Helper()
+	b := &testBus{t: t, dir: t.TempDir(), addr: "127.0.0.1:-1"}
+	b.start()
+	b.addr = b.srv.Addr().String()
+	if initBuckets {
+		b.init()
+	}
+	t.Cleanup(b.stop)
+	return b
+}
+
+func (b *testBus) start() {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: b.dir, Listen: b.addr})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	c, err := bus.Connect(ctx, srv.ClientURL(), "")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.srv, b.conn = srv, c
+}
+
+func (b *testBus) stop() {
+	if b.srv != nil {
+		b.conn.Close()
+		b.srv.Shutdown()
+		b.srv = nil
+	}
+}
+
+func (b *testBus) init() {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := bus.Init(ctx, b.conn.JS, names); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *testBus) url() string { return "nats://" + b.addr }
+
+func (b *testBus) put(bucket, key string, value []byte) uint64 {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := b.conn.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	rev, err := kv.Put(ctx, key, value)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return rev
+}
+
+func (b *testBus) del(bucket, key string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := b.conn.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, key); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func openLink(t *testing.T, url, node string) *Link {
+	t.Helper()
+	l, err := Open(context.Background(), Options{
+		URLs: []string{url}, Node: node, Names: names,
+		ReconnectWait: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// waitFor reads events until one satisfies match, failing the test after a deadline. Events
+// that do not match are skipped.
+func waitFor[T Event](t *testing.T, l *Link, what string, match func(T) bool) T {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	var seen []string
+	for {
+		select {
+		case ev, ok := <-l.Events():
+			if !ok {
+				t.Fatalf("events closed while waiting for %s (saw %v)", what, seen)
+			}
+			seen = append(seen, fmt.Sprintf("%T%+v", ev, ev))
+			if e, ok := ev.(T); ok && (match == nil || match(e)) {
+				return e
+			}
+		case <-deadline:
+			t.Fatalf("no %s within the deadline; saw %v", what, seen)
+		}
+	}
+}
+
+func decl(node string) []byte {
+	return wire.Declaration{Version: 1, Node: node}.Marshal()
+}
+
+func TestLinkDeliversTheDeclarationWhenItIsPut(t *testing.T) {
+	b := startBus(t, true)
+	early := b.put(names.Declarations(), "n1", decl("n1"))
+	b.put(names.Declarations(), "n2", decl("n2")) // another node's key is never delivered
+	l := openLink(t, b.url(), "n1")
+	waitFor[Connected](t, l, "connected", nil)
+	got := waitFor[DeclarationArrived](t, l, "the held declaration", nil)
+	if got.Revision != early || string(got.Value) != string(decl("n1")) {
+		t.Fatalf("first declaration = rev %d %s, want rev %d", got.Revision, got.Value, early)
+	}
+	rev := b.put(names.Declarations(), "n1", decl("n1"))
+	got = waitFor[DeclarationArrived](t, l, "the new declaration", nil)
+	if got.Revision != rev || got.Deleted {
+		t.Fatalf("declaration = %+v, want revision %d", got, rev)
+	}
+	b.del(names.Declarations(), "n1")
+	got = waitFor[DeclarationArrived](t, l, "the deletion", nil)
+	if !got.Deleted {
+		t.Fatalf("declaration = %+v, want deleted", got)
+	}
+}
+
+func TestLinkTargetNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
+	b := startBus(t, true)
+	l := openLink(t, b.url(), "n1")
+	none := waitFor[TargetChanged](t, l, "the initial target", nil)
+	if none.Key != "" || none.Target != nil {
+		t.Fatalf("initial target = %+v, want none", none)
+	}
+	b.put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.0.0"}.Marshal())
+	got := waitFor[TargetChanged](t, l, "the fleet target", nil)
+	if got.Key != "fleet" || got.Target == nil || got.Target.Version != "v1.0.0" {
+		t.Fatalf("target = %+v", got)
+	}
+	b.put(names.Targets(), wire.NodeTargetKey("n2"), wire.Target{Version: "v9.0.0"}.Marshal()) // not ours
+	b.put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.1.0"}.Marshal())
+	got = waitFor[TargetChanged](t, l, "the node target", nil)
+	if got.Key != "node.n1" || got.Target.Version != "v1.1.0" {
+		t.Fatalf("target = %+v, want node.n1 v1.1.0", got)
+	}
+	b.put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.2.0"}.Marshal())
+	b.put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.3.0"}.Marshal())
+	got = waitFor[TargetChanged](t, l, "the node target again", nil)
+	if got.Key != "node.n1" || got.Target.Version != "v1.3.0" {
+		t.Fatalf("a fleet change while the node key is present was reported: %+v", got)
+	}
+	b.del(names.Targets(), wire.NodeTargetKey("n1"))
+	got = waitFor[TargetChanged](t, l, "the fallback to fleet", nil)
+	if got.Key != "fleet" || got.Target.Version != "v1.2.0" {
+		t.Fatalf("target = %+v, want fleet v1.2.0", got)
+	}
+	b.put(names.Targets(), wire.NodeTargetKey("n1"), []byte(`{"version":"latest"}`))
+	got = waitFor[TargetChanged](t, l, "the invalid target", nil)
+	if got.Err == nil || got.Target != nil || !strings.Contains(got.Err.Error(), "not a semantic version") {
+		t.Fatalf("target = %+v, want an error", got)
+	}
+}
+
+func TestLinkConnectsWhenTheServerStartsLater(t *testing.T) {
+	b := startBus(t, true)
+	b.put(names.Declarations(), "n1", decl("n1"))
+	b.stop()
+	l := openLink(t, b.url(), "n1")
+	if err := l.PublishHeartbeat(context.Background(), wire.Heartbeat{State: wire.StateRunning}); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("heartbeat while the server is down: %v, want ErrNotConnected", err)
+	}
+	b.start()
+	waitFor[Connected](t, l, "connected", nil)
+	waitFor[DeclarationArrived](t, l, "the declaration", nil)
+}
+
+func TestLinkReconnectsAndWatchesAgain(t *testing.T) {
+	b := startBus(t, true)
+	r1 := b.put(names.Declarations(), "n1", decl("n1"))
+	l := openLink(t, b.url(), "n1")
+	waitFor[DeclarationArrived](t, l, "the declaration", func(e DeclarationArrived) bool { return e.Revision == r1 })
+	b.stop()
+	waitFor[Disconnected](t, l, "disconnected", nil)
+	b.start()
+	waitFor[Reconnected](t, l, "reconnected", nil)
+	r2 := b.put(names.Declarations(), "n1", decl("n1"))
+	got := waitFor[DeclarationArrived](t, l, "the declaration after reconnect", nil)
+	if got.Revision != r2 {
+		t.Fatalf("after reconnect got revision %d, want %d (revision %d must not be reported twice)", got.Revision, r2, r1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		err := l.PublishHeartbeat(ctx, wire.Heartbeat{State: wire.StateRunning})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("heartbeats did not resume after reconnect: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLinkWaitsForBucketsCreatedLater(t *testing.T) {
+	b := startBus(t, false)
+	l := openLink(t, b.url(), "n1")
+	waitFor[Connected](t, l, "connected", nil)
+	b.init()
+	rev := b.put(names.Declarations(), "n1", decl("n1"))
+	got := waitFor[DeclarationArrived](t, l, "the declaration", nil)
+	if got.Revision != rev {
+		t.Fatalf("revision %d, want %d", got.Revision, rev)
+	}
+}
+
+func TestLinkHeartbeatIsStoredAsTheNodesLastWord(t *testing.T) {
+	b := startBus(t, true)
+	l := openLink(t, b.url(), "n1")
+	waitFor[Connected](t, l, "connected", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 1; i <= 3; i++ {
+		if err := l.PublishHeartbeat(ctx, wire.Heartbeat{State: wire.StateRunning, DeclarationRevision: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := b.conn.JS.Stream(ctx, names.HeartbeatStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, names.Heartbeat("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := wire.ParseHeartbeat(m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hb.Node != "n1" || hb.DeclarationRevision != 3 || hb.SentAt.IsZero() {
+		t.Fatalf("last heartbeat = %+v", hb)
+	}
+	if err := l.PublishHeartbeat(ctx, wire.Heartbeat{Node: "n2", State: wire.StateRunning}); err == nil {
+		t.Fatal("a heartbeat for another node was published")
+	}
+}
+
+func TestLinkHeartbeatWithoutAStreamSaysRunInit(t *testing.T) {
+	b := startBus(t, false)
+	l := openLink(t, b.url(), "n1")
+	waitFor[Connected](t, l, "connected", nil)
+	err := l.PublishHeartbeat(context.Background(), wire.Heartbeat{State: wire.StateRunning})
+	if err == nil || !strings.Contains(err.Error(), "mesh-release init") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLinkCloseEndsTheEvents(t *testing.T) {
+	b := startBus(t, true)
+	l := openLink(t, b.url(), "n1")
+	waitFor[Connected](t, l, "connected", nil)
+	l.Close()
+	l.Close()
+	for range l.Events() {
+	}
+}
+
+func TestLinkRefusesBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"NoURL", Options{Node: "n1"}, "no NATS URL"},
+		{"BadNode", Options{URLs: []string{"nats://127.0.0.1:1"}, Node: "a.b"}, `node id "a.b"`},
+		{"MissingCreds", Options{URLs: []string{"nats://127.0.0.1:1"}, Node: "n1", Creds: "/nonexistent/x.creds"}, "credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(context.Background(), tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
