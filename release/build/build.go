@@ -131,7 +131,7 @@ func buildAndPack(ctx context.Context, o Options) (wire.Manifest, *atomicFile, e
 // packBinary packs bin into a temporary archive in OutDir, hashing the binary and the archive
 // while they are copied.
 func packBinary(bin string, o Options) (wire.Manifest, *atomicFile, error) {
-	arch, err := ArchOf(bin)
+	arch, err := archive.ArchOf(bin)
 	if err != nil {
 		return wire.Manifest{}, nil, err
 	}
@@ -192,7 +192,7 @@ func adoptArchive(ctx context.Context, o Options) (wire.Manifest, *atomicFile, e
 		tmp.abort()
 		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", o.Archive, err)
 	}
-	arch, err := ArchOf(bin.Path)
+	arch, err := archive.ArchOf(bin.Path)
 	if err != nil {
 		tmp.abort()
 		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", o.Archive, err)

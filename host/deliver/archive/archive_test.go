@@ -56,11 +56,11 @@ func craft(t *testing.T, entries []entry, trailer []byte, opts ...zstd.EOption) 
 	return buf.Bytes()
 }
 
-var binary = []byte("#!/bin/sh\necho v1.0.0\n")
+var binaryFixture = []byte("#!/bin/sh\necho v1.0.0\n")
 
 func TestPackThenExtractGivesTheBinaryBack(t *testing.T) {
 	var a bytes.Buffer
-	if err := Pack(&a, bytes.NewReader(binary), int64(len(binary))); err != nil {
+	if err := Pack(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture))); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -68,11 +68,11 @@ func TestPackThenExtractGivesTheBinaryBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Digest != digest.FromBytes(binary) || got.Size != int64(len(binary)) {
-		t.Fatalf("got %+v, want digest %s", got, digest.FromBytes(binary))
+	if got.Digest != digest.FromBytes(binaryFixture) || got.Size != int64(len(binaryFixture)) {
+		t.Fatalf("got %+v, want digest %s", got, digest.FromBytes(binaryFixture))
 	}
 	b, err := os.ReadFile(filepath.Join(dir, BinaryName))
-	if err != nil || !bytes.Equal(b, binary) {
+	if err != nil || !bytes.Equal(b, binaryFixture) {
 		t.Fatalf("extracted %q, %v", b, err)
 	}
 	fi, _ := os.Stat(got.Path)
@@ -98,13 +98,13 @@ func TestPackIsReproducible(t *testing.T) {
 
 func TestPackRefusesABinaryThatChangedSize(t *testing.T) {
 	var a bytes.Buffer
-	if err := Pack(&a, bytes.NewReader(binary), int64(len(binary))+1); err == nil {
+	if err := Pack(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture))+1); err == nil {
 		t.Fatal("packed a short binary")
 	}
 }
 
 func TestExtractAcceptsDotSlashName(t *testing.T) {
-	a := craft(t, []entry{reg("./mesh-host", binary)}, nil)
+	a := craft(t, []entry{reg("./mesh-host", binaryFixture)}, nil)
 	if _, err := Extract(context.Background(), bytes.NewReader(a), t.TempDir(), Limits{}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,15 +119,15 @@ func TestExtractRefuses(t *testing.T) {
 		want string
 	}{
 		{"TestExtractRefusesArchiveWithDotDot",
-			craft(t, []entry{reg("../mesh-host", binary)}, nil), Limits{}, "escapes"},
+			craft(t, []entry{reg("../mesh-host", binaryFixture)}, nil), Limits{}, "escapes"},
 		{"TestExtractRefusesArchiveWithNestedDotDot",
-			craft(t, []entry{reg("a/../../mesh-host", binary)}, nil), Limits{}, "escapes"},
+			craft(t, []entry{reg("a/../../mesh-host", binaryFixture)}, nil), Limits{}, "escapes"},
 		{"TestExtractRefusesArchiveWithAbsolutePath",
-			craft(t, []entry{reg("/usr/bin/mesh-host", binary)}, nil), Limits{}, "absolute path"},
+			craft(t, []entry{reg("/usr/bin/mesh-host", binaryFixture)}, nil), Limits{}, "absolute path"},
 		{"TestExtractRefusesArchiveWithSymlink",
 			craft(t, []entry{{tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh", Mode: 0o777}, nil}}, nil), Limits{}, "symlink"},
 		{"TestExtractRefusesArchiveWithHardLink",
-			craft(t, []entry{reg("x", binary), {tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "x"}, nil}}, nil), Limits{}, "not named"},
+			craft(t, []entry{reg("x", binaryFixture), {tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "x"}, nil}}, nil), Limits{}, "not named"},
 		{"TestExtractRefusesArchiveWithOnlyAHardLink",
 			craft(t, []entry{{tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "/etc/shadow"}, nil}}, nil), Limits{}, "hard link"},
 		{"TestExtractRefusesArchiveWithCharDevice",
@@ -137,21 +137,21 @@ func TestExtractRefuses(t *testing.T) {
 		{"TestExtractRefusesArchiveWithFIFO",
 			craft(t, []entry{{tar.Header{Typeflag: tar.TypeFifo, Name: "mesh-host", Mode: 0o666}, nil}}, nil), Limits{}, "FIFO"},
 		{"TestExtractRefusesArchiveWithDirectory",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}, nil}, reg("./mesh-host", binary)}, nil), Limits{}, "directory"},
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}, nil}, reg("./mesh-host", binaryFixture)}, nil), Limits{}, "directory"},
 		{"TestExtractRefusesArchiveWithTwoFiles",
-			craft(t, []entry{reg("mesh-host", binary), reg("README", []byte("hi"))}, nil), Limits{}, "more than one entry"},
+			craft(t, []entry{reg("mesh-host", binaryFixture), reg("README", []byte("hi"))}, nil), Limits{}, "more than one entry"},
 		{"TestExtractRefusesArchiveWithOtherName",
-			craft(t, []entry{reg("mesh-launcher", binary)}, nil), Limits{}, "not named"},
+			craft(t, []entry{reg("mesh-launcher", binaryFixture)}, nil), Limits{}, "not named"},
 		{"TestExtractRefusesSetuidBinary",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeReg, Name: "mesh-host", Mode: 0o4755, Size: int64(len(binary))}, binary}}, nil), Limits{}, "setuid"},
+			craft(t, []entry{{tar.Header{Typeflag: tar.TypeReg, Name: "mesh-host", Mode: 0o4755, Size: int64(len(binaryFixture))}, binaryFixture}}, nil), Limits{}, "setuid"},
 		{"TestExtractRefusesEmptyArchive",
 			craft(t, nil, nil), Limits{}, "empty"},
 		{"TestExtractRefusesBinaryOverTheLimit",
 			craft(t, []entry{reg("mesh-host", make([]byte, 1<<20+1))}, nil), small, "over the"},
 		{"TestExtractRefusesDecompressionBombAfterTarEnd",
-			craft(t, []entry{reg("mesh-host", binary)}, make([]byte, 8<<20)), small, "decompression bomb"},
+			craft(t, []entry{reg("mesh-host", binaryFixture)}, make([]byte, 8<<20)), small, "decompression bomb"},
 		{"TestExtractRefusesDataAfterTarEnd",
-			craft(t, []entry{reg("mesh-host", binary)}, []byte("surprise")), Limits{}, "after the end"},
+			craft(t, []entry{reg("mesh-host", binaryFixture)}, []byte("surprise")), Limits{}, "after the end"},
 		{"TestExtractRefusesZstdWindowOverTheLimit",
 			craft(t, []entry{reg("mesh-host", make([]byte, 4<<20))}, nil, zstd.WithWindowSize(4<<20)), Limits{MaxWindow: 1 << 20}, "more memory"},
 		{"TestExtractRefusesNonZstdInput",
@@ -188,7 +188,7 @@ func TestExtractRefuses(t *testing.T) {
 
 func TestExtractRefusesCorruptFrameChecksum(t *testing.T) {
 	var a bytes.Buffer
-	if err := Pack(&a, bytes.NewReader(binary), int64(len(binary))); err != nil {
+	if err := Pack(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture))); err != nil {
 		t.Fatal(err)
 	}
 	b := a.Bytes()
@@ -201,7 +201,7 @@ func TestExtractRefusesCorruptFrameChecksum(t *testing.T) {
 
 func TestExtractStopsWhenContextIsDone(t *testing.T) {
 	var a bytes.Buffer
-	_ = Pack(&a, bytes.NewReader(binary), int64(len(binary)))
+	_ = Pack(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture)))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := Extract(ctx, bytes.NewReader(a.Bytes()), t.TempDir(), Limits{})

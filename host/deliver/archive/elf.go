@@ -1,4 +1,4 @@
-package build
+package archive
 
 import (
 	"debug/elf"
@@ -6,8 +6,9 @@ import (
 	"fmt"
 )
 
-// ArchOf reads the architecture (as GOARCH names it) of an ELF executable from its header, so
-// that a release names the platform its binary is really for.
+// ArchOf reads the architecture (as GOARCH names it) of an ELF executable from its header: the
+// release names the platform its binary is really for, and a host refuses a binary for
+// another before trying to run it.
 func ArchOf(path string) (string, error) {
 	f, err := elf.Open(path)
 	if err != nil {
