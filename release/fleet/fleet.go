@@ -1,0 +1,156 @@
+// Package fleet is the control side's view of the fleet: every node's last heartbeat, read from
+// the heartbeat stream, as rows an operator can scan — with nodes gone silent standing out.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// DefaultSilentAfter is how long a node may go unheard before it is marked silent: three of the
+// host's default 30 s heartbeat intervals.
+const DefaultSilentAfter = 90 * time.Second
+
+// Entry is one node's last heartbeat as the stream holds it.
+type Entry struct {
+	Node      string         // from the subject the heartbeat was published on
+	Heard     time.Time      // when the server stored it (not the node's clock)
+	Heartbeat wire.Heartbeat // zero when Err is set
+	Err       error          // the heartbeat could not be read
+}
+
+// Read returns every node's last heartbeat, in stream order.
+func Read(ctx context.Context, js jetstream.JetStream, n wire.Names) ([]Entry, error) {
+	var out []Entry
+	err := follow(ctx, js, n, false, func(e Entry) { out = append(out, e) }, nil)
+	return out, err
+}
+
+// Watch calls fn with every node's last heartbeat, then calls ready once, then keeps calling fn
+// for each heartbeat as it arrives (pushed by the server) until ctx ends. fn and ready are
+// called from one goroutine at a time. It returns ctx's error or why the stream could not be
+// read.
+func Watch(ctx context.Context, js jetstream.JetStream, n wire.Names, fn func(Entry), ready func()) error {
+	return follow(ctx, js, n, true, fn, ready)
+}
+
+func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool, fn func(Entry), ready func()) error {
+	if ready == nil {
+		ready = func() {}
+	}
+	st, err := js.Stream(ctx, n.HeartbeatStream())
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("fleet: stream %s does not exist; run `mesh-release init` (or serve): %w", n.HeartbeatStream(), err)
+		}
+		return fmt.Errorf("fleet: stream %s: %w", n.HeartbeatStream(), err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("fleet: stream %s: %w", n.HeartbeatStream(), err)
+	}
+	empty := info.State.Msgs == 0
+	if empty && !live {
+		return nil
+	}
+	cons, err := js.OrderedConsumer(ctx, n.HeartbeatStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{n.HeartbeatWildcard()},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
+	}
+	defer msgs.Stop()
+	stop := context.AfterFunc(ctx, msgs.Stop)
+	defer stop()
+	caughtUp := false
+	if empty {
+		caughtUp = true
+		ready()
+	}
+	for {
+		m, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
+		}
+		fn(entryOf(n, m.Subject(), md.Timestamp, m.Data()))
+		if !caughtUp && md.NumPending == 0 {
+			caughtUp = true
+			ready()
+			if !live {
+				return nil
+			}
+		}
+	}
+}
+
+func entryOf(n wire.Names, subject string, heard time.Time, data []byte) Entry {
+	node := strings.TrimSuffix(strings.TrimPrefix(subject, n.Prefix+".node."), ".heartbeat")
+	e := Entry{Node: node, Heard: heard}
+	hb, err := wire.ParseHeartbeat(data)
+	switch {
+	case err != nil:
+		e.Err = err
+	case hb.Node != node:
+		e.Err = fmt.Errorf("heartbeat on %s names node %q", subject, hb.Node)
+	default:
+		e.Heartbeat = hb
+	}
+	return e
+}
+
+// View holds the latest entry per node; safe for concurrent use.
+type View struct {
+	mu      sync.Mutex
+	entries map[string]Entry
+}
+
+// NewView returns an empty view.
+func NewView() *View { return &View{entries: make(map[string]Entry)} }
+
+// Update records e as its node's latest word, unless the view already has a newer one.
+func (v *View) Update(e Entry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if old, ok := v.entries[e.Node]; ok && old.Heard.After(e.Heard) {
+		return
+	}
+	v.entries[e.Node] = e
+}
+
+// Len is the number of nodes in the view.
+func (v *View) Len() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.entries)
+}
+
+// Rows returns the view's rows as of now (see Rows).
+func (v *View) Rows(now time.Time, silentAfter time.Duration) []Row {
+	v.mu.Lock()
+	es := make([]Entry, 0, len(v.entries))
+	for _, e := range v.entries {
+		es = append(es, e)
+	}
+	v.mu.Unlock()
+	return Rows(es, now, silentAfter)
+}

@@ -1,0 +1,219 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/bus"
+)
+
+var names = wire.NamesFor("mesh")
+
+func serve(t *testing.T, dir, listen string, init bool) (*bus.Server, *bus.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: dir, Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := bus.Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		s.Shutdown()
+		t.Fatal(err)
+	}
+	if init {
+		if err := bus.Init(ctx, c.JS, names); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { c.Close(); s.Shutdown() })
+	return s, c
+}
+
+func heartbeat(t *testing.T, c *bus.Conn, node, running string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hb := wire.Heartbeat{Node: node, State: wire.StateRunning, Running: running, KnownGood: running, SentAt: time.Now().UTC(),
+		LastReconcile: &wire.LastReconcile{Trigger: wire.TriggerStart, OK: true}}
+	if _, err := c.JS.Publish(ctx, names.Heartbeat(node), hb.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func byNode(es []Entry) map[string]Entry {
+	m := make(map[string]Entry)
+	for _, e := range es {
+		m[e.Node] = e
+	}
+	return m
+}
+
+func TestFleetReadsEveryNodesLastWordAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	s, c := serve(t, dir, "127.0.0.1:-1", true)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		heartbeat(t, c, n, "v1.0.0")
+	}
+	heartbeat(t, c, "n2", "v1.1.0")
+	if _, err := c.JS.Publish(context.Background(), names.Heartbeat("n4"), []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr().String()
+	c.Close()
+	s.Shutdown()
+
+	_, c = serve(t, dir, addr, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	es, err := Read(ctx, c.JS, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := byNode(es)
+	if len(es) != 4 || len(m) != 4 {
+		t.Fatalf("entries = %+v, want one for each of 4 nodes", es)
+	}
+	if m["n2"].Heartbeat.Running != "v1.1.0" {
+		t.Fatalf("n2 = %+v, want its last word v1.1.0", m["n2"])
+	}
+	if m["n4"].Err == nil {
+		t.Fatal("n4's unreadable heartbeat has no error")
+	}
+	if m["n1"].Heard.IsZero() {
+		t.Fatal("no server timestamp")
+	}
+}
+
+func TestFleetReadOfAnEmptyStreamIsEmpty(t *testing.T) {
+	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
+	es, err := Read(context.Background(), c.JS, names)
+	if err != nil || len(es) != 0 {
+		t.Fatalf("entries %v err %v", es, err)
+	}
+}
+
+func TestFleetReadWithoutTheStreamSaysRunInit(t *testing.T) {
+	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", false)
+	_, err := Read(context.Background(), c.JS, names)
+	if err == nil || !strings.Contains(err.Error(), "mesh-release init") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestFleetWatchPushesHeartbeatsAsTheyArrive(t *testing.T) {
+	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
+	heartbeat(t, c, "n1", "v1.0.0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan Entry, 16)
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- Watch(ctx, c.JS, names, func(e Entry) { got <- e }, func() { close(ready) }) }()
+	deadline := time.After(10 * time.Second)
+	next := func() Entry {
+		select {
+		case e := <-got:
+			return e
+		case <-deadline:
+			t.Fatal("no entry within the deadline")
+		}
+		return Entry{}
+	}
+	if e := next(); e.Node != "n1" {
+		t.Fatalf("first = %+v", e)
+	}
+	select {
+	case <-ready:
+	case <-deadline:
+		t.Fatal("not ready")
+	}
+	heartbeat(t, c, "n2", "v2.0.0")
+	if e := next(); e.Node != "n2" || e.Heartbeat.Running != "v2.0.0" {
+		t.Fatalf("pushed = %+v", e)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if err != context.Canceled {
+			t.Fatalf("watch ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not end with its context")
+	}
+}
+
+func TestFleetWatchOfAnEmptyStreamIsReadyAtOnce(t *testing.T) {
+	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	go Watch(ctx, c.JS, names, func(Entry) {}, func() { close(ready) })
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+}
+
+func TestFleetRowsPutSilentNodesFirst(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ok, bad := &wire.LastReconcile{OK: true}, &wire.LastReconcile{OK: false, Error: "file /etc/x: denied"}
+	es := []Entry{
+		{Node: "a", Heard: now.Add(-5 * time.Second), Heartbeat: wire.Heartbeat{Node: "a", State: "running", Running: "v1", LastReconcile: ok}},
+		{Node: "b", Heard: now.Add(-91 * time.Second), Heartbeat: wire.Heartbeat{Node: "b", State: "running", Running: "v1", LastReconcile: ok}},
+		{Node: "c", Heard: now.Add(-10 * time.Second), Heartbeat: wire.Heartbeat{Node: "c", State: "running", LastReconcile: bad}},
+		{Node: "d", Heard: now.Add(-1 * time.Second), Err: errString("heartbeat: schema 2 is not supported")},
+		{Node: "e", Heard: now.Add(-3 * time.Hour), Heartbeat: wire.Heartbeat{Node: "e", State: "stopping"}},
+	}
+	rows := Rows(es, now, 0)
+	var order []string
+	for _, r := range rows {
+		order = append(order, r.Node)
+	}
+	if got := strings.Join(order, ","); got != "b,e,d,a,c" {
+		t.Fatalf("order = %s, want silent (b,e), unreadable (d), then the rest", got)
+	}
+	if !rows[0].Silent || rows[3].Silent || *rows[4].ReconcileOK || rows[4].ReconcileError == "" {
+		t.Fatalf("rows = %+v", rows)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, rows, 0); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	for _, want := range []string{"SILENT (was running)", "SILENT (was stopping)", "UNREADABLE", "failed: file /etc/x: denied", "5 nodes, 2 silent", "1m31s ago", "3h00m ago"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	buf.Reset()
+	if err := WriteJSON(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	var back []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back) != 5 || back[0]["silent"] != true {
+		t.Fatalf("json = %s (%v)", buf.String(), err)
+	}
+}
+
+func TestFleetViewKeepsTheNewestEntry(t *testing.T) {
+	v := NewView()
+	t0 := time.Unix(100, 0)
+	v.Update(Entry{Node: "a", Heard: t0.Add(time.Second), Heartbeat: wire.Heartbeat{Running: "v2"}})
+	v.Update(Entry{Node: "a", Heard: t0, Heartbeat: wire.Heartbeat{Running: "v1"}})
+	rows := v.Rows(t0.Add(2*time.Second), time.Minute)
+	if v.Len() != 1 || rows[0].Running != "v2" {
+		t.Fatalf("rows = %+v", rows)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }

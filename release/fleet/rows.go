@@ -1,0 +1,152 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// Row is one node as the fleet view shows it.
+type Row struct {
+	Node      string    `json:"node"`
+	Silent    bool      `json:"silent"`
+	State     string    `json:"state"`
+	Running   string    `json:"running"`
+	KnownGood string    `json:"known_good"`
+	Target    string    `json:"target"`
+	LastHeard time.Time `json:"last_heard"`
+	AgeS      float64   `json:"age_s"`
+	// ReconcileOK is nil before the node's first reconcile.
+	ReconcileOK    *bool  `json:"reconcile_ok"`
+	ReconcileError string `json:"reconcile_error,omitempty"`
+	// Problem says why the node's last heartbeat could not be read.
+	Problem   string          `json:"problem,omitempty"`
+	Heartbeat *wire.Heartbeat `json:"heartbeat,omitempty"`
+}
+
+// Rows turns entries into rows as of now: a node unheard for longer than silentAfter is silent.
+// Silent nodes come first, then nodes whose heartbeat is unreadable, then the rest, each group by
+// node id.
+func Rows(entries []Entry, now time.Time, silentAfter time.Duration) []Row {
+	if silentAfter <= 0 {
+		silentAfter = DefaultSilentAfter
+	}
+	rows := make([]Row, 0, len(entries))
+	for _, e := range entries {
+		age := now.Sub(e.Heard)
+		r := Row{Node: e.Node, LastHeard: e.Heard.UTC(), AgeS: age.Seconds(), Silent: age > silentAfter}
+		if e.Err != nil {
+			r.Problem = e.Err.Error()
+		} else {
+			hb := e.Heartbeat
+			r.State, r.Running, r.KnownGood, r.Target = hb.State, hb.Running, hb.KnownGood, hb.Target
+			if lr := hb.LastReconcile; lr != nil {
+				ok := lr.OK
+				r.ReconcileOK, r.ReconcileError = &ok, lr.Error
+			}
+			r.Heartbeat = &hb
+		}
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if a, b := rank(rows[i]), rank(rows[j]); a != b {
+			return a < b
+		}
+		return rows[i].Node < rows[j].Node
+	})
+	return rows
+}
+
+func rank(r Row) int {
+	switch {
+	case r.Silent:
+		return 0
+	case r.Problem != "":
+		return 1
+	}
+	return 2
+}
+
+// WriteText writes rows as an aligned table with a summary line. Silent nodes read "SILENT".
+func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
+	if silentAfter <= 0 {
+		silentAfter = DefaultSilentAfter
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tLAST HEARD\tLAST RECONCILE")
+	silent := 0
+	for _, r := range rows {
+		state := r.State
+		if r.Problem != "" {
+			state = "UNREADABLE"
+		}
+		if r.Silent {
+			silent++
+			state = "SILENT"
+			if r.State != "" {
+				state += " (was " + r.State + ")"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, state, dash(r.Running), dash(r.KnownGood), dash(r.Target),
+			ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d nodes, %d silent (silent after %s unheard)\n", len(rows), silent, silentAfter)
+	return err
+}
+
+func reconcileText(r Row) string {
+	switch {
+	case r.Problem != "":
+		return oneLine(r.Problem)
+	case r.ReconcileOK == nil:
+		return "-"
+	case *r.ReconcileOK:
+		return "ok"
+	}
+	return "failed: " + oneLine(r.ReconcileError)
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds ago", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// WriteJSON writes rows as one JSON array.
+func WriteJSON(w io.Writer, rows []Row) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rows)
+}
