@@ -1,0 +1,71 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Packages the lab builds, relative to the module root.
+const (
+	PkgLauncher = "./launcher/cmd/mesh-launcher"
+	PkgHost     = "./host/cmd/mesh-host"
+	PkgRelease  = "./release/cmd/mesh-release"
+	PkgExit1    = "./lab/fixtures/exit1"
+	PkgHang     = "./lab/fixtures/hang"
+	PkgExit0    = "./lab/fixtures/exit0"
+	PkgFlaky    = "./lab/fixtures/flaky"
+)
+
+// Builder builds static binaries from the source tree, each (package, version) once.
+type Builder struct {
+	Src string // the module root
+	Out string // where binaries go
+
+	mu    sync.Mutex
+	built map[string]string
+}
+
+// NewBuilder builds from the module that contains dir (or the working directory) into out.
+func NewBuilder(ctx context.Context, dir, out string) (*Builder, error) {
+	cmd := exec.CommandContext(ctx, "go", "env", "GOMOD")
+	cmd.Dir = dir
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("find the module root (is Go installed?): %w", err)
+	}
+	gomod := strings.TrimSpace(string(b))
+	if gomod == "" || gomod == os.DevNull {
+		return nil, fmt.Errorf("%s is not inside the mesh-host source tree", dir)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	return &Builder{Src: filepath.Dir(gomod), Out: out, built: map[string]string{}}, nil
+}
+
+// Build returns the path of pkg built with version stamped into main.version.
+func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error) {
+	key := pkg + "@" + version
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.built[key]; ok {
+		return p, nil
+	}
+	out := filepath.Join(b.Out, filepath.Base(pkg)+"-"+version)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, pkg)
+	cmd.Dir = b.Src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s (%s): %w\n%s", pkg, version, err, stderr.String())
+	}
+	b.built[key] = out
+	return out, nil
+}

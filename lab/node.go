@@ -1,0 +1,230 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/rollback"
+)
+
+// Node is one machine in the lab: a root and the launcher run on it.
+type Node struct {
+	Name     string
+	Root     string
+	Launcher string   // path of the mesh-launcher binary
+	Env      []string // extra environment for the launcher (and so the host): MESH_HOST_*
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{}
+	code int
+}
+
+// PlaceVersion installs binary as versions/<v>/mesh-host the way a stager does: copied into a
+// staging directory, fsynced, and renamed into place, so a launcher never sees half a version.
+func (n *Node) PlaceVersion(version, binary string) error {
+	staging, err := os.MkdirTemp(rollback.VersionsDir(n.Root), rollback.StagingPrefix+"lab-")
+	if err != nil {
+		if err := os.MkdirAll(rollback.VersionsDir(n.Root), 0o755); err != nil {
+			return err
+		}
+		if staging, err = os.MkdirTemp(rollback.VersionsDir(n.Root), rollback.StagingPrefix+"lab-"); err != nil {
+			return err
+		}
+	}
+	if err := copyFile(binary, filepath.Join(staging, rollback.BinaryName), 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(staging, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(staging, rollback.VersionDir(n.Root, version))
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Start runs `mesh-launcher run --root ROOT args…` in the background.
+func (n *Node) Start(args ...string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cmd := exec.Command(n.Launcher, append([]string{"run", "--root", n.Root}, args...)...)
+	cmd.Env = append(os.Environ(), n.Env...)
+	n.log = &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = n.log, n.log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start launcher for %s: %w", n.Name, err)
+	}
+	n.cmd, n.done = cmd, make(chan struct{})
+	go func(done chan struct{}) {
+		cmd.Wait()
+		n.mu.Lock()
+		n.code = cmd.ProcessState.ExitCode()
+		n.mu.Unlock()
+		close(done)
+	}(n.done)
+	return nil
+}
+
+// PID is the running launcher's pid.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// Log is what the launcher and its hosts have written so far.
+func (n *Node) Log() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.log == nil {
+		return ""
+	}
+	return n.log.String()
+}
+
+// Signal sends sig to the launcher.
+func (n *Node) Signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return fmt.Errorf("%s: no launcher running", n.Name)
+	}
+	return n.cmd.Process.Signal(sig)
+}
+
+// Wait waits for the launcher to exit and returns its exit status.
+func (n *Node) Wait(ctx context.Context) (int, error) {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	select {
+	case <-done:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.code, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%s: the launcher did not exit: %w", n.Name, ctx.Err())
+	}
+}
+
+// Stop sends SIGTERM and waits for the launcher to exit.
+func (n *Node) Stop(ctx context.Context) (int, error) {
+	if err := n.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	return n.Wait(ctx)
+}
+
+// Status runs `mesh-launcher status --json` and decodes it; code is its exit status.
+func (n *Node) Status(ctx context.Context) (rep launcher.Report, code int, err error) {
+	cmd := exec.CommandContext(ctx, n.Launcher, "status", "--root", n.Root, "--json")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err = cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if code != 0 && code != launcher.ExitFailed {
+		return rep, code, fmt.Errorf("mesh-launcher status: exit %d: %s", code, stderr.String())
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return rep, code, fmt.Errorf("decode status: %w\n%s", err, out.String())
+	}
+	return rep, code, nil
+}
+
+// StatusText runs `mesh-launcher status` for a person to read.
+func (n *Node) StatusText(ctx context.Context) string {
+	out, _ := exec.CommandContext(ctx, n.Launcher, "status", "--root", n.Root).CombinedOutput()
+	return string(out)
+}
+
+// WaitStatus polls status until ok returns true or ctx ends; it returns the last report.
+// Polling is the lab's observer, not part of the system under test.
+func (n *Node) WaitStatus(ctx context.Context, what string, ok func(launcher.Report) bool) (launcher.Report, error) {
+	var last launcher.Report
+	var lastErr error
+	for {
+		rep, _, err := n.Status(ctx)
+		if err == nil {
+			last = rep
+			if ok(rep) {
+				return rep, nil
+			}
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("%s: waiting for %s: %w (last status error: %v)", n.Name, what, ctx.Err(), lastErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's two output streams.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Version returns the status entry of version, if any.
+func Version(rep launcher.Report, version string) (rollback.VersionStatus, bool) {
+	for _, v := range rep.Versions {
+		if v.Version == version {
+			return v, true
+		}
+	}
+	return rollback.VersionStatus{}, false
+}
+
+// Running is the running version in a report, or "".
+func Running(rep launcher.Report) string {
+	if rep.Running == nil {
+		return ""
+	}
+	return rep.Running.Version
+}
