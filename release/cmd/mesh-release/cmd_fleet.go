@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/release/fleet"
+)
+
+func runFleet(ctx context.Context, args []string) error {
+	return fleetCmd(ctx, args, os.Stdout, isTerminal(os.Stdout))
+}
+
+func fleetCmd(ctx context.Context, args []string, out io.Writer, tty bool) error {
+	var b busFlags
+	fs := newFlagSet("fleet", "[--json] [--watch] [--silent-after 90s] [--nats URL] [--creds FILE] [--prefix mesh]")
+	b.register(fs)
+	asJSON := fs.Bool("json", false, "write JSON instead of a table")
+	watch := fs.Bool("watch", false, "keep showing the fleet as heartbeats arrive")
+	silentAfter := fs.Duration("silent-after", fleet.DefaultSilentAfter, "mark a node SILENT when unheard for this long (3× its heartbeat interval)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("unexpected arguments %q", pos)
+	}
+	if *silentAfter <= 0 {
+		return errors.New("--silent-after must be positive")
+	}
+	c, err := bus.Connect(ctx, b.url, b.creds)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	render := func(rows []fleet.Row) error {
+		if *asJSON {
+			if *watch {
+				return json.NewEncoder(out).Encode(rows) // one line per render
+			}
+			return fleet.WriteJSON(out, rows)
+		}
+		if *watch && tty {
+			fmt.Fprint(out, "\x1b[H\x1b[2J")
+		} else if *watch {
+			fmt.Fprintf(out, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+		}
+		return fleet.WriteText(out, rows, *silentAfter)
+	}
+	if !*watch {
+		es, err := fleet.Read(ctx, c.JS, b.names())
+		if err != nil {
+			return err
+		}
+		return render(fleet.Rows(es, time.Now(), *silentAfter))
+	}
+	return watchFleet(ctx, c, b, *silentAfter, render)
+}
+
+// watchFleet re-renders when heartbeats arrive (at most every 250 ms) and once a second so that
+// ages and silence stay current. Heartbeats are pushed by the server; nothing is polled.
+func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, silentAfter time.Duration, render func([]fleet.Row) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	view := fleet.NewView()
+	changed := make(chan struct{}, 1)
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- fleet.Watch(ctx, c.JS, b.names(), func(e fleet.Entry) {
+			view.Update(e)
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}, func() { close(ready) })
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := time.Time{}
+	for {
+		if time.Since(last) >= 250*time.Millisecond {
+			if err := render(view.Rows(time.Now(), silentAfter)); err != nil {
+				return err
+			}
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-changed:
+			if wait := 250*time.Millisecond - time.Since(last); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
