@@ -83,7 +83,8 @@ func (p Policy) Backoff(n int) time.Duration {
 
 // Standing reads what the records say about version after one of its starts failed. Which
 // failures count (see docs/decisions/0001-failure-counting.md):
-//   - the version the last rollback went to, not confirmed since: failures since that rollback;
+//   - the version the last rollback went to, not confirmed since: failures since that rollback
+//     (or since an operator restarted the launcher out of its failed state, if later);
 //   - an unconfirmed version: every failure since it was first seen (or since an operator
 //     restarted the launcher out of its failed state), because time does not absolve a version
 //     that has never worked here — a hang is only judged after the confirm deadline, which is
@@ -101,17 +102,14 @@ func (r *Records) Standing(ctx context.Context, root, version string, p Policy) 
 	}
 	s.Confirmed = confirmedAt.Valid
 
-	since := fromMS(firstSeen)
-	if resetAt.Valid && resetAt.Int64 > firstSeen.Int64 {
-		since = fromMS(resetAt)
-	}
+	since := fromUS(firstSeen)
 	rbs, err := r.Rollbacks(ctx, 1)
 	if err != nil {
 		return s, err
 	}
 	if len(rbs) == 1 && rbs[0].To == version {
 		var confirmedSince int
-		err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM starts WHERE version = ? AND confirmed_at >= ?`, version, ms(rbs[0].At)).Scan(&confirmedSince)
+		err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM starts WHERE version = ? AND confirmed_at >= ?`, version, us(rbs[0].At)).Scan(&confirmedSince)
 		if err != nil {
 			return s, r.wrap("read standing of "+version, err)
 		}
@@ -119,6 +117,11 @@ func (r *Records) Standing(ctx context.Context, root, version string, p Policy) 
 			s.RollbackTarget = true
 			since = rbs[0].At
 		}
+	}
+	// An operator restarting the launcher out of its failed state gives fresh trials, to the
+	// rollback target too (it is still on its last chance: reaching the limit stops again).
+	if resetAt.Valid && resetAt.Int64 > us(since) {
+		since = fromUS(resetAt)
 	}
 	if s.Confirmed && !s.RollbackTarget {
 		since = r.now().Add(-p.Interval)
