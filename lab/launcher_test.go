@@ -14,12 +14,7 @@ import (
 	"github.com/novox/mesh-host/rollback"
 )
 
-func runningConfirmed(version string) func(launcher.Report) bool {
-	return func(rep launcher.Report) bool {
-		v, ok := Version(rep, version)
-		return Running(rep) == version && ok && v.Confirmed
-	}
-}
+var runningConfirmed = runningConfirmedReport
 
 // startsOf reads the records' starts of a version: how the launcher ran it.
 func startsOf(t *testing.T, root, version string) []string {

@@ -62,7 +62,7 @@ func (l *Launcher) runOnce(ctx context.Context, version string) (rollback.End, e
 		end := rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: -1, Signal: "", Output: err.Error()}
 		return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
 	}
-	if err := l.records.SetPID(ctx, start, p.cmd.Process.Pid); err != nil {
+	if err := l.records.SetPID(ctx, start, p.cmd.Process.Pid, p.started); err != nil {
 		log.Error("could not record the host's pid", "err", err)
 	}
 	status := fmt.Sprintf("running %s (pid %d)", version, p.cmd.Process.Pid)
@@ -106,6 +106,7 @@ wait:
 		}
 	}
 	end.ExitCode, end.Signal = p.exitOf()
+	end.At = p.endedAt
 	end.Output = p.output()
 	if end.Outcome == "" {
 		end.Outcome, err = l.judgeExit(ctx, version, end)

@@ -26,6 +26,8 @@ type hostProcess struct {
 	copied  chan struct{} // closed when the stderr pipe reached EOF
 	exited  chan struct{} // closed when Wait returned
 	waitErr error
+	started time.Time
+	endedAt time.Time // when Wait returned: the moment the stand-aside gap is measured from
 }
 
 // startHost starts versions/<v>/mesh-host run with the launcher's environment, less systemd's
@@ -50,8 +52,9 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 		pw.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
+	started := time.Now()
 	pw.Close()
-	p := &hostProcess{cmd: cmd, tail: &tail{max: tailLines}, copied: make(chan struct{}), exited: make(chan struct{})}
+	p := &hostProcess{cmd: cmd, tail: &tail{max: tailLines}, copied: make(chan struct{}), exited: make(chan struct{}), started: started}
 	go func() {
 		defer close(p.copied)
 		defer pr.Close()
@@ -65,6 +68,7 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 	}()
 	go func() {
 		p.waitErr = cmd.Wait()
+		p.endedAt = time.Now()
 		close(p.exited)
 	}()
 	return p, nil

@@ -94,14 +94,19 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tSTATE\tFAILURES\tDIGEST")
+	fmt.Fprintln(tw, "VERSION\tFAILURES\tDIGEST\tSTATE")
 	for _, v := range rep.Versions {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", v.Version, versionState(v), v.Failures, shortDigest(v.Digest))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Version, v.Failures, shortDigest(v.Digest), versionState(v))
 	}
 	for _, name := range rep.Ignored {
-		fmt.Fprintf(tw, "%s\tignored (not a version)\t-\t-\n", name)
+		fmt.Fprintf(tw, "%s\t-\t-\tignored (not a version)\n", name)
 	}
 	tw.Flush()
+	for _, v := range rep.Versions {
+		if v.Bad {
+			fmt.Fprintf(w, "  %s is bad: %s\n", v.Version, v.BadReason)
+		}
+	}
 
 	if len(rep.Rollbacks) > 0 {
 		rb := rep.Rollbacks[0]
@@ -127,7 +132,7 @@ func versionState(v rollback.VersionStatus) string {
 	}
 	switch {
 	case v.Bad:
-		parts = append(parts, "bad: "+v.BadReason)
+		parts = append(parts, "BAD")
 	case v.Mismatch != "":
 		parts = append(parts, "NOT RUN: "+v.Mismatch)
 	case v.Confirmed:

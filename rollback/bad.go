@@ -10,7 +10,7 @@ import (
 // MarkBad records that version must never run again on this machine, and why.
 func (r *Records) MarkBad(ctx context.Context, version, reason string) error {
 	_, err := r.db.ExecContext(ctx, `UPDATE versions SET bad_at = COALESCE(bad_at, ?), bad_reason = COALESCE(bad_reason, ?) WHERE version = ?`,
-		ms(r.now()), reason, version)
+		us(r.now()), reason, version)
 	return r.wrapIf("mark "+version+" bad", err)
 }
 
@@ -44,7 +44,7 @@ func (r *Records) RecordRollback(ctx context.Context, rb Rollback) error {
 		rb.At = r.now()
 	}
 	_, err := r.db.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output) VALUES (?, ?, ?, ?, ?)`,
-		rb.From, rb.To, ms(rb.At), rb.Reason, rb.Output)
+		rb.From, rb.To, us(rb.At), rb.Reason, rb.Output)
 	return r.wrapIf("record rollback", err)
 }
 
@@ -62,7 +62,7 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 		if err := rows.Scan(&rb.From, &rb.To, &at, &rb.Reason, &rb.Output); err != nil {
 			return nil, r.wrap("read rollbacks", err)
 		}
-		rb.At = fromMS(at)
+		rb.At = fromUS(at)
 		out = append(out, rb)
 	}
 	return out, r.wrapIf("read rollbacks", rows.Err())
@@ -70,7 +70,7 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 
 // SetFailed records that the launcher stopped in its failed state, and why.
 func (r *Records) SetFailed(ctx context.Context, reason string) error {
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, reason, ms(r.now()))
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, reason, us(r.now()))
 	return r.wrapIf("record failed state", err)
 }
 
@@ -85,6 +85,6 @@ func (r *Records) ClearFailed(ctx context.Context) (was string, err error) {
 	if !failed {
 		return "", nil
 	}
-	_, err = r.db.ExecContext(ctx, `UPDATE launcher SET failed = 0, reset_at = ? WHERE id = 1`, ms(r.now()))
+	_, err = r.db.ExecContext(ctx, `UPDATE launcher SET failed = 0, reset_at = ? WHERE id = 1`, us(r.now()))
 	return reason.String, r.wrapIf("clear failed state", err)
 }

@@ -103,7 +103,7 @@ func (r *Records) RecordDigest(ctx context.Context, version string, d digest.Dig
 		return fmt.Errorf("record digest of %s: %w", version, err)
 	}
 	_, err := r.db.ExecContext(ctx, `INSERT INTO versions (version, digest, first_seen) VALUES (?, ?, ?)
-		ON CONFLICT (version) DO NOTHING`, version, d.String(), ms(r.now()))
+		ON CONFLICT (version) DO NOTHING`, version, d.String(), us(r.now()))
 	if err != nil {
 		return r.wrap("record digest of "+version, err)
 	}

@@ -12,7 +12,7 @@ import (
 // Confirm records that a start of version completed a full reconcile: the version is known-good
 // from now on. It then retires what is no longer needed and returns the directories removed.
 func (r *Records) Confirm(ctx context.Context, root, version string, start int64) ([]string, error) {
-	now := ms(r.now())
+	now := us(r.now())
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, r.wrap("confirm "+version, err)

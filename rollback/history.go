@@ -38,7 +38,7 @@ func (r *Records) Starts(ctx context.Context, version string) ([]Start, error) {
 		if err := rows.Scan(&s.ID, &s.Version, &s.PID, &started, &confirmed, &ended, &s.ExitCode, &s.Signal, &outcome, &s.Output); err != nil {
 			return nil, r.wrap("read starts of "+version, err)
 		}
-		s.StartedAt, s.ConfirmedAt, s.EndedAt, s.Outcome = time.UnixMilli(started), fromMS(confirmed), fromMS(ended), Outcome(outcome)
+		s.StartedAt, s.ConfirmedAt, s.EndedAt, s.Outcome = time.UnixMicro(started), fromUS(confirmed), fromUS(ended), Outcome(outcome)
 		out = append(out, s)
 	}
 	return out, r.wrapIf("read starts of "+version, rows.Err())

@@ -22,7 +22,7 @@ var migrations = []string{
 	`CREATE TABLE versions (
 		version       TEXT PRIMARY KEY,
 		digest        TEXT NOT NULL,      -- sha256:… of versions/<v>/mesh-host when first seen
-		first_seen    INTEGER NOT NULL,   -- unix milliseconds, as every time here
+		first_seen    INTEGER NOT NULL,   -- unix microseconds, as every time here
 		first_started INTEGER,
 		confirmed_at  INTEGER,            -- first completed reconcile: known-good from then on
 		bad_at        INTEGER,
@@ -201,11 +201,11 @@ func (r *Records) Close() error { return r.db.Close() }
 // Path is the records file's path.
 func (r *Records) Path() string { return r.path }
 
-func ms(t time.Time) int64 { return t.UnixMilli() }
+func us(t time.Time) int64 { return t.UnixMicro() }
 
-func fromMS(v sql.NullInt64) time.Time {
+func fromUS(v sql.NullInt64) time.Time {
 	if !v.Valid {
 		return time.Time{}
 	}
-	return time.UnixMilli(v.Int64)
+	return time.UnixMicro(v.Int64)
 }

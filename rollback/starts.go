@@ -26,12 +26,13 @@ type End struct {
 	ExitCode int    // -1 when killed by a signal
 	Signal   string // "killed", "terminated", … when killed by a signal
 	Output   string // the last lines the process wrote to stderr
+	At       time.Time // when the process exited; now when zero
 }
 
 // BeginStart records that version is being started and returns the start's id, which the
 // launcher hands the host (MESH_HOST_START_ID) so the host can confirm exactly this start.
 func (r *Records) BeginStart(ctx context.Context, version string) (int64, error) {
-	now := ms(r.now())
+	now := us(r.now())
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, r.wrap("begin start", err)
@@ -51,9 +52,9 @@ func (r *Records) BeginStart(ctx context.Context, version string) (int64, error)
 	return id, r.wrapIf("record start of "+version, tx.Commit())
 }
 
-// SetPID records the process id of a start once the process exists.
-func (r *Records) SetPID(ctx context.Context, start int64, pid int) error {
-	_, err := r.db.ExecContext(ctx, `UPDATE starts SET pid = ? WHERE id = ?`, pid, start)
+// SetPID records the process id of a start once the process exists, and when it was started.
+func (r *Records) SetPID(ctx context.Context, start int64, pid int, at time.Time) error {
+	_, err := r.db.ExecContext(ctx, `UPDATE starts SET pid = ?, started_at = ? WHERE id = ?`, pid, us(at), start)
 	return r.wrapIf("record pid", err)
 }
 
@@ -63,15 +64,18 @@ func (r *Records) EndStart(ctx context.Context, start int64, e End) error {
 	if e.Signal != "" {
 		sig = e.Signal
 	}
+	if e.At.IsZero() {
+		e.At = r.now()
+	}
 	_, err := r.db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, exit_code = ?, signal = ?, outcome = ?, output = ? WHERE id = ?`,
-		ms(r.now()), e.ExitCode, sig, string(e.Outcome), e.Output, start)
+		us(e.At), e.ExitCode, sig, string(e.Outcome), e.Output, start)
 	return r.wrapIf("record end of start", err)
 }
 
 // EndInterrupted closes starts a previous launcher left open (it died without seeing them end).
 // They are not counted as failures: nobody saw how they ended.
 func (r *Records) EndInterrupted(ctx context.Context) (int64, error) {
-	res, err := r.db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, outcome = ? WHERE ended_at IS NULL`, ms(r.now()), string(OutcomeInterrupted))
+	res, err := r.db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, outcome = ? WHERE ended_at IS NULL`, us(r.now()), string(OutcomeInterrupted))
 	if err != nil {
 		return 0, r.wrap("close interrupted starts", err)
 	}
@@ -99,7 +103,7 @@ type Failure struct {
 func (r *Records) failuresSince(ctx context.Context, version string, since time.Time) ([]Failure, error) {
 	rows, err := r.db.QueryContext(ctx, `SELECT ended_at, outcome, COALESCE(output, '') FROM starts
 		WHERE version = ? AND ended_at >= ? AND outcome IN (?, ?) ORDER BY ended_at, id`,
-		version, ms(since), string(OutcomeFailed), string(OutcomeDeadline))
+		version, us(since), string(OutcomeFailed), string(OutcomeDeadline))
 	if err != nil {
 		return nil, r.wrap("read failures of "+version, err)
 	}
@@ -112,7 +116,7 @@ func (r *Records) failuresSince(ctx context.Context, version string, since time.
 		if err := rows.Scan(&at, &o, &f.Output); err != nil {
 			return nil, r.wrap("read failures of "+version, err)
 		}
-		f.At, f.Outcome = fromMS(at), Outcome(o)
+		f.At, f.Outcome = fromUS(at), Outcome(o)
 		out = append(out, f)
 	}
 	return out, r.wrapIf("read failures of "+version, rows.Err())

@@ -59,7 +59,7 @@ func (r *Records) Status(ctx context.Context, root string) (Status, error) {
 	err := r.db.QueryRowContext(ctx, `SELECT id, version, pid, started_at FROM starts WHERE ended_at IS NULL ORDER BY id DESC LIMIT 1`).Scan(&run.StartID, &run.Version, &pid, &since)
 	switch {
 	case err == nil:
-		run.PID, run.Since = int(pid.Int64), time.UnixMilli(since)
+		run.PID, run.Since = int(pid.Int64), time.UnixMicro(since)
 		st.Running = &run
 	case err != sql.ErrNoRows:
 		return st, r.wrap("read running start", err)
