@@ -23,9 +23,9 @@ func (o Outcome) CountsAsFailure() bool { return o == OutcomeFailed || o == Outc
 // End is how a start ended.
 type End struct {
 	Outcome  Outcome
-	ExitCode int    // -1 when killed by a signal
-	Signal   string // "killed", "terminated", … when killed by a signal
-	Output   string // the last lines the process wrote to stderr
+	ExitCode int       // -1 when killed by a signal
+	Signal   string    // "killed", "terminated", … when killed by a signal
+	Output   string    // the last lines the process wrote to stderr
 	At       time.Time // when the process exited; now when zero
 }
 
