@@ -1,0 +1,202 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/rollback"
+)
+
+// PkgAnyVersion is the real host taking its version from the launcher (benchmarks only).
+const PkgAnyVersion = "./lab/fixtures/anyversion"
+
+func benchNode(b *testing.B, interval string) *Node {
+	b.Helper()
+	n := &Node{
+		Name: b.Name(), Root: b.TempDir(), Launcher: build(b, PkgLauncher, "v0.0.0-lab"),
+		Env: []string{"MESH_HOST_RECONCILE_INTERVAL=" + interval, "MESH_HOST_NODE=bench"},
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if n.PID() != 0 {
+			n.Stop(ctx)
+		}
+	})
+	return n
+}
+
+func waitRunning(b *testing.B, n *Node, version string) launcher.Report {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := n.WaitStatus(ctx, version+" running", func(rep launcher.Report) bool { return Running(rep) == version })
+	if err != nil {
+		b.Fatalf("%v\n%s", err, n.Log())
+	}
+	return rep
+}
+
+func starts(b *testing.B, root, version string) []rollback.Start {
+	b.Helper()
+	r, err := rollback.OpenForStatus(context.Background(), root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	s, err := r.Starts(context.Background(), version)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+func reportQuantiles(b *testing.B, ds []time.Duration, unit string) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	q := func(p float64) float64 {
+		return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(0.5), "median-"+unit)
+	b.ReportMetric(q(0.99), "p99-"+unit)
+	b.ReportMetric(0, "ns/op") // wall time per op includes waiting for a reconcile; not the figure
+}
+
+// BenchmarkStandAsideGap measures, per stand-aside, the time from the old host's exit to the
+// new host's process start, as the launcher records them (exit seen by wait(2) → exec done).
+func BenchmarkStandAsideGap(b *testing.B) {
+	bin := build(b, PkgAnyVersion, "any")
+	n := benchNode(b, "20ms")
+	if err := n.PlaceVersion("v1.0.0", bin); err != nil {
+		b.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		b.Fatal(err)
+	}
+	waitRunning(b, n, "v1.0.0")
+	var gaps []time.Duration
+	prev := "v1.0.0"
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		v := fmt.Sprintf("v1.%d.0", i+1)
+		if err := n.PlaceVersion(v, bin); err != nil {
+			b.Fatal(err)
+		}
+		waitRunning(b, n, v)
+		old, cur := starts(b, n.Root, prev), starts(b, n.Root, v)
+		gaps = append(gaps, cur[0].StartedAt.Sub(old[len(old)-1].EndedAt))
+		prev = v
+	}
+	b.StopTimer()
+	reportQuantiles(b, gaps, "gap-ms")
+}
+
+// BenchmarkCrashOnStartToPredecessor measures the time from a version that crashes at start
+// appearing on disk to the node running its predecessor again (3 failures, backoff 500ms then
+// 1s, a rollback), with a reconcile interval of 20ms so noticing the version costs little.
+func BenchmarkCrashOnStartToPredecessor(b *testing.B) {
+	good := build(b, PkgAnyVersion, "any")
+	bad := build(b, PkgExit1, "any")
+	n := benchNode(b, "20ms")
+	if err := n.PlaceVersion("v1.0.0", good); err != nil {
+		b.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		b.Fatal(err)
+	}
+	waitRunning(b, n, "v1.0.0")
+	var took []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		v := fmt.Sprintf("v2.%d.0", i)
+		before := len(starts(b, n.Root, "v1.0.0"))
+		placed := time.Now()
+		if err := n.PlaceVersion(v, bad); err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_, err := n.WaitStatus(ctx, "rolled back", func(rep launcher.Report) bool {
+			return len(rep.Rollbacks) > 0 && rep.Rollbacks[0].From == v && Running(rep) == "v1.0.0"
+		})
+		cancel()
+		if err != nil {
+			b.Fatalf("%v\n%s", err, n.Log())
+		}
+		s := starts(b, n.Root, "v1.0.0")
+		took = append(took, s[before].StartedAt.Sub(placed))
+	}
+	b.StopTimer()
+	reportQuantiles(b, took, "to-predecessor-ms")
+}
+
+// BenchmarkLauncherFootprint reports the launcher's stripped static binary size, its peak RSS
+// while supervising a host (VmHWM), and its line count (launcher/ and the rollback/ it links).
+func BenchmarkLauncherFootprint(b *testing.B) {
+	lb := build(b, PkgLauncher, "v0.0.0-lab")
+	fi, err := os.Stat(lb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := benchNode(b, "50ms")
+	if err := n.PlaceVersion("v1.0.0", build(b, PkgAnyVersion, "any")); err != nil {
+		b.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		b.Fatal(err)
+	}
+	waitRunning(b, n, "v1.0.0")
+	for i := 0; i < b.N; i++ {
+		time.Sleep(100 * time.Millisecond) // let it supervise through a few reconciles
+	}
+	rss := vmHWM(b, n.PID())
+	b.ReportMetric(float64(fi.Size()), "binary-bytes")
+	b.ReportMetric(float64(rss), "peak-rss-kB")
+	b.ReportMetric(float64(goLines(b, "../launcher")), "launcher-lines")
+	b.ReportMetric(float64(goLines(b, "../rollback")), "rollback-lines")
+	b.ReportMetric(0, "ns/op")
+	if out, err := exec.Command("go", "version", "-m", lb).Output(); err == nil && strings.Contains(string(out), "nats") {
+		b.Fatalf("the launcher links network code:\n%s", out)
+	}
+	n.Signal(syscall.SIGTERM)
+}
+
+func vmHWM(b *testing.B, pid int) int {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			v, _ := strconv.Atoi(f[1])
+			return v
+		}
+	}
+	b.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// goLines counts the lines of the non-test Go files under dir.
+func goLines(b *testing.B, dir string) int {
+	total := 0
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		total += strings.Count(string(data), "\n")
+		return nil
+	})
+	return total
+}
