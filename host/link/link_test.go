@@ -18,14 +18,14 @@ var names = wire.NamesFor("mesh")
 
 // testBus is an embedded server on a random loopback port with its store in a temp dir.
 type testBus struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	addr string
 	srv  *bus.Server
 	conn *bus.Conn
 }
 
-func startBus(t *testing.T, initBuckets bool) *testBus {
+func startBus(t testing.TB, initBuckets bool) *testBus {
 	t.Helper()
 	b := &testBus{t: t, dir: t.TempDir(), addr: "127.0.0.1:-1"}
 	b.start()
