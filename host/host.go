@@ -158,7 +158,7 @@ func (h *Host) standAsideFor(ctx context.Context) (string, error) {
 	if choice.Version == "" {
 		// Nothing is runnable, not even this binary (its directory was removed or altered):
 		// exiting would leave the launcher nothing to run, so keep going and say so.
-		return "", fmt.Errorf("Choose names no version (this binary's directory was removed or altered?); not standing aside")
+		return "", fmt.Errorf("choose names no version (was this binary's directory removed or altered?); not standing aside")
 	}
 	return choice.Version, nil
 }

@@ -153,7 +153,9 @@ func (n *Node) Status(ctx context.Context) (rep launcher.Report, code int, err e
 	cmd := exec.CommandContext(ctx, n.Launcher, "status", "--root", n.Root, "--json")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
+	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+		return rep, -1, fmt.Errorf("mesh-launcher status: %w", err)
+	}
 	code = cmd.ProcessState.ExitCode()
 	if code != 0 && code != launcher.ExitFailed {
 		return rep, code, fmt.Errorf("mesh-launcher status: exit %d: %s", code, stderr.String())
