@@ -10,7 +10,9 @@ import (
 // (go-systemd's sd_notify uses a unix datagram socket through package net; that is the one
 // exception, and it never leaves the machine.)
 func TestLauncherLinksNoNetworkCode(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", PkgLauncher).CombinedOutput()
+	cmd := exec.Command("go", "list", "-deps", PkgLauncher)
+	cmd.Dir = bins.Src
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
