@@ -83,7 +83,8 @@ func (p Policy) Backoff(n int) time.Duration {
 
 // Standing reads what the records say about version after one of its starts failed. Which
 // failures count (see docs/decisions/0001-failure-counting.md):
-//   - the version the last rollback went to, not confirmed since: failures since that rollback
+//   - the version the last rollback went to, if it had confirmed here but not since: failures
+//     since that rollback
 //     (or since an operator restarted the launcher out of its failed state, if later);
 //   - an unconfirmed version: every failure since it was first seen (or since an operator
 //     restarted the launcher out of its failed state), because time does not absolve a version
@@ -107,7 +108,10 @@ func (r *Records) Standing(ctx context.Context, root, version string, p Policy) 
 	if err != nil {
 		return s, err
 	}
-	if len(rbs) == 1 && rbs[0].To == version {
+	// Only a version that has worked here is on its last chance: a rollback from vN can land on
+	// an unconfirmed vN-1 staged beside it (Choose's answer), which must get its own trials and
+	// a rollback to the known-good predecessor, not "the machine is the problem".
+	if len(rbs) == 1 && rbs[0].To == version && s.Confirmed {
 		var confirmedSince int
 		err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM starts WHERE version = ? AND confirmed_at >= ?`, version, us(rbs[0].At)).Scan(&confirmedSince)
 		if err != nil {
