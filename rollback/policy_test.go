@@ -463,3 +463,40 @@ func TestLastOutputIsOfTheMostRecentEndedStart(t *testing.T) {
 		t.Errorf("LastOutput = %q, %v; want the ended start's output", out, err)
 	}
 }
+
+func TestStandingOfUnconfirmedVersionRolledBackToIsJudgedAsUnconfirmed(t *testing.T) {
+	// v1 confirmed; v2 and v3 staged together; v3 fails the limit and Choose's answer after
+	// marking it bad is v2, which has never run here. v2 is not on its last chance: at the limit
+	// it is rolled back to v1 in turn.
+	root := newRoot(t)
+	stage(t, root, "v1.0.0", "")
+	r, c := openRecords(t, root)
+	ctx := context.Background()
+	see(t, r, root)
+	confirm(t, r, root, "v1.0.0")
+	stage(t, root, "v2.0.0", "")
+	stage(t, root, "v3.0.0", "")
+	see(t, r, root)
+	for i := 0; i < 3; i++ {
+		startEnded(t, r, c, "v3.0.0", OutcomeFailed)
+	}
+	if err := r.MarkBad(ctx, "v3.0.0", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if ch := see(t, r, root); ch.Version != "v2.0.0" {
+		t.Fatalf("Choose = %s, want v2.0.0", ch.Version)
+	}
+	if err := r.RecordRollback(ctx, Rollback{From: "v3.0.0", To: "v2.0.0", Reason: "bad"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		startEnded(t, r, c, "v2.0.0", OutcomeFailed)
+	}
+	s := standing(t, r, root, "v2.0.0")
+	if s.RollbackTarget || s.Confirmed || s.Failures != 3 || !s.HasKnownGood {
+		t.Errorf("Standing = %+v, want an unconfirmed version with 3 failures and a known-good predecessor", s)
+	}
+	if got := DefaultPolicy.Judge(s).Action; got != RollBack {
+		t.Errorf("Judge = %v, want roll back (to v1.0.0)", got)
+	}
+}
