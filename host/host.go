@@ -1,7 +1,8 @@
 // Package host is mesh-host's run loop as a library type, so one process can run many hosts
-// (the lab's fleets) and main stays small: hold the lock, reconcile on the four triggers,
-// confirm after the first completed reconcile, and stand aside between reconciles when Choose
-// names another version.
+// (the lab's fleets) and main stays small: hold the lock, reconcile on the four triggers (start,
+// a declaration arriving, reconnect, the drift timer), confirm after the first completed
+// reconcile, heartbeat upward, and stand aside between reconciles when Choose names another
+// version.
 package host
 
 import (
@@ -9,9 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/host/link"
+	"github.com/novox/mesh-host/host/store"
+	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -30,12 +36,19 @@ type Result struct {
 
 // Host is one node's host.
 type Host struct {
-	opts      Options
-	log       *slog.Logger
-	records   *rollback.Records
-	started   time.Time
-	triggers  *triggers
+	opts     Options
+	log      *slog.Logger
+	root     string
+	records  *rollback.Records
+	store    *store.Store
+	link     *link.Link // nil when no NATS URL is configured: the host runs disconnected
+	started  time.Time
+	triggers *triggers
+	beat     chan struct{} // asks the heartbeat loop for a heartbeat now
+
+	mu        sync.Mutex
 	confirmed bool
+	target    string // the version the bus says this node should run; "" for none
 }
 
 // New makes a host; nothing happens until Run.
@@ -43,13 +56,18 @@ func New(opts Options) (*Host, error) {
 	if opts.Version == "" {
 		return nil, errors.New("host: no version given")
 	}
+	if err := wire.ValidNode(opts.Config.Node); err != nil {
+		return nil, fmt.Errorf("host: node id: %w (set node in host.json or MESH_HOST_NODE)", err)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	return &Host{
 		opts:     opts,
 		log:      opts.Logger.With("node", opts.Config.Node, "version", opts.Version),
+		root:     opts.Config.Root,
 		triggers: newTriggers(),
+		beat:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -57,23 +75,63 @@ func New(opts Options) (*Host, error) {
 // in progress, if any) or until, after a completed reconcile, Choose names another version.
 func (h *Host) Run(ctx context.Context) (Result, error) {
 	h.started = time.Now()
-	root := h.opts.Config.Root
-	lock, err := rollback.LockHost(ctx, root, 10*time.Second)
+	lock, err := rollback.LockHost(ctx, h.root, 10*time.Second)
 	if err != nil {
 		return Result{}, err
 	}
 	defer lock.Unlock()
-	h.records, err = rollback.OpenForHost(ctx, root)
-	if err != nil {
+	if h.records, err = rollback.OpenForHost(ctx, h.root); err != nil {
 		return Result{}, err
 	}
 	defer h.records.Close()
-	if removed, err := rollback.CleanStaging(root); err != nil {
+	if h.store, err = store.Open(ctx, filepath.Join(h.root, store.FileName)); err != nil {
+		return Result{}, err
+	}
+	defer h.store.Close()
+	if removed, err := rollback.CleanStaging(h.root); err != nil {
 		h.log.Error("could not remove leftover staging directories", "err", err)
 	} else if len(removed) > 0 {
 		h.log.Info("removed staging directories left by a crash", "dirs", removed)
 	}
 
+	// Background work (the link's events, heartbeats) lives as long as this context; it is
+	// cancelled only after the last heartbeat has been sent.
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer func() {
+		stopBackground()
+		if h.link != nil {
+			h.link.Close()
+		}
+		wg.Wait()
+	}()
+	if cfg := h.opts.Config; len(cfg.NATSURLs) > 0 {
+		h.link, err = link.Open(bg, link.Options{
+			URLs: cfg.NATSURLs, Creds: cfg.NATSCreds, CA: cfg.NATSCA, Node: cfg.Node,
+			Names: wire.NamesFor(cfg.Prefix), Logger: h.log.With("component", "link"),
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		wg.Add(2)
+		go func() { defer wg.Done(); h.readEvents(bg) }()
+		go func() { defer wg.Done(); h.heartbeatLoop(bg) }()
+	} else {
+		h.log.Info("no NATS URL configured: running disconnected, reconciling from the store")
+	}
+
+	res, err := h.loop(ctx)
+	state := wire.StateStopping
+	if res.StoodAsideFor != "" {
+		state = wire.StateStandingAside
+	}
+	h.sendHeartbeat(bg, state, res.StoodAsideFor)
+	return res, err
+}
+
+// loop is the reconcile loop: one reconcile at a time, triggers coalesced, the stand-aside check
+// after every completed reconcile.
+func (h *Host) loop(ctx context.Context) (Result, error) {
 	h.triggers.kick(TriggerStart)
 	interval := h.opts.Config.ReconcileInterval.Std()
 	drift := time.NewTimer(interval)
@@ -91,8 +149,8 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		if trigger == "" {
 			continue
 		}
-		// A stop that arrives mid-reconcile takes effect after it: the reconcile itself runs
-		// on a context that is not cancelled and checks for the stop between steps.
+		// A stop that arrives mid-reconcile takes effect after it: the reconcile runs on a
+		// context that is not cancelled and checks for the stop between steps.
 		h.reconcile(context.WithoutCancel(ctx), ctx.Done(), trigger)
 		drift.Reset(interval)
 		if next, err := h.standAsideFor(ctx); err != nil {
@@ -101,54 +159,13 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 			h.log.Info("standing aside", "for", next)
 			return Result{StoodAsideFor: next}, nil
 		}
+		h.heartbeatSoon()
 	}
-}
-
-// reconcile runs one reconcile and, the first time one completes, confirms this version.
-func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger Trigger) {
-	began := time.Now()
-	err := h.apply(ctx, stop)
-	log := h.log.With("trigger", trigger, "duration", time.Since(began).Round(time.Millisecond))
-	if errors.Is(err, errStopped) {
-		log.Info("reconcile stopped between steps")
-		return
-	}
-	if err != nil {
-		log.Warn("reconcile completed with errors", "err", err)
-	} else {
-		log.Info("reconcile completed")
-	}
-	// Completing a reconcile confirms the binary even if a resource failed: a failing resource
-	// is the machine's problem, not the binary's.
-	if !h.confirmed {
-		retired, err := h.records.Confirm(ctx, h.opts.Config.Root, h.opts.Version, h.opts.StartID)
-		if err != nil {
-			h.log.Error("could not confirm this version", "err", err)
-			return
-		}
-		h.confirmed = true
-		h.log.Info("confirmed", "retired", retired)
-	}
-}
-
-// errStopped ends a reconcile between steps when the host is asked to stop.
-var errStopped = errors.New("stopped between steps")
-
-// apply applies the declaration the host holds. Until the appliers arrive (a later issue) the
-// declaration held is empty, which is a valid one: there is nothing to do, and that completes.
-func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
-	select {
-	case <-stop:
-		return errStopped
-	default:
-	}
-	_ = ctx
-	return nil
 }
 
 // standAsideFor returns the version Choose names if it is not this one.
 func (h *Host) standAsideFor(ctx context.Context) (string, error) {
-	choice, err := h.records.Choose(ctx, h.opts.Config.Root)
+	choice, err := h.records.Choose(ctx, h.root)
 	if err != nil {
 		return "", err
 	}
@@ -156,8 +173,8 @@ func (h *Host) standAsideFor(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if choice.Version == "" {
-		// Nothing is runnable, not even this binary (its directory was removed or altered):
-		// exiting would leave the launcher nothing to run, so keep going and say so.
+		// Nothing is runnable, not even this binary: exiting would leave the launcher nothing
+		// to run, so keep going and say so.
 		return "", fmt.Errorf("choose names no version (was this binary's directory removed or altered?); not standing aside")
 	}
 	return choice.Version, nil

@@ -12,8 +12,12 @@ const (
 	TriggerTimer       Trigger = "timer"
 )
 
-// triggers coalesces: any number of kicks while a reconcile runs become one more reconcile
-// after it, which reports the first trigger that asked for it.
+// weight orders triggers by what they say about the reconcile: when several coalesce, the
+// reconcile reports the weightiest (a declaration outranks a reconnect, which outranks the timer).
+var weight = map[Trigger]int{TriggerTimer: 1, TriggerReconnect: 2, TriggerStart: 3, TriggerDeclaration: 4}
+
+// triggers coalesces: any number of kicks while a reconcile runs become one more reconcile after
+// it. Two reconciles never run at once because only the loop takes from it.
 type triggers struct {
 	mu      sync.Mutex
 	pending Trigger
@@ -24,7 +28,7 @@ func newTriggers() *triggers { return &triggers{ready: make(chan struct{}, 1)} }
 
 func (t *triggers) kick(tr Trigger) {
 	t.mu.Lock()
-	if t.pending == "" {
+	if weight[tr] > weight[t.pending] {
 		t.pending = tr
 	}
 	t.mu.Unlock()

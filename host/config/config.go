@@ -106,7 +106,8 @@ func Load(root, path string, getenv Env) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("config: no node id given and the hostname is unreadable: %w", err)
 		}
-		c.Node = h
+		// The short name: node ids appear in subjects and keys, where dots are separators.
+		c.Node, _, _ = strings.Cut(h, ".")
 	}
 	if c.Prefix == "" {
 		c.Prefix = "mesh"

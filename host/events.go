@@ -1,0 +1,76 @@
+package host
+
+import (
+	"context"
+
+	"github.com/novox/mesh-host/host/link"
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// readEvents handles what the link reports, at all times (also during a reconcile, so the
+// watches never stall). A declaration is validated and held before it triggers a reconcile; one
+// that is refused is recorded and reported, and the held one stays.
+func (h *Host) readEvents(ctx context.Context) {
+	for ev := range h.link.Events() {
+		switch ev := ev.(type) {
+		case link.Connected:
+			h.log.Info("linked to the bus", "url", ev.URL)
+			h.heartbeatSoon()
+		case link.Reconnected:
+			h.log.Info("linked to the bus again", "url", ev.URL)
+			h.triggers.kick(TriggerReconnect)
+			h.heartbeatSoon()
+		case link.Disconnected:
+			h.log.Warn("lost the bus; reconciling from the store until it returns", "err", ev.Err)
+		case link.DeclarationArrived:
+			h.declarationArrived(ctx, ev)
+		case link.TargetChanged:
+			h.targetChanged(ctx, ev)
+		}
+	}
+}
+
+func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrived) {
+	log := h.log.With("revision", ev.Revision)
+	if ev.Deleted {
+		// Deleting the key is not a declaration of nothing: keep holding the last one. To manage
+		// nothing, declare an empty resource list.
+		h.refuse(ctx, "declaration", ev.Revision, "the declaration was deleted on the bus; keeping the one held (declare an empty resource list to manage nothing)")
+		return
+	}
+	if _, err := wire.ParseDeclaration(ev.Value, h.opts.Config.Node); err != nil {
+		h.refuse(ctx, "declaration", ev.Revision, err.Error())
+		return
+	}
+	if err := h.store.Hold(ctx, ev.Value, ev.Revision); err != nil {
+		log.Error("could not hold the declaration that arrived", "err", err)
+		return
+	}
+	log.Info("declaration arrived")
+	h.triggers.kick(TriggerDeclaration)
+}
+
+func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
+	if ev.Err != nil {
+		h.refuse(ctx, "target", ev.Revision, ev.Err.Error())
+		return
+	}
+	version := ""
+	if ev.Target != nil {
+		version = ev.Target.Version
+	}
+	h.mu.Lock()
+	h.target = version
+	h.mu.Unlock()
+	h.log.Info("target changed", "target", version, "key", ev.Key)
+	h.heartbeatSoon()
+}
+
+// refuse records a refused input and reports it in the next heartbeat.
+func (h *Host) refuse(ctx context.Context, what string, revision uint64, reason string) {
+	h.log.Warn("refused "+what, "revision", revision, "reason", reason)
+	if err := h.store.RecordRefusal(ctx, what, revision, reason); err != nil {
+		h.log.Error("could not record the refusal", "err", err)
+	}
+	h.heartbeatSoon()
+}

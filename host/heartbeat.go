@@ -1,0 +1,118 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/novox/mesh-host/host/link"
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
+	"golang.org/x/mod/semver"
+)
+
+// heartbeatSoon asks the heartbeat loop for a heartbeat now; asks made while one is being sent
+// coalesce into one more.
+func (h *Host) heartbeatSoon() {
+	select {
+	case h.beat <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeatLoop sends a heartbeat when asked and every heartbeat interval while idle. It runs
+// apart from the reconcile loop so a slow bus never holds up a reconcile.
+func (h *Host) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(h.opts.Config.HeartbeatInterval.Std())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.beat:
+			t.Reset(h.opts.Config.HeartbeatInterval.Std())
+		}
+		h.sendHeartbeat(ctx, wire.StateRunning, "")
+	}
+}
+
+// sendHeartbeat builds and publishes one heartbeat; while the link is down it is skipped (the
+// stream keeps the last one sent, and silence is what the fleet view reads).
+func (h *Host) sendHeartbeat(ctx context.Context, state, standingAsideFor string) {
+	if h.link == nil {
+		return
+	}
+	hb := h.heartbeat(ctx, state, standingAsideFor)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := h.link.PublishHeartbeat(ctx, hb); err != nil && !errors.Is(err, link.ErrNotConnected) {
+		h.log.Warn("could not send a heartbeat", "err", err)
+	}
+}
+
+// heartbeat is what this host says about itself now. Whatever cannot be read is left empty and
+// logged: a partial heartbeat is better than silence, which means something else.
+func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wire.Heartbeat {
+	h.mu.Lock()
+	target := h.target
+	h.mu.Unlock()
+	hb := wire.Heartbeat{
+		Node: h.opts.Config.Node, State: state, Running: h.opts.Version,
+		StandingAsideFor: standingAsideFor, Target: target,
+		UptimeS: int64(time.Since(h.started).Seconds()), SentAt: time.Now().UTC(),
+	}
+	warn := func(what string, err error) { h.log.Warn("heartbeat: could not read "+what, "err", err) }
+	var err error
+	if hb.KnownGood, err = h.records.KnownGood(ctx, h.root); err != nil {
+		warn("known-good", err)
+	}
+	if hb.Staged, err = h.staged(ctx); err != nil {
+		warn("staged versions", err)
+	}
+	if rbs, err := h.records.Rollbacks(ctx, 5); err != nil {
+		warn("rollbacks", err)
+	} else {
+		for _, rb := range rbs {
+			hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: rb.From, To: rb.To, At: rb.At.UTC(), Reason: rb.Reason, Output: rb.Output})
+		}
+	}
+	if _, rev, ok, err := h.store.Held(ctx); err != nil {
+		warn("the held declaration", err)
+	} else if ok {
+		hb.DeclarationRevision = rev
+	}
+	if r, ok, err := h.store.LastReconcile(ctx); err != nil {
+		warn("the last reconcile", err)
+	} else if ok {
+		hb.LastReconcile = r.Wire()
+	}
+	if r, ok, err := h.store.LastRefusal(ctx); err != nil {
+		warn("the last refusal", err)
+	} else if ok {
+		hb.Refused = r.Wire()
+	}
+	return hb
+}
+
+// staged lists the versions on disk newer than this one and not marked bad, newest first.
+func (h *Host) staged(ctx context.Context) ([]string, error) {
+	dirs, err := rollback.ScanVersions(h.root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range dirs {
+		if !d.Version || semver.Compare(d.Name, h.opts.Version) <= 0 {
+			continue
+		}
+		bad, _, err := h.records.IsBad(ctx, d.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !bad {
+			out = append(out, d.Name)
+		}
+	}
+	return out, nil
+}
