@@ -1,8 +1,11 @@
 package launcher
 
 import (
+	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,4 +67,78 @@ func TestErrFailedStateSaysTheReason(t *testing.T) {
 
 func TestNopNotifierDropsEverything(t *testing.T) {
 	NopNotifier{}.Notify("READY=1") // must not panic or block
+}
+
+// chanNotifier hands every state to a channel, dropping what nobody reads.
+type chanNotifier chan string
+
+func (c chanNotifier) Notify(s string) {
+	select {
+	case c <- s:
+	default:
+	}
+}
+
+func TestWatchdogIsRelayedWhenSystemdAsksForIt(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "20000")
+	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
+	n := make(chanNotifier, 1)
+	stop := startWatchdog(context.Background(), n)
+	defer stop()
+	select {
+	case s := <-n:
+		if s != "WATCHDOG=1" {
+			t.Errorf("relayed %q, want WATCHDOG=1", s)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no WATCHDOG=1 relayed")
+	}
+}
+
+func TestWatchdogIsNotRelayedOutsideSystemd(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "")
+	t.Setenv("WATCHDOG_PID", "")
+	n := make(chanNotifier, 1)
+	stop := startWatchdog(context.Background(), n)
+	stop()
+	select {
+	case s := <-n:
+		t.Errorf("relayed %q without a watchdog", s)
+	default:
+	}
+}
+
+func TestPrepareClosesInterruptedStartsLeavesFailedStateAndRemovesStaging(t *testing.T) {
+	g := newJudgeRig(t, "v1.0.0")
+	ctx := context.Background()
+	g.choose(t)
+	if _, err := g.r.BeginStart(ctx, "v1.0.0"); err != nil { // left open by a launcher that died
+		t.Fatal(err)
+	}
+	if err := g.r.SetFailed(ctx, "nothing to roll back to"); err != nil {
+		t.Fatal(err)
+	}
+	staging := filepath.Join(rollback.VersionsDir(g.root), ".staging-42")
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.l.prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := g.r.Outcomes(ctx, "v1.0.0"); len(got) != 1 || got[0] != string(rollback.OutcomeInterrupted) {
+		t.Errorf("Outcomes = %v, want the open start closed as interrupted", got)
+	}
+	st, err := g.r.Status(ctx, g.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Failed || st.Running != nil {
+		t.Errorf("after prepare: failed %v, running %+v", st.Failed, st.Running)
+	}
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Errorf("staging directory left behind: %v", err)
+	}
+	if _, err := os.Stat(rollback.BinaryPath(g.root, "v1.0.0")); err != nil {
+		t.Errorf("v1.0.0 touched: %v", err)
+	}
 }
