@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -9,8 +10,17 @@ import (
 	"github.com/novox/mesh-host/rollback"
 )
 
-// loop chooses, runs and judges until stopped or failed.
+// loop chooses, runs and judges until stopped or failed. A stop that lands between steps ends
+// it cleanly: whatever was being read or judged no longer matters.
 func (l *Launcher) loop(ctx context.Context) error {
+	err := l.steps(ctx)
+	if err != nil && ctx.Err() != nil && !errors.As(err, new(errFailedState)) {
+		return nil
+	}
+	return err
+}
+
+func (l *Launcher) steps(ctx context.Context) error {
 	for {
 		choice, err := l.records.Choose(ctx, l.cfg.Root)
 		if err != nil {
@@ -199,7 +209,7 @@ func lastLine(s string) string {
 		s = s[i+1:]
 	}
 	if len(s) > 200 {
-		s = s[:200] + "…"
+		s = strings.ToValidUTF8(s[:200], "") + "…"
 	}
 	return s
 }

@@ -133,7 +133,7 @@ func (t *tail) add(line string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(line) > 512 {
-		line = line[:512] + "…"
+		line = strings.ToValidUTF8(line[:512], "") + "…"
 	}
 	t.lines = append(t.lines, line)
 	if len(t.lines) > t.max {

@@ -101,7 +101,7 @@ func (r *Records) newestGoodBelow(ctx context.Context, root, below string) (stri
 
 // Retire removes, after version confirmed, the directories of versions older than its
 // predecessor and of versions marked bad. Their records stay, so a bad version is never staged
-// again. Newer versions (staged, not yet run) are never touched.
+// again. Newer versions that are not bad (staged, not yet run) are never touched.
 func (r *Records) Retire(ctx context.Context, root, version string) ([]string, error) {
 	recs, err := r.versionRows(ctx)
 	if err != nil {

@@ -75,10 +75,17 @@ func (p Policy) Judge(s Standing) Verdict {
 // capped at BackoffMax. Never zero, so a failing version is never restarted hot.
 func (p Policy) Backoff(n int) time.Duration {
 	d := p.BackoffMin
-	for i := 1; i < n && d < p.BackoffMax; i++ {
+	if d <= 0 {
+		d = DefaultPolicy.BackoffMin
+	}
+	limit := p.BackoffMax
+	if limit <= 0 {
+		limit = DefaultPolicy.BackoffMax
+	}
+	for i := 1; i < n && d < limit; i++ {
 		d *= 2
 	}
-	return min(d, p.BackoffMax)
+	return min(d, limit)
 }
 
 // Standing reads what the records say about version after one of its starts failed. Which

@@ -88,7 +88,7 @@ func OpenForLauncher(ctx context.Context, root string) (r *Records, note string,
 	if err == nil || !errors.Is(err, ErrCorrupt) {
 		return r, "", err
 	}
-	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405"))
+	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000"))
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		if rerr := os.Rename(path+suffix, aside+suffix); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			return nil, "", fmt.Errorf("%w; moving it aside also failed: %v — move %s away by hand; the versions under %s are intact", err, rerr, path, VersionsDir(root))

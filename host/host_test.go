@@ -1,0 +1,243 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/fleet"
+)
+
+// 1. A declaration put reaches the host and is reconciled; the heartbeat shows its revision.
+func TestDeclarationPutIsReconciledAndHeartbeatShowsItsRevision(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
+	waitHeartbeat(t, hbs, "the start reconcile", func(hb wire.Heartbeat) bool {
+		return hb.LastReconcile != nil && hb.LastReconcile.Trigger == "start"
+	})
+	rev := b.declare("n1", decl("n1", ""))
+	hb := waitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
+		return hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
+	})
+	if !hb.LastReconcile.OK || hb.State != wire.StateRunning || hb.Running != "v1.0.0" || hb.KnownGood != "v1.0.0" {
+		t.Errorf("heartbeat after the declaration: %+v", hb)
+	}
+	if n := countTrigger(th.reconciles(), "declaration"); n != 1 {
+		t.Errorf("%d reconciles for one declaration, want 1", n)
+	}
+}
+
+// A resource with no applier yet is reported as not applied; the reconcile still completes.
+func TestResourceWithoutApplierIsReportedNotSkipped(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
+	rev := b.declare("n1", decl("n1", `{"type": "file", "id": "/etc/motd", "spec": {"content": "hi"}}`))
+	hb := waitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
+		return hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
+	})
+	if hb.LastReconcile.OK || !strings.Contains(hb.LastReconcile.Error, `no applier for "file"`) {
+		t.Errorf("last reconcile %+v: want it failed, naming the missing applier", hb.LastReconcile)
+	}
+	if hb.KnownGood != "v1.0.0" {
+		t.Errorf("a failing resource must not stop the version confirming: known-good %q", hb.KnownGood)
+	}
+}
+
+// 2. With the server stopped the host keeps reconciling from its store on its timer; when the
+// server returns it reconnects, reconciles with trigger "reconnect", and heartbeats resume.
+func TestHostReconcilesWithoutTheBusAndReconnects(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url(), func(c *config.Config) {
+		c.ReconcileInterval = config.Duration(100 * time.Millisecond)
+	})
+	rev := b.declare("n1", decl("n1", ""))
+	waitHeartbeat(t, hbs, "the declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+
+	b.stop()
+	before := countTrigger(th.reconciles(), "timer")
+	eventually(t, "five timer reconciles while the bus is down", func() bool {
+		return countTrigger(th.reconciles(), "timer") >= before+5
+	})
+	b.start()
+	hbs = b.heartbeats("n1")
+	eventually(t, "a reconnect reconcile", func() bool { return countTrigger(th.reconciles(), "reconnect") >= 1 })
+	hb := waitHeartbeat(t, hbs, "heartbeats again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	if hb.Running != "v1.0.0" {
+		t.Errorf("heartbeat after reconnect: %+v", hb)
+	}
+}
+
+// Restarted with no bus at all, the host reconciles the declaration it held.
+func TestRestartedHostWithoutBusReconcilesWhatItHeld(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	root := newRoot(t, "v1.0.0")
+	th := startHost(t, root, "n1", b.url())
+	rev := b.declare("n1", decl("n1", `{"type": "directory", "id": "/srv/x"}`))
+	waitHeartbeat(t, hbs, "the declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	th.stop()
+	b.stop()
+
+	th = startHost(t, root, "n1", "")
+	eventually(t, "the start reconcile", func() bool {
+		rows := th.reconciles()
+		return len(rows) > 0 && rows[len(rows)-1].trigger == "start" && rows[len(rows)-1].end != 0
+	})
+	if !strings.Contains(th.logs.String(), `no applier for \"directory\"`) {
+		t.Errorf("the restarted host did not reconcile the held declaration:\n%s", th.logs.String())
+	}
+}
+
+// 3. 100 declaration puts in a burst: the last revision wins, reconciles coalesce, none overlap.
+func TestDeclarationBurstCoalescesAndLastRevisionWins(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
+	waitHeartbeat(t, hbs, "the start reconcile", func(hb wire.Heartbeat) bool { return hb.LastReconcile != nil })
+	var last uint64
+	for i := 0; i < 100; i++ {
+		last = b.declare("n1", decl("n1", fmt.Sprintf(`{"type": "directory", "id": "/srv/%d"}`, i)))
+	}
+	waitHeartbeat(t, hbs, "the last revision", func(hb wire.Heartbeat) bool {
+		return hb.DeclarationRevision == last && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
+	})
+	eventually(t, "the last reconcile to end", func() bool {
+		rows := th.reconciles()
+		return rows[len(rows)-1].end != 0
+	})
+	rows := th.reconciles()
+	if n := countTrigger(rows, "declaration"); n >= 50 || n < 1 {
+		t.Errorf("%d reconciles for 100 puts: want them coalesced (far fewer than 100)", n)
+	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].start < rows[i-1].end {
+			t.Errorf("reconciles %d and %d overlap: %+v %+v", i-1, i, rows[i-1], rows[i])
+		}
+	}
+	if !strings.Contains(rows[len(rows)-1].triggerError(th), "/srv/99") {
+		t.Errorf("the last reconcile did not apply the last declaration")
+	}
+}
+
+func (r reconcileRow) triggerError(th *testHost) string { return th.logs.String() }
+
+// 4. Malformed JSON, an unknown field, another node's declaration, an unknown version: each is
+// refused, reported in the heartbeat, and the held declaration is unchanged.
+func TestBadDeclarationsAreRefusedReportedAndHeldOneStays(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
+	good := b.declare("n1", decl("n1", ""))
+	waitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"malformed JSON", `{"version": 1, "node": "n1", "resources": [`, "declaration"},
+		{"unknown field", `{"version": 1, "node": "n1", "resources": [], "colour": "blue"}`, `"colour"`},
+		{"another node's", `{"version": 1, "node": "n2", "resources": []}`, "n2"},
+		{"unknown version", `{"version": 7, "node": "n1", "resources": []}`, "version"},
+		{"an action over the link", `{"version": 1, "node": "n1", "resources": [{"type": "action", "id": "x"}]}`, "action"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rev := b.declare("n1", []byte(tc.value))
+			hb := waitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool {
+				return hb.Refused != nil && hb.Refused.Revision == rev
+			})
+			if !strings.Contains(hb.Refused.Error, tc.want) {
+				t.Errorf("refusal %q does not name %s", hb.Refused.Error, tc.want)
+			}
+			if hb.DeclarationRevision != good {
+				t.Errorf("held revision %d after a refusal, want %d kept", hb.DeclarationRevision, good)
+			}
+		})
+	}
+	if n := countTrigger(th.reconciles(), "declaration"); n != 1 {
+		t.Errorf("refused declarations triggered reconciles: %d declaration reconciles, want 1", n)
+	}
+}
+
+// 6. The fleet view lists every host and shows a stopped one as silent; a restarted server
+// still knows every node's last heartbeat.
+func TestFleetShowsStoppedHostAsSilentAndSurvivesServerRestart(t *testing.T) {
+	b := startBus(t)
+	const n = 5
+	hosts := make([]*testHost, n)
+	for i := range hosts {
+		node := fmt.Sprintf("node-%d", i)
+		hosts[i] = startHost(t, newRoot(t, "v1.0.0"), node, b.url(), func(c *config.Config) {
+			c.HeartbeatInterval = config.Duration(100 * time.Millisecond)
+		})
+	}
+	read := func() []fleet.Row {
+		entries, err := fleet.Read(context.Background(), b.conn.JS, b.names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fleet.Rows(entries, time.Now(), time.Second)
+	}
+	eventually(t, "every node in the fleet view", func() bool { return len(read()) == n })
+	hosts[2].stop()
+	eventually(t, "node-2 silent and only it", func() bool {
+		silent := 0
+		for _, r := range read() {
+			if r.Silent {
+				silent++
+				if r.Node != "node-2" {
+					return false
+				}
+			}
+		}
+		return silent == 1
+	})
+	b.stop()
+	b.start()
+	if rows := read(); len(rows) != n {
+		t.Errorf("after a server restart the fleet view has %d nodes, want %d", len(rows), n)
+	}
+}
+
+// 8. The host's run loop runs 200 times in one process, each with its own root and node id,
+// against one server: every one reconciles its declaration and heartbeats it.
+func TestTwoHundredHostsRunInOneProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 hosts")
+	}
+	b := startBus(t)
+	const n = 200
+	revs := make([]uint64, n)
+	for i := 0; i < n; i++ {
+		revs[i] = b.declare(fmt.Sprintf("h%03d", i), decl(fmt.Sprintf("h%03d", i), ""))
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			startHost(t, newRoot(t, "v1.0.0"), fmt.Sprintf("h%03d", i), b.url())
+		}(i)
+	}
+	wg.Wait()
+	eventually(t, "every host heartbeating its declaration", func() bool {
+		entries, err := fleet.Read(context.Background(), b.conn.JS, b.names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := 0
+		for _, e := range entries {
+			var i int
+			fmt.Sscanf(e.Node, "h%03d", &i)
+			if e.Heartbeat.DeclarationRevision == revs[i] && e.Heartbeat.LastReconcile != nil && e.Heartbeat.LastReconcile.Trigger == "declaration" {
+				ok++
+			}
+		}
+		return ok == n
+	})
+}
