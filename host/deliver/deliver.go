@@ -1,0 +1,452 @@
+// Package deliver is the host's side of delivering its successor: given a target version it
+// has not got, it reads and verifies the signed manifest, fetches the archive by digest,
+// extracts it strictly into a staging directory, proves the binary with its own preflight and
+// renames it into versions/<v> — or refuses, leaving nothing under versions/ but complete
+// versions.
+//
+// Guarantees, each a test:
+//   - nothing appears in versions/<v> unless its manifest verified against a trusted key, the
+//     archive matched the signed size and digest, the extractor found exactly one regular file,
+//     that file matched the signed binary digest, and its preflight printed the version;
+//   - the digest of the binary is recorded before its directory appears, so Choose checks it;
+//   - a refused release is not fetched again while its manifest is unchanged, and failures that
+//     may pass are retried with exponential backoff and jitter, never in a loop;
+//   - free space is checked before fetching; a crash leaves only versions/.staging-*, which
+//     CleanStaging (run at start) removes.
+package deliver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/novox/mesh-host/host/deliver/archive"
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// Layout under the root, as the rollback package defines it.
+const (
+	VersionsDir   = "versions"
+	StagingPrefix = ".staging-"
+	downloadName  = "download.tar.zst"
+)
+
+// Records is what delivery needs from this node's records (rollback.Records satisfies it).
+type Records interface {
+	// IsBad reports whether the version is marked bad on this node, and why.
+	IsBad(ctx context.Context, version string) (bad bool, reason string, err error)
+	// RecordDigest records the digest of the version's binary, which Choose later checks the
+	// file against.
+	RecordDigest(ctx context.Context, version string, binary digest.Digest) error
+}
+
+// Config is what a Deliverer needs. Root, JS, TrustedKeys and Records are required; zero
+// fields take the defaults New fills in.
+type Config struct {
+	Root        string              // the host's root; versions/ is below it
+	JS          jetstream.JetStream // the host's link to the bus
+	Names       wire.Names          // bucket names (default prefix when zero)
+	TrustedKeys []ed25519.PublicKey // from trusted_keys (wire.ParseTrustedKeys)
+	Records     Records
+	Log         *slog.Logger // default: discard
+
+	// PreflightArgs follow "preflight" on the staged binary's command line (e.g. --config
+	// FILE when the host was started with one); PreflightEnv is added to the host's own
+	// environment, with MESH_HOST_ROOT=Root.
+	PreflightArgs    []string
+	PreflightEnv     []string
+	PreflightTimeout time.Duration // default 30 s
+
+	MaxArchive  int64   // largest archive fetched; default 128 MiB
+	MaxBinary   int64   // largest binary extracted; default 128 MiB
+	SpaceMargin int64   // free space kept beyond archive + MaxBinary; default 32 MiB
+	Backoff     Backoff // retry policy for failures that may pass
+}
+
+// Deliverer stages host versions under one root. It is safe for concurrent use; stagings run
+// one at a time.
+type Deliverer struct {
+	cfg  Config
+	env  env
+	sem  chan struct{}
+	mu   sync.Mutex
+	seen map[string]*attempt // per version: the last outcome
+}
+
+// attempt is what Deliver remembers about a version between calls.
+type attempt struct {
+	revision uint64 // manifest KV revision a permanent refusal was found in
+	err      *Error
+	failures int       // failures in a row that may pass
+	retryAt  time.Time // no new attempt before this
+}
+
+// New checks cfg and fills in its defaults.
+func New(cfg Config) (*Deliverer, error) {
+	switch {
+	case cfg.Root == "":
+		return nil, errors.New("deliver: no root")
+	case cfg.JS == nil:
+		return nil, errors.New("deliver: no bus connection")
+	case cfg.Records == nil:
+		return nil, errors.New("deliver: no records")
+	case len(cfg.TrustedKeys) == 0:
+		return nil, errors.New("deliver: no trusted_keys configured, so no release can be verified; add the content of release.pub to trusted_keys in host.json")
+	}
+	if cfg.Names.Prefix == "" {
+		cfg.Names = wire.NamesFor("")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PreflightTimeout <= 0 {
+		cfg.PreflightTimeout = 30 * time.Second
+	}
+	if cfg.MaxArchive <= 0 {
+		cfg.MaxArchive = 128 << 20
+	}
+	if cfg.MaxBinary <= 0 {
+		cfg.MaxBinary = 128 << 20
+	}
+	if cfg.SpaceMargin <= 0 {
+		cfg.SpaceMargin = 32 << 20
+	}
+	cfg.Backoff = cfg.Backoff.withDefaults()
+	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}}, nil
+}
+
+// Have reports whether versions/<v>/mesh-host exists.
+func (d *Deliverer) Have(version string) bool {
+	fi, err := os.Stat(filepath.Join(d.cfg.Root, VersionsDir, version, archive.BinaryName))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// Deliver makes one attempt to stage version into versions/<version>. It returns nil when the
+// version is there (already, or now), or an *Error saying what was wrong:
+//   - a permanent refusal (Kind.Permanent) is remembered: calling again returns it after one
+//     read of the manifest's KV entry, without fetching, until that entry changes;
+//   - any other failure sets Error.RetryAt by the backoff; calling again before then returns the
+//     same error and does nothing.
+//
+// progress, if not nil, is called with the fetch's progress, at most a few times a second.
+func (d *Deliverer) Deliver(ctx context.Context, version string, progress func(Progress)) error {
+	if progress == nil {
+		progress = func(Progress) {}
+	}
+	if !wire.ValidVersion(version) {
+		return refuse(version, KindInvalidVersion, "the target is not a semantic version like v1.4.0")
+	}
+	select {
+	case d.sem <- struct{}{}:
+		defer func() { <-d.sem }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if d.Have(version) {
+		return nil
+	}
+	d.mu.Lock()
+	a := d.seen[version]
+	d.mu.Unlock()
+	if a != nil && !a.err.Kind.Permanent() && time.Now().Before(a.retryAt) {
+		return a.err
+	}
+	rev, err := d.attempt(ctx, version, a, progress)
+	if ctx.Err() != nil && err != nil {
+		return ctx.Err() // shutting down or the target changed: not a failure of the release
+	}
+	return d.remember(version, rev, err)
+}
+
+// remember keeps err's outcome for the next call and logs it. rev is the manifest's KV
+// revision a permanent refusal was found in (0 when it was found before reading it).
+func (d *Deliverer) remember(version string, rev uint64, err error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.seen, version)
+		return nil
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	prev := d.seen[version]
+	if e.Kind.Permanent() {
+		if prev == nil || prev.err.Error() != e.Error() {
+			d.cfg.Log.Warn("host version refused", "version", version, "kind", string(e.Kind), "err", e.Err)
+		}
+		d.seen[version] = &attempt{revision: rev, err: e}
+		return e
+	}
+	n := 1
+	if prev != nil && !prev.err.Kind.Permanent() {
+		n = prev.failures + 1
+	}
+	e.RetryAt = time.Now().Add(d.cfg.Backoff.Delay(n))
+	d.seen[version] = &attempt{err: e, failures: n, retryAt: e.RetryAt}
+	d.cfg.Log.Warn("host version not delivered; will retry", "version", version, "kind", string(e.Kind),
+		"err", e.Err, "failures", n, "retry_at", e.RetryAt.Format(time.RFC3339))
+	return e
+}
+
+// attempt is one try: manifest, checks, fetch, extract, preflight, commit. It returns the
+// manifest's KV revision with the outcome.
+func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, progress func(Progress)) (uint64, error) {
+	bad, reason, err := d.cfg.Records.IsBad(ctx, version)
+	if err != nil {
+		return 0, &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("read the records: %w", err)}
+	}
+	if bad {
+		return 0, refuse(version, KindMarkedBad, "this node marked it bad (%s); it is never staged here again — publish a fixed version", reason)
+	}
+	kv, err := d.cfg.JS.KeyValue(ctx, d.cfg.Names.Releases())
+	if err != nil {
+		return 0, &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("open KV %s: %w", d.cfg.Names.Releases(), err)}
+	}
+	entry, err := kv.Get(ctx, version)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, refuse(version, KindNotPublished, "no manifest under %s in KV %s; publish it with `mesh-release publish`", version, d.cfg.Names.Releases())
+	}
+	if err != nil {
+		return 0, &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("read the manifest from KV %s: %w", d.cfg.Names.Releases(), err)}
+	}
+	if prev != nil && prev.err.Kind.Permanent() && prev.revision == entry.Revision() {
+		return prev.revision, prev.err // refused before, and the manifest has not changed: do not fetch again
+	}
+	return entry.Revision(), d.stage(ctx, version, entry.Value(), progress)
+}
+
+// checkManifest parses and verifies the manifest and checks that this host can take it.
+func (d *Deliverer) checkManifest(version string, raw []byte) (wire.Manifest, error) {
+	m, err := wire.ParseManifest(raw)
+	if err != nil {
+		return m, refuse(version, KindBadManifest, "%w", err)
+	}
+	if m.Version != version {
+		return m, refuse(version, KindBadManifest, "the manifest under %s is for %s; republish it under its own version", version, m.Version)
+	}
+	if err := m.Verify(d.cfg.TrustedKeys); err != nil {
+		return m, refuse(version, KindSignature, "%w", err)
+	}
+	if m.OS != runtime.GOOS || m.Arch != runtime.GOARCH {
+		return m, refuse(version, KindWrongPlatform, "it is built for %s/%s and this host runs on %s/%s; publish a %s/%s build",
+			m.OS, m.Arch, runtime.GOOS, runtime.GOARCH, runtime.GOOS, runtime.GOARCH)
+	}
+	if m.Size > d.cfg.MaxArchive {
+		return m, refuse(version, KindTooLarge, "the archive is %d bytes, over this host's %d-byte limit", m.Size, d.cfg.MaxArchive)
+	}
+	return m, nil
+}
+
+// stage does the work of one attempt after the manifest was read.
+func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progress func(Progress)) (err error) {
+	m, err := d.checkManifest(version, raw)
+	if err != nil {
+		return err
+	}
+	versions := filepath.Join(d.cfg.Root, VersionsDir)
+	if err := os.MkdirAll(versions, 0o755); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	need := uint64(m.Size + d.cfg.MaxBinary + d.cfg.SpaceMargin)
+	free, err := d.env.freeSpace(versions)
+	if err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("check free space in %s: %w", versions, err)}
+	}
+	if free < need {
+		return refuse(version, KindNoSpace, "%s has %d MiB free; staging needs %d MiB (archive %d MiB, binary up to %d MiB, margin %d MiB); free some space",
+			versions, free>>20, need>>20, m.Size>>20, d.cfg.MaxBinary>>20, d.cfg.SpaceMargin>>20)
+	}
+
+	staging, err := os.MkdirTemp(versions, StagingPrefix)
+	if err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(staging)
+		}
+	}()
+	dl, err := d.fetch(ctx, m, staging, progress)
+	if err != nil {
+		return err
+	}
+	defer dl.Close()
+	if _, err := dl.Seek(0, io.SeekStart); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100})
+	bin, err := archive.Extract(ctx, dl, staging, archive.Limits{MaxBinary: d.cfg.MaxBinary})
+	if errors.Is(err, archive.ErrUnsafe) {
+		return refuse(version, KindBadArchive, "%w", err)
+	}
+	if err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	dl.Close()
+	if err := os.Remove(dl.Name()); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	if bin.Digest != m.BinaryDigest {
+		return refuse(version, KindBinaryDigest, "the archive's binary is %s but the manifest signed %s", bin.Digest, m.BinaryDigest)
+	}
+	if arch, err := archive.ArchOf(bin.Path); err != nil || arch != runtime.GOARCH {
+		if err != nil {
+			return refuse(version, KindWrongPlatform, "%w", err)
+		}
+		return refuse(version, KindWrongPlatform, "the binary is built for %s, this machine is %s (its manifest wrongly says %s); build it for %s",
+			arch, runtime.GOARCH, m.Arch, runtime.GOARCH)
+	}
+	if err := d.preflight(ctx, version, bin.Path); err != nil {
+		return err
+	}
+	if err := syncDir(staging); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	// Recorded before the directory appears: Choose never sees this version without the digest
+	// it must match. A crash between the two leaves a record and a staging directory; the next
+	// attempt records the same digest again.
+	if err := d.cfg.Records.RecordDigest(ctx, version, bin.Digest); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("record the binary's digest: %w", err)}
+	}
+	final := filepath.Join(versions, version)
+	if err := os.Rename(staging, final); err != nil {
+		if d.Have(version) { // staged meanwhile by another process on this root
+			os.RemoveAll(staging)
+			return nil
+		}
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("rename %s into place: %w", staging, err)}
+	}
+	if err := syncDir(versions); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	progress(Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100})
+	d.cfg.Log.Info("host version staged", "version", version, "digest", string(m.Digest), "binary_digest", string(bin.Digest), "dir", final)
+	return nil
+}
+
+// fetch streams the archive from the object store into staging/download.tar.zst, hashing it
+// while it is written and reporting progress. The manifest's size is a hard cap.
+func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, progress func(Progress)) (*os.File, error) {
+	v := m.Version
+	obs, err := d.cfg.JS.ObjectStore(ctx, d.cfg.Names.Archives())
+	if err != nil {
+		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("open object store %s: %w", d.cfg.Names.Archives(), err)}
+	}
+	info, err := obs.GetInfo(ctx, m.Object)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, refuse(v, KindObjectMissing, "object %s is not in %s; republish the release", m.Object, d.cfg.Names.Archives())
+	}
+	if err != nil {
+		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("object %s: %w", m.Object, err)}
+	}
+	if err := sizeCheck(m, int64(info.Size), "the object store holds"); err != nil {
+		return nil, err
+	}
+	if want, _ := wire.ObjectStoreDigest(m.Digest); info.Digest != want {
+		return nil, refuse(v, KindDigestMismatch, "the object store's digest of %s is %s but the manifest signed %s (%s); republish the release",
+			m.Object, info.Digest, m.Digest, want)
+	}
+	res, err := obs.Get(ctx, m.Object)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, refuse(v, KindObjectMissing, "object %s vanished from %s", m.Object, d.cfg.Names.Archives())
+		}
+		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
+	}
+	defer res.Close()
+	f, err := os.OpenFile(filepath.Join(staging, downloadName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, &Error{Version: v, Kind: KindLocal, Err: err}
+	}
+	if err := copyVerified(f, res, m, newMeter(v, m.Size, progress)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// copyVerified copies at most m.Size+1 bytes of src to dst, hashing them on the way, and
+// checks the count and the digest against the manifest.
+func copyVerified(dst io.Writer, src io.Reader, m wire.Manifest, meter io.Writer) error {
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(dst, h, meter), io.LimitReader(src, m.Size+1))
+	if errors.Is(err, jetstream.ErrDigestMismatch) {
+		return refuse(m.Version, KindDigestMismatch, "the object store's chunks of %s do not match its own digest; republish the release", m.Object)
+	}
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return &Error{Version: m.Version, Kind: KindLocal, Err: fmt.Errorf("write the download: %w", err)}
+		}
+		return &Error{Version: m.Version, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
+	}
+	if err := sizeCheck(m, n, "the fetch delivered"); err != nil {
+		return err
+	}
+	if got := digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)); got != m.Digest {
+		return refuse(m.Version, KindDigestMismatch, "%s is %s but the manifest signed %s; republish the release", m.Object, got, m.Digest)
+	}
+	return nil
+}
+
+func sizeCheck(m wire.Manifest, n int64, what string) error {
+	switch {
+	case n > m.Size:
+		return refuse(m.Version, KindSizeMismatch, "%s more than the %d bytes of %s the manifest signed; republish the release", what, m.Size, m.Object)
+	case n < m.Size:
+		return refuse(m.Version, KindTruncated, "%s %d of the %d bytes of %s the manifest signed (truncated); republish the release", what, n, m.Size, m.Object)
+	}
+	return nil
+}
+
+// CleanStaging removes what a crash while staging left under root: versions/.staging-*. Run it
+// at start, before anything stages; versions/<v> directories are never touched.
+func CleanStaging(root string) error {
+	dir := filepath.Join(root, VersionsDir)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clean staging: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), StagingPrefix) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("clean staging: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package deliver
+
+import (
+	"errors"
+	"os/exec"
+)
+
+func statfsFree(string) (uint64, error) {
+	return 0, errors.New("free space cannot be checked on this operating system; hosts run on linux")
+}
+
+func ownGroup(*exec.Cmd) {}

@@ -1,0 +1,82 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// preflight runs `BIN preflight [args…]` with MESH_HOST_ROOT=root and the host's environment
+// and returns the first line of its output, which must be the binary's version. A non-zero
+// exit, a hang past timeout and a binary that cannot be executed are refusals, each saying so.
+func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.PreflightTimeout)
+	defer cancel()
+	args := append([]string{"preflight"}, d.cfg.PreflightArgs...)
+	var stdout, stderr capped
+	stdout.max, stderr.max = 64<<10, 4<<10
+	var err error
+	for try := 0; ; try++ {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(append(os.Environ(), d.cfg.PreflightEnv...), "MESH_HOST_ROOT="+d.cfg.Root)
+		cmd.Dir = d.cfg.Root
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.WaitDelay = 2 * time.Second
+		ownGroup(cmd)
+		err = cmd.Run()
+		// A file just written may be briefly busy if another goroutine forked while it was
+		// open for writing (golang.org/issue/22315); that passes.
+		if errors.Is(err, syscall.ETXTBSY) && try < 10 && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	switch {
+	case errors.Is(err, syscall.ENOEXEC):
+		return refuse(version, KindWrongPlatform, "the staged binary cannot be executed on this machine (exec format error): it was built for another architecture or is not a program; build it for this machine's platform")
+	case ctx.Err() == context.DeadlineExceeded:
+		return refuse(version, KindPreflight, "`mesh-host preflight` did not finish within %s; a binary that hangs before it runs is refused%s", d.cfg.PreflightTimeout, stderr.tail())
+	case err != nil && ctx.Err() != nil:
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("preflight interrupted: %w", ctx.Err())}
+	case err != nil:
+		return refuse(version, KindPreflight, "`mesh-host preflight` failed (%v): this binary cannot run on this node as it is configured%s", err, stderr.tail())
+	}
+	first, _, _ := strings.Cut(stdout.buf.String(), "\n")
+	if got := strings.TrimSpace(first); got != version {
+		return refuse(version, KindVersionMismatch, "the binary reports version %q but its manifest says %s; it was stamped wrongly (build it with --version %s)", got, version, version)
+	}
+	return nil
+}
+
+// capped keeps at most max bytes written to it (the first ones), discarding the rest, so a
+// chatty or hostile binary cannot fill memory.
+type capped struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		if len(p) > room {
+			c.buf.Write(p[:room])
+		} else {
+			c.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+func (c *capped) tail() string {
+	s := strings.TrimSpace(c.buf.String())
+	if s == "" {
+		return ""
+	}
+	return "; it said: " + s
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package deliver
+
+const raceEnabled = false

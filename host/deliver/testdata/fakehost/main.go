@@ -1,0 +1,41 @@
+// Command fakehost stands in for mesh-host in host/deliver's tests. Its version and its
+// behaviour under `preflight` are stamped at build time:
+//
+//	go build -ldflags "-X main.version=v1.0.0 -X main.mode=ok" ./testdata/fakehost
+//
+// ok prints the version and checks that MESH_HOST_ROOT is a directory; fail prints the version
+// and exits 3 with a reason; hang prints the version and never exits.
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+var (
+	version = "v0.0.0-dev"
+	mode    = "ok"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "preflight" {
+		fmt.Fprintln(os.Stderr, "usage: fakehost preflight")
+		os.Exit(2)
+	}
+	fmt.Println(version)
+	switch mode {
+	case "fail":
+		fmt.Fprintln(os.Stderr, "records.db: schema 9 is newer than this binary understands")
+		os.Exit(3)
+	case "hang":
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	root := os.Getenv("MESH_HOST_ROOT")
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		fmt.Fprintf(os.Stderr, "root %q is not readable: %v\n", root, err)
+		os.Exit(1)
+	}
+}
