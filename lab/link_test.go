@@ -171,4 +171,3 @@ func procNet(t *testing.T, pid int, table string) []netRow {
 	}
 	return rows
 }
-
