@@ -198,11 +198,17 @@ func refusals(t *testing.T) []refusal {
 				kv.Put(context.Background(), v1, []byte("version=v1.0.0"))
 			}},
 		{name: "TestDeliverRefusesABinaryReportingAnotherVersion", kind: KindVersionMismatch, says: `reports version "v9.9.9"`,
-			setup: func(t *testing.T, h *harness) { signedArchive(pack(t, fakehost(t, "v9.9.9", "ok", runtime.GOARCH)), fakehost(t, "v9.9.9", "ok", runtime.GOARCH))(t, h) }},
+			setup: func(t *testing.T, h *harness) {
+				signedArchive(pack(t, fakehost(t, "v9.9.9", "ok", runtime.GOARCH)), fakehost(t, "v9.9.9", "ok", runtime.GOARCH))(t, h)
+			}},
 		{name: "TestDeliverRefusesAnArchiveWithDotDot", kind: KindBadArchive, is: archive.ErrUnsafe, says: "escapes",
-			setup: func(t *testing.T, h *harness) { signedArchive(craft(t, []entry{reg("../mesh-host", ok())}, nil), ok())(t, h) }},
+			setup: func(t *testing.T, h *harness) {
+				signedArchive(craft(t, []entry{reg("../mesh-host", ok())}, nil), ok())(t, h)
+			}},
 		{name: "TestDeliverRefusesAnArchiveWithAnAbsolutePath", kind: KindBadArchive, is: archive.ErrUnsafe, says: "absolute",
-			setup: func(t *testing.T, h *harness) { signedArchive(craft(t, []entry{reg("/usr/bin/mesh-host", ok())}, nil), ok())(t, h) }},
+			setup: func(t *testing.T, h *harness) {
+				signedArchive(craft(t, []entry{reg("/usr/bin/mesh-host", ok())}, nil), ok())(t, h)
+			}},
 		{name: "TestDeliverRefusesAnArchiveWithASymlink", kind: KindBadArchive, is: archive.ErrUnsafe, says: "symlink",
 			setup: func(t *testing.T, h *harness) {
 				signedArchive(craft(t, []entry{{tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"}, nil}}, nil), ok())(t, h)

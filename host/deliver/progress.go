@@ -130,4 +130,3 @@ func (l *Latest) Fetch() *wire.Fetch {
 	}
 	return l.p.Fetch()
 }
-
