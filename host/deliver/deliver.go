@@ -141,7 +141,9 @@ func (d *Deliverer) Have(version string) bool {
 //   - any other failure sets Error.RetryAt by the backoff; calling again before then returns the
 //     same error and does nothing.
 //
-// progress, if not nil, is called with the fetch's progress, at most a few times a second.
+// When ctx ends first it returns ctx.Err(), which is not a failure of the release and is not
+// remembered. progress, if not nil, is called with the fetch's progress, at most a few times
+// a second.
 func (d *Deliverer) Deliver(ctx context.Context, version string, progress func(Progress)) error {
 	if progress == nil {
 		progress = func(Progress) {}
