@@ -64,6 +64,7 @@ func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
 	h.mu.Unlock()
 	h.log.Info("target changed", "target", version, "key", ev.Key)
 	h.heartbeatSoon()
+	h.deliverTarget(ctx, version, ev.Revision)
 }
 
 // refuse records a refused input and reports it in the next heartbeat.

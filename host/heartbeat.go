@@ -59,7 +59,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	h.mu.Unlock()
 	hb := wire.Heartbeat{
 		Node: h.opts.Config.Node, State: state, Running: h.opts.Version,
-		StandingAsideFor: standingAsideFor, Target: target,
+		StandingAsideFor: standingAsideFor, Target: target, Fetch: h.fetch(),
 		UptimeS: int64(time.Since(h.started).Seconds()), SentAt: time.Now().UTC(),
 	}
 	warn := func(what string, err error) { h.log.Warn("heartbeat: could not read "+what, "err", err) }

@@ -27,6 +27,9 @@ type Options struct {
 	Version string // the version this host is (stamped at build); Choose is compared with it
 	StartID int64  // the launcher's record of this start (MESH_HOST_START_ID); 0 when run alone
 	Logger  *slog.Logger
+	// PreflightArgs follow "preflight" when a staged successor is checked (e.g. --config FILE
+	// when this host was started with one), so it reads the same config this host does.
+	PreflightArgs []string
 }
 
 // Result says why Run returned without error.
@@ -45,10 +48,13 @@ type Host struct {
 	started  time.Time
 	triggers *triggers
 	beat     chan struct{} // asks the heartbeat loop for a heartbeat now
+	recheck  chan struct{} // a version was staged: check Choose once no reconcile runs
+	wg       sync.WaitGroup
 
 	mu        sync.Mutex
 	confirmed bool
-	target    string // the version the bus says this node should run; "" for none
+	target    string    // the version the bus says this node should run; "" for none
+	delivery  *delivery // nil when the host does not fetch versions (no link or no trusted keys)
 }
 
 // New makes a host; nothing happens until Run.
@@ -68,6 +74,7 @@ func New(opts Options) (*Host, error) {
 		root:     opts.Config.Root,
 		triggers: newTriggers(),
 		beat:     make(chan struct{}, 1),
+		recheck:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -97,13 +104,12 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 	// Background work (the link's events, heartbeats) lives as long as this context; it is
 	// cancelled only after the last heartbeat has been sent.
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
 	defer func() {
 		stopBackground()
 		if h.link != nil {
 			h.link.Close()
 		}
-		wg.Wait()
+		h.wg.Wait()
 	}()
 	if cfg := h.opts.Config; len(cfg.NATSURLs) > 0 {
 		h.link, err = link.Open(bg, link.Options{
@@ -113,9 +119,14 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		wg.Add(2)
-		go func() { defer wg.Done(); h.readEvents(bg) }()
-		go func() { defer wg.Done(); h.heartbeatLoop(bg) }()
+		dl, err := h.newDelivery()
+		if err != nil {
+			return Result{}, err
+		}
+		h.delivery = dl
+		h.wg.Add(2)
+		go func() { defer h.wg.Done(); h.readEvents(bg) }()
+		go func() { defer h.wg.Done(); h.heartbeatLoop(bg) }()
 	} else {
 		h.log.Info("no NATS URL configured: running disconnected, reconciling from the store")
 	}
@@ -144,6 +155,15 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 		case <-drift.C:
 			h.triggers.kick(TriggerTimer)
 		case <-h.triggers.ready:
+		case <-h.recheck:
+			// A version was staged while no reconcile ran: this is between reconciles.
+			if next, err := h.standAsideFor(ctx); err != nil {
+				h.log.Error("could not choose a version", "err", err)
+			} else if next != "" {
+				h.log.Info("standing aside", "for", next)
+				return Result{StoodAsideFor: next}, nil
+			}
+			continue
 		}
 		trigger := h.triggers.take()
 		if trigger == "" {
@@ -160,6 +180,14 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 			return Result{StoodAsideFor: next}, nil
 		}
 		h.heartbeatSoon()
+	}
+}
+
+// recheckSoon asks the loop to check Choose once no reconcile is running.
+func (h *Host) recheckSoon() {
+	select {
+	case h.recheck <- struct{}{}:
+	default:
 	}
 }
 

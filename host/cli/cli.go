@@ -10,11 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
 	"github.com/novox/mesh-host/host"
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/host/store"
+	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -76,7 +79,11 @@ func run(version string, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	h, err := host.New(host.Options{Config: cfg, Version: version, StartID: start, Logger: log})
+	var preflightArgs []string
+	if cfgPath != "" {
+		preflightArgs = []string{"--config", cfgPath}
+	}
+	h, err := host.New(host.Options{Config: cfg, Version: version, StartID: start, Logger: log, PreflightArgs: preflightArgs})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -111,6 +118,14 @@ func preflight(version string, args []string) int {
 	defer r.Close()
 	if _, err := r.KnownGood(ctx, cfg.Root); err != nil {
 		fmt.Fprintf(os.Stderr, "preflight: %v\n", err)
+		return 1
+	}
+	if err := store.Check(ctx, filepath.Join(cfg.Root, store.FileName)); err != nil {
+		fmt.Fprintf(os.Stderr, "preflight: %v\n", err)
+		return 1
+	}
+	if _, err := wire.ParseTrustedKeys(cfg.TrustedKeys); err != nil {
+		fmt.Fprintf(os.Stderr, "preflight: trusted_keys: %v\n", err)
 		return 1
 	}
 	return 0

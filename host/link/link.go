@@ -230,6 +230,9 @@ func (l *Link) poke() {
 // Close.
 func (l *Link) Events() <-chan Event { return l.events }
 
+// JetStream is the link's JetStream context, for fetching what the bus announces (archives).
+func (l *Link) JetStream() jetstream.JetStream { return l.js }
+
 // Connected reports whether the link is up now.
 func (l *Link) Connected() bool { return l.nc.IsConnected() }
 

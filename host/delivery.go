@@ -1,0 +1,94 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/novox/mesh-host/host/deliver"
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// delivery is the host fetching and staging the version its target names: one at a time, the
+// newest target replacing any delivery still in progress.
+type delivery struct {
+	d       *deliver.Deliverer
+	latest  deliver.Latest
+	cancel  context.CancelFunc
+	version string // what is being delivered, or was last
+}
+
+// newDelivery makes the deliverer when the host has a link and trusts at least one release key.
+// Without trusted keys nothing announced on the bus is fetched; the target is only reported.
+func (h *Host) newDelivery() (*delivery, error) {
+	if h.link == nil {
+		return nil, nil
+	}
+	cfg := h.opts.Config
+	if len(cfg.TrustedKeys) == 0 {
+		h.log.Warn("no trusted_keys configured: host versions announced on the bus will not be fetched")
+		return nil, nil
+	}
+	keys, err := wire.ParseTrustedKeys(cfg.TrustedKeys)
+	if err != nil {
+		return nil, fmt.Errorf("trusted_keys: %w", err)
+	}
+	d, err := deliver.New(deliver.Config{
+		Root: h.root, JS: h.link.JetStream(), Names: wire.NamesFor(cfg.Prefix), TrustedKeys: keys,
+		Records: h.records, Log: h.log.With("component", "deliver"), PreflightArgs: h.opts.PreflightArgs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &delivery{d: d}, nil
+}
+
+// deliverTarget starts delivering version unless it is already on disk or on its way. A staged
+// version makes the host check whether to stand aside; a refusal is recorded and reported.
+func (h *Host) deliverTarget(ctx context.Context, version string, revision uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dl := h.delivery
+	if dl == nil || version == "" || version == h.opts.Version || dl.d.Have(version) {
+		if dl != nil && dl.cancel != nil && dl.version != version {
+			dl.cancel()
+			dl.cancel = nil
+		}
+		return
+	}
+	if dl.cancel != nil && dl.version == version {
+		return
+	}
+	if dl.cancel != nil {
+		dl.cancel()
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	dl.cancel, dl.version = cancel, version
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		err := dl.d.Run(dctx, version, func(p deliver.Progress) {
+			dl.latest.Report(p)
+			h.heartbeatSoon()
+		})
+		switch {
+		case err == nil:
+			h.log.Info("staged the target version; standing aside once no reconcile is running", "target", version)
+			h.recheckSoon()
+		case errors.Is(err, context.Canceled):
+		default:
+			h.refuse(context.WithoutCancel(dctx), "target", revision, err.Error())
+		}
+	}()
+}
+
+// fetch is the delivery's progress for the heartbeat, or nil.
+func (h *Host) fetch() *wire.Fetch {
+	h.mu.Lock()
+	dl := h.delivery
+	h.mu.Unlock()
+	if dl == nil {
+		return nil
+	}
+	return dl.latest.Fetch()
+}
