@@ -46,6 +46,16 @@ func (h *Host) newDelivery() (*delivery, error) {
 // deliverTarget starts delivering version unless it is already on disk or on its way. A staged
 // version makes the host check whether to stand aside; a refusal is recorded and reported.
 func (h *Host) deliverTarget(ctx context.Context, version string, revision uint64) {
+	if version != "" && version != h.opts.Version {
+		// A version this node marked bad is refused whatever is on disk (its directory may not
+		// be retired yet), and never fetched again.
+		if bad, reason, err := h.records.IsBad(ctx, version); err != nil {
+			h.log.Error("could not read whether the target is marked bad", "err", err)
+		} else if bad {
+			h.refuse(ctx, "target", revision, fmt.Sprintf("target %s is marked bad on this node and is not fetched again: %s", version, reason))
+			version = ""
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	dl := h.delivery

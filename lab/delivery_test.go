@@ -1,0 +1,96 @@
+package lab
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
+)
+
+func newRelease(t *testing.T, b *Bus) *Release {
+	t.Helper()
+	return &Release{Bin: build(t, PkgRelease, "v0.0.0-lab"), KeyDir: t.TempDir(), Out: t.TempDir(), NATS: b.URL()}
+}
+
+// The running host delivers its successor: a version built, signed and published with
+// mesh-release, then targeted, is fetched, verified, preflighted and staged by the host, which
+// stands aside for it; the launcher runs it and it confirms. A later release that passes
+// preflight but crashes when run is rolled back, and the host it was rolled back to refuses to
+// fetch it again although it is still the target.
+func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 120*time.Second)
+	b := startLabBus(t)
+	rel := newRelease(t, b)
+	pub, err := rel.Keygen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hbs, stop, err := b.Heartbeats("lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL(), "MESH_HOST_TRUSTED_KEYS="+pub, "MESH_HOST_HEARTBEAT_INTERVAL=500ms")
+	place(t, n, "v1.0.0", PkgHost)
+	start(t, n)
+	waitBeat(t, hbs, "v1.0.0 confirmed", func(hb wire.Heartbeat) bool { return hb.KnownGood == "v1.0.0" })
+
+	if err := rel.Ship(ctx, "v1.1.0", build(t, PkgHost, "v1.1.0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rel.Target(ctx, "v1.1.0", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	aside := waitBeat(t, hbs, "standing aside for the delivered version", func(hb wire.Heartbeat) bool { return hb.State == wire.StateStandingAside })
+	if aside.StandingAsideFor != "v1.1.0" || aside.Target != "v1.1.0" {
+		t.Errorf("standing aside for %q with target %q", aside.StandingAsideFor, aside.Target)
+	}
+	waitBeat(t, hbs, "v1.1.0 confirmed", func(hb wire.Heartbeat) bool { return hb.Running == "v1.1.0" && hb.KnownGood == "v1.1.0" })
+	manifest, err := os.ReadFile(rel.Out + "/v1.1.0/manifest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.ParseManifest(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := Version(rep, "v1.1.0"); v.Digest != string(m.BinaryDigest) {
+		t.Errorf("records hold digest %s for v1.1.0, the signed manifest says %s", v.Digest, m.BinaryDigest)
+	}
+
+	// v1.2.0 passes preflight and crashes when run: rolled back, marked bad, never fetched again.
+	if err := rel.Ship(ctx, "v1.2.0", build(t, "./lab/fixtures/crashrun", "v1.2.0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rel.Target(ctx, "v1.2.0", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	hb := waitBeat(t, hbs, "the rollback reported and the bad target refused", func(hb wire.Heartbeat) bool {
+		return hb.Running == "v1.1.0" && len(hb.Rollbacks) > 0 && hb.Refused != nil && hb.Refused.What == "target"
+	})
+	if hb.Rollbacks[0].From != "v1.2.0" || !strings.Contains(hb.Rollbacks[0].Output, "lab fixture crashrun") {
+		t.Errorf("rollback in the heartbeat: %+v", hb.Rollbacks[0])
+	}
+	if !strings.Contains(hb.Refused.Error, "bad") {
+		t.Errorf("refusal %q does not say the target is marked bad", hb.Refused.Error)
+	}
+	// Several heartbeat intervals later it has still not been fetched or staged again.
+	time.Sleep(2 * time.Second)
+	if _, err := os.Stat(rollback.VersionDir(n.Root, "v1.2.0")); !os.IsNotExist(err) {
+		t.Errorf("the bad version is on disk again: %v", err)
+	}
+	if c := strings.Count(n.Log(), `msg="host version staged" component=deliver version=v1.2.0`); c != 1 {
+		t.Errorf("v1.2.0 was staged %d times, want once: a bad target is never fetched again", c)
+	}
+	if got := startsOf(t, n.Root, "v1.2.0"); len(got) != 3 {
+		t.Errorf("v1.2.0 started %d times, want exactly the 3 that judged it", len(got))
+	}
+}

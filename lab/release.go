@@ -1,0 +1,59 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Release drives the real mesh-release binary against the lab's bus, as an operator would.
+type Release struct {
+	Bin    string // mesh-release
+	KeyDir string // where keygen wrote release.key and release.pub
+	Out    string // where builds go, one directory per version
+	NATS   string
+}
+
+// Run runs one mesh-release command and returns its output.
+func (r *Release) Run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, r.Bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("mesh-release %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// Keygen makes the release key pair and returns the public key, as hosts are told to trust it.
+func (r *Release) Keygen(ctx context.Context) (string, error) {
+	if _, err := r.Run(ctx, "keygen", "--out", r.KeyDir); err != nil {
+		return "", err
+	}
+	pub, err := os.ReadFile(filepath.Join(r.KeyDir, "release.pub"))
+	return strings.TrimSpace(string(pub)), err
+}
+
+// Ship builds (packs and signs) binary as version and publishes it on the bus.
+func (r *Release) Ship(ctx context.Context, version, binary string) error {
+	dir := filepath.Join(r.Out, version)
+	if _, err := r.Run(ctx, "build", "--version", version, "--binary", binary, "--key", filepath.Join(r.KeyDir, "release.key"), "-o", dir); err != nil {
+		return err
+	}
+	_, err := r.Run(ctx, "publish", dir, "--nats", r.NATS)
+	return err
+}
+
+// Target sets the target of nodes (or, with none, the fleet) to version.
+func (r *Release) Target(ctx context.Context, version string, nodes ...string) error {
+	args := append([]string{"target"}, nodes...)
+	if len(nodes) == 0 {
+		args = append(args, "--fleet")
+	}
+	_, err := r.Run(ctx, append(args, version, "--nats", r.NATS)...)
+	return err
+}
