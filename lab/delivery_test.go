@@ -67,7 +67,7 @@ func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
 	}
 
 	// v1.2.0 passes preflight and crashes when run: rolled back, marked bad, never fetched again.
-	if err := rel.Ship(ctx, "v1.2.0", build(t, "./lab/fixtures/crashrun", "v1.2.0")); err != nil {
+	if err := rel.Ship(ctx, "v1.2.0", build(t, PkgCrashRun, "v1.2.0")); err != nil {
 		t.Fatal(err)
 	}
 	if err := rel.Target(ctx, "v1.2.0", "lab"); err != nil {

@@ -9,12 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/launcher"
 )
 
-// Demo tells the story on one node with real processes: v1 confirms, v2 is staged and takes
-// over by standing aside, a broken v3 fails three times and is rolled back to v2. It prints
-// `mesh-launcher status` at each step and returns an error if any step does not happen as told.
+// PkgCrashRun passes preflight and exits 1 when run: a bad release only rollback catches.
+const PkgCrashRun = "./lab/fixtures/crashrun"
+
+// Demo tells the story on one node with real processes and a real bus: v1 is installed and
+// confirms; a declaration is pushed and reconciled; v2 is built, signed, published and targeted
+// with mesh-release, and the host delivers it to itself and stands aside; a broken v3 is
+// delivered the same way, fails three times, is rolled back to v2 and never fetched again. It
+// prints `mesh-launcher status` at each step and returns an error if any step does not happen.
 func Demo(ctx context.Context, w io.Writer, src string) error {
 	began := time.Now()
 	work, err := os.MkdirTemp("", "mesh-lab-demo-")
@@ -25,40 +31,76 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 	say := func(format string, args ...any) {
 		fmt.Fprintf(w, "\n[%5.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
 	}
+	indent := func(text string) {
+		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", line)
+		}
+	}
 
-	say("building the launcher and three host versions from this tree (v3 is broken: it exits 1 at start)")
+	say("building the launcher, mesh-release and three host versions from this tree (v1.2.0 is broken: it passes preflight, then crashes when run)")
 	b, err := NewBuilder(ctx, src, filepath.Join(work, "bin"))
 	if err != nil {
 		return err
 	}
 	bin := map[string]string{}
 	for _, x := range []struct{ key, pkg, version string }{
-		{"launcher", PkgLauncher, "v1.0.0"},
-		{"v1", PkgHost, "v1.0.0"}, {"v2", PkgHost, "v1.1.0"}, {"v3", PkgExit1, "v1.2.0"},
+		{"launcher", PkgLauncher, "v1.0.0"}, {"release", PkgRelease, "v1.0.0"},
+		{"v1", PkgHost, "v1.0.0"}, {"v2", PkgHost, "v1.1.0"}, {"v3", PkgCrashRun, "v1.2.0"},
 	} {
 		if bin[x.key], err = b.Build(ctx, x.pkg, x.version); err != nil {
 			return err
 		}
 	}
+
+	bus, err := StartBus(ctx, filepath.Join(work, "bus"))
+	if err != nil {
+		return err
+	}
+	defer bus.Close()
+	rel := &Release{Bin: bin["release"], KeyDir: filepath.Join(work, "keys"), Out: filepath.Join(work, "releases"), NATS: bus.URL()}
+	pub, err := rel.Keygen(ctx)
+	if err != nil {
+		return err
+	}
+	say("bus: NATS with JetStream on %s; release key made (hosts trust %s…)", bus.URL(), pub[:12])
+	hbs, stopBeats, err := bus.Heartbeats("node-1")
+	if err != nil {
+		return err
+	}
+	defer stopBeats()
+
 	n := &Node{
 		Name: "node-1", Root: filepath.Join(work, "node-1"), Launcher: bin["launcher"],
-		Env: []string{"MESH_HOST_RECONCILE_INTERVAL=1s", "MESH_HOST_NODE=node-1"},
+		Env: []string{"MESH_HOST_NODE=node-1", "MESH_HOST_NATS_URL=" + bus.URL(), "MESH_HOST_TRUSTED_KEYS=" + pub,
+			"MESH_HOST_RECONCILE_INTERVAL=1s", "MESH_HOST_HEARTBEAT_INTERVAL=1s"},
 	}
-	status := func() {
-		for _, line := range strings.Split(strings.TrimRight(n.StatusText(ctx), "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", line)
-		}
+	fail := func(err error) error {
+		fmt.Fprintf(w, "\nFAILED: %v\nlauncher log:\n%s\n", err, n.Log())
+		return err
 	}
 	step := func(what string, ok func(launcher.Report) bool) error {
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if _, err := n.WaitStatus(wctx, what, ok); err != nil {
-			fmt.Fprintf(w, "\nFAILED: %v\nlauncher log:\n%s\n", err, n.Log())
-			return err
+			return fail(err)
 		}
 		say("✓ %s", what)
-		status()
+		indent(n.StatusText(ctx))
 		return nil
+	}
+	beat := func(what string, ok func(wire.Heartbeat) bool) (wire.Heartbeat, error) {
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case hb := <-hbs:
+				if ok(hb) {
+					say("✓ %s", what)
+					return hb, nil
+				}
+			case <-timeout:
+				return wire.Heartbeat{}, fail(fmt.Errorf("no heartbeat with %s", what))
+			}
+		}
 	}
 	defer func() {
 		if n.PID() != 0 {
@@ -68,7 +110,7 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 		}
 	}()
 
-	say("node-1: v1.0.0 placed under %s/versions; starting mesh-launcher run", n.Root)
+	say("node-1: v1.0.0 installed under %s/versions (the tarball's way); starting mesh-launcher run", n.Root)
 	if err := n.PlaceVersion("v1.0.0", bin["v1"]); err != nil {
 		return err
 	}
@@ -80,19 +122,46 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 	}
 	launcherPID := n.PID()
 
-	say("staging v1.1.0 beside it: the running host stands aside after its next reconcile")
-	if err := n.PlaceVersion("v1.1.0", bin["v2"]); err != nil {
+	say("mesh-release declare node-1: an empty declaration, pushed to the host over its watch")
+	declFile := filepath.Join(work, "node-1.json")
+	if err := os.WriteFile(declFile, []byte(`{"version": 1, "node": "node-1", "resources": []}`), 0o644); err != nil {
 		return err
 	}
-	if err := step("v1.1.0 took over by standing aside and confirmed; the launcher was never restarted", func(rep launcher.Report) bool {
+	out, err := rel.Run(ctx, "declare", "node-1", declFile, "--nats", bus.URL())
+	if err != nil {
+		return fail(err)
+	}
+	indent("revision " + strings.TrimSpace(out))
+	if _, err := beat("the heartbeat shows the declaration reconciled", func(hb wire.Heartbeat) bool {
+		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration" && hb.LastReconcile.OK
+	}); err != nil {
+		return err
+	}
+
+	say("mesh-release build + publish v1.1.0 (signed), then target node-1: the host fetches, verifies, preflights and stages it, and stands aside")
+	if err := rel.Ship(ctx, "v1.1.0", bin["v2"]); err != nil {
+		return fail(err)
+	}
+	if err := rel.Target(ctx, "v1.1.0", "node-1"); err != nil {
+		return fail(err)
+	}
+	if _, err := beat("v1.0.0 heartbeats that it stands aside for v1.1.0", func(hb wire.Heartbeat) bool {
+		return hb.State == wire.StateStandingAside && hb.StandingAsideFor == "v1.1.0"
+	}); err != nil {
+		return err
+	}
+	if err := step("v1.1.0 took over and confirmed; the launcher was never restarted", func(rep launcher.Report) bool {
 		return runningConfirmedReport("v1.1.0")(rep) && rep.LauncherPID == launcherPID
 	}); err != nil {
 		return err
 	}
 
-	say("staging the broken v1.2.0: it exits 1 at start; after 3 failures it is marked bad and rolled back")
-	if err := n.PlaceVersion("v1.2.0", bin["v3"]); err != nil {
-		return err
+	say("shipping the broken v1.2.0 and targeting it: it passes preflight, crashes when run; after 3 failures it is rolled back")
+	if err := rel.Ship(ctx, "v1.2.0", bin["v3"]); err != nil {
+		return fail(err)
+	}
+	if err := rel.Target(ctx, "v1.2.0", "node-1"); err != nil {
+		return fail(err)
 	}
 	if err := step("v1.2.0 was rolled back to v1.1.0, marked bad, its last output kept", func(rep launcher.Report) bool {
 		bad, _ := Version(rep, "v1.2.0")
@@ -101,13 +170,27 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 	}); err != nil {
 		return err
 	}
+	hb, err := beat("v1.1.0 reports the rollback and refuses its bad target instead of fetching it again", func(hb wire.Heartbeat) bool {
+		return hb.Running == "v1.1.0" && len(hb.Rollbacks) > 0 && hb.Refused != nil && hb.Refused.What == "target"
+	})
+	if err != nil {
+		return err
+	}
+	indent("refused: " + hb.Refused.Error)
+
+	out, err = rel.Run(ctx, "fleet", "--nats", bus.URL())
+	if err != nil {
+		return fail(err)
+	}
+	say("mesh-release fleet: every node's last word")
+	indent(out)
 
 	say("stopping the launcher (SIGTERM): the host stops at a safe point")
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	code, err := n.Stop(sctx)
 	if err != nil || code != 0 {
-		return fmt.Errorf("stopping the launcher: exit %d, %v", code, err)
+		return fail(fmt.Errorf("stopping the launcher: exit %d, %v", code, err))
 	}
 	say("done: the whole story in %s", time.Since(began).Round(100*time.Millisecond))
 	return nil
