@@ -1,0 +1,97 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) Env { return func(k string) string { return m[k] } }
+
+func TestLoadFillsDefaultsWithNoFile(t *testing.T) {
+	root := t.TempDir()
+	c, err := Load(root, "", env(map[string]string{"MESH_HOST_NODE": "n1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Root != root || c.Node != "n1" || c.Prefix != "mesh" || c.ReconcileInterval.Std() != 10*time.Minute || c.HeartbeatInterval.Std() != 30*time.Second || len(c.NATSURLs) != 0 {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestLoadEnvironmentWinsOverFile(t *testing.T) {
+	root := t.TempDir()
+	file := `{"node": "from-file", "nats_urls": ["nats://127.0.0.1:1"], "prefix": "p", "trusted_keys": ["a"], "reconcile_interval": "5m", "heartbeat_interval": "10s"}`
+	if err := os.WriteFile(filepath.Join(root, "host.json"), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(root, "", env(map[string]string{
+		"MESH_HOST_NODE": "from-env", "MESH_HOST_NATS_URL": "nats://127.0.0.1:2, nats://127.0.0.1:3",
+		"MESH_HOST_RECONCILE_INTERVAL": "1s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Node != "from-env" || strings.Join(c.NATSURLs, ",") != "nats://127.0.0.1:2,nats://127.0.0.1:3" || c.ReconcileInterval.Std() != time.Second {
+		t.Errorf("environment did not win: %+v", c)
+	}
+	if c.Prefix != "p" || c.HeartbeatInterval.Std() != 10*time.Second || len(c.TrustedKeys) != 1 {
+		t.Errorf("file values lost: %+v", c)
+	}
+}
+
+func TestLoadRootFromEnvironment(t *testing.T) {
+	root := t.TempDir()
+	c, err := Load("", "", env(map[string]string{"MESH_HOST_ROOT": root, "MESH_HOST_NODE": "n"}))
+	if err != nil || c.Root != root {
+		t.Fatalf("root %q, %v; want %q", c.Root, err, root)
+	}
+}
+
+func TestLoadRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown field by name", `{"node": "n", "colour": "blue"}`, nil, `"colour"`},
+		{"duration not a string", `{"reconcile_interval": 5}`, nil, "duration"},
+		{"duration unparsable", `{"heartbeat_interval": "soon"}`, nil, `"soon"`},
+		{"duration not positive", `{"heartbeat_interval": "-1s"}`, nil, "positive"},
+		{"bad duration in the environment", `{}`, map[string]string{"MESH_HOST_HEARTBEAT_INTERVAL": "x"}, "MESH_HOST_HEARTBEAT_INTERVAL"},
+		{"not JSON", `node = "n"`, nil, "host.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.WriteFile(filepath.Join(root, "host.json"), []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(root, "", env(tc.env))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v does not name %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadRefusesMissingNamedConfigButNotMissingDefault(t *testing.T) {
+	root := t.TempDir()
+	if _, err := Load(root, filepath.Join(root, "nope.json"), env(nil)); err == nil {
+		t.Error("a --config file that does not exist was accepted")
+	}
+	if _, err := Load(root, "", env(map[string]string{"MESH_HOST_NODE": "n"})); err != nil {
+		t.Errorf("no host.json at all must be fine: %v", err)
+	}
+}
+
+func TestLoadDefaultsNodeToShortHostname(t *testing.T) {
+	c, err := Load(t.TempDir(), "", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Node == "" || strings.Contains(c.Node, ".") {
+		t.Errorf("node %q: want the short hostname", c.Node)
+	}
+}
