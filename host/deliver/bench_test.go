@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/novox/mesh-host/rollback"
 )
 
 // BenchmarkDeliver20MB stages a 20 MB binary from an embedded bus — fetch while hashing,
@@ -40,7 +42,7 @@ func BenchmarkDeliver20MB(b *testing.B) {
 	b.SetBytes(int64(len(bin)))
 	b.ReportAllocs()
 	for b.Loop() {
-		os.RemoveAll(filepath.Join(h.root, VersionsDir, v1))
+		os.RemoveAll(filepath.Join(rollback.VersionsDir(h.root), v1))
 		start := time.Now()
 		if err := h.d.Deliver(ctx, v1, nil); err != nil {
 			b.Fatal(err)

@@ -153,11 +153,11 @@ func TestSIGKILLWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 		} else {
 			killed++
 		}
-		vd := filepath.Join(root, VersionsDir)
+		vd := rollback.VersionsDir(root)
 		ents, _ := os.ReadDir(vd)
 		for _, e := range ents {
 			switch {
-			case strings.HasPrefix(e.Name(), StagingPrefix):
+			case strings.HasPrefix(e.Name(), rollback.StagingPrefix):
 			case e.Name() == v1:
 				got, err := os.ReadFile(filepath.Join(vd, v1, archive.BinaryName))
 				if err != nil || !bytes.Equal(got, bin) {
@@ -168,7 +168,7 @@ func TestSIGKILLWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 			}
 		}
 		// What start-up does: clean the leftovers, then choose.
-		if err := CleanStaging(root); err != nil {
+		if _, err := rollback.CleanStaging(root); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := rollback.OpenForHost(context.Background(), root)
@@ -185,7 +185,7 @@ func TestSIGKILLWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 		}
 		left, _ := os.ReadDir(vd)
 		for _, e := range left {
-			if strings.HasPrefix(e.Name(), StagingPrefix) {
+			if strings.HasPrefix(e.Name(), rollback.StagingPrefix) {
 				t.Fatalf("run %d: CleanStaging left %s", i, e.Name())
 			}
 		}

@@ -12,7 +12,7 @@
 //   - a refused release is not fetched again while its manifest is unchanged, and failures that
 //     may pass are retried with exponential backoff and jitter, never in a loop;
 //   - free space is checked before fetching; a crash leaves only versions/.staging-*, which
-//     CleanStaging (run at start) removes.
+//     rollback.CleanStaging (run at start) removes.
 package deliver
 
 import (
@@ -26,7 +26,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,13 +34,12 @@ import (
 
 	"github.com/novox/mesh-host/host/deliver/archive"
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // Layout under the root, as the rollback package defines it.
 const (
-	VersionsDir   = "versions"
-	StagingPrefix = ".staging-"
-	downloadName  = "download.tar.zst"
+	downloadName = "download.tar.zst"
 )
 
 // Records is what delivery needs from this node's records (rollback.Records satisfies it).
@@ -130,7 +128,7 @@ func New(cfg Config) (*Deliverer, error) {
 
 // Have reports whether versions/<v>/mesh-host exists.
 func (d *Deliverer) Have(version string) bool {
-	fi, err := os.Stat(filepath.Join(d.cfg.Root, VersionsDir, version, archive.BinaryName))
+	fi, err := os.Stat(rollback.BinaryPath(d.cfg.Root, version))
 	return err == nil && fi.Mode().IsRegular()
 }
 
@@ -260,7 +258,7 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	if err != nil {
 		return err
 	}
-	versions := filepath.Join(d.cfg.Root, VersionsDir)
+	versions := rollback.VersionsDir(d.cfg.Root)
 	if err := os.MkdirAll(versions, 0o755); err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
@@ -274,7 +272,7 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 			versions, free>>20, need>>20, m.Size>>20, d.cfg.MaxBinary>>20, d.cfg.SpaceMargin>>20)
 	}
 
-	staging, err := os.MkdirTemp(versions, StagingPrefix)
+	staging, err := os.MkdirTemp(versions, rollback.StagingPrefix)
 	if err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
@@ -412,31 +410,6 @@ func sizeCheck(m wire.Manifest, n int64, what string) error {
 		return refuse(m.Version, KindSizeMismatch, "%s more than the %d bytes of %s the manifest signed; republish the release", what, m.Size, m.Object)
 	case n < m.Size:
 		return refuse(m.Version, KindTruncated, "%s %d of the %d bytes of %s the manifest signed (truncated); republish the release", what, n, m.Size, m.Object)
-	}
-	return nil
-}
-
-// CleanStaging removes what a crash while staging left under root: versions/.staging-*. Run it
-// at start, before anything stages; versions/<v> directories are never touched.
-func CleanStaging(root string) error {
-	dir := filepath.Join(root, VersionsDir)
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("clean staging: %w", err)
-	}
-	var errs []error
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), StagingPrefix) {
-			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("clean staging: %w", errors.Join(errs...))
 	}
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/rollback"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
@@ -51,14 +53,14 @@ func TestDeliverStagesAVerifiedVersionAndRecordsItsDigest(t *testing.T) {
 	if err := h.d.Deliver(context.Background(), v1, log.report); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(h.root, VersionsDir, v1, archive.BinaryName))
+	got, err := os.ReadFile(filepath.Join(rollback.VersionsDir(h.root), v1, archive.BinaryName))
 	if err != nil || !bytes.Equal(got, bin) {
 		t.Fatalf("versions/%s/mesh-host: %v", v1, err)
 	}
 	if ents := h.versionsEntries(); len(ents) != 1 {
 		t.Fatalf("versions/ holds %v, want only %s", ents, v1)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(h.root, VersionsDir, v1)); len(ents) != 1 {
+	if ents, _ := os.ReadDir(filepath.Join(rollback.VersionsDir(h.root), v1)); len(ents) != 1 {
 		t.Fatalf("versions/%s holds %d entries, want mesh-host only", v1, len(ents))
 	}
 	// Choose picks it, which it does only if the binary matches the digest recorded for it.
@@ -435,25 +437,6 @@ func TestRunStopsWhenItsContextIsCancelled(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
-	}
-}
-
-func TestCleanStagingRemovesOnlyStagingDirectories(t *testing.T) {
-	root := t.TempDir()
-	vd := filepath.Join(root, VersionsDir)
-	for _, d := range []string{".staging-123", ".staging-abc/nested", v1} {
-		os.MkdirAll(filepath.Join(vd, d), 0o755)
-	}
-	os.WriteFile(filepath.Join(vd, v1, "mesh-host"), []byte("x"), 0o755)
-	if err := CleanStaging(root); err != nil {
-		t.Fatal(err)
-	}
-	ents, _ := os.ReadDir(vd)
-	if len(ents) != 1 || ents[0].Name() != v1 {
-		t.Fatalf("left %v", ents)
-	}
-	if err := CleanStaging(t.TempDir()); err != nil {
-		t.Fatalf("a root without versions/: %v", err)
 	}
 }
 

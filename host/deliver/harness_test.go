@@ -207,7 +207,7 @@ func (h *harness) release(version string, bin []byte) wire.Manifest {
 
 // versionsEntries lists ROOT/versions.
 func (h *harness) versionsEntries() []string {
-	ents, _ := os.ReadDir(filepath.Join(h.root, VersionsDir))
+	ents, _ := os.ReadDir(rollback.VersionsDir(h.root))
 	var names []string
 	for _, e := range ents {
 		names = append(names, e.Name())
