@@ -27,8 +27,17 @@ lint:
 demo:
 	CGO_ENABLED=0 $(GO) run ./lab/cmd/mesh-lab demo
 
+# The figures the issues name; each benchmark reports its own units (ms, %, MB, ratio).
+BENCH := CGO_ENABLED=0 $(GO) test -run '^$$' -count 1 -timeout 30m
 bench:
-	CGO_ENABLED=0 $(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./...
+	$(BENCH) -bench 'StandAsideGap|CrashOnStart|LauncherFootprint' -benchtime 20x ./lab/
+	$(BENCH) -bench DeclarationToAppliedHeartbeat -benchtime 500x ./host/
+	$(BENCH) -bench . -benchtime 2000x ./host/link/
+	$(BENCH) -bench FleetOfHosts -benchtime 20x ./lab/
+	$(BENCH) -bench FleetRead -benchtime 20x ./release/fleet/
+	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
+	$(BENCH) -bench . -benchtime 5x ./host/deliver/archive/
+	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
 
 clean:
 	rm -rf bin

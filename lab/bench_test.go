@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,7 +156,10 @@ func BenchmarkLauncherFootprint(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		time.Sleep(100 * time.Millisecond) // let it supervise through a few reconciles
 	}
-	rss := vmHWM(b, n.PID())
+	rss, err := MemoryKB(n.PID(), "VmHWM")
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric(float64(fi.Size()), "binary-bytes")
 	b.ReportMetric(float64(rss), "peak-rss-kB")
 	b.ReportMetric(float64(goLines(b, "../launcher")), "launcher-lines")
@@ -167,21 +169,6 @@ func BenchmarkLauncherFootprint(b *testing.B) {
 		b.Fatalf("the launcher links network code:\n%s", out)
 	}
 	n.Signal(syscall.SIGTERM)
-}
-
-func vmHWM(b *testing.B, pid int) int {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			v, _ := strconv.Atoi(f[1])
-			return v
-		}
-	}
-	b.Fatal("no VmHWM in /proc status")
-	return 0
 }
 
 // goLines counts the lines of the non-test Go files under dir.

@@ -78,6 +78,9 @@ var ErrCorrupt = errors.New("records database is corrupt")
 // returned note says so (it is also kept in the records), and nothing under versions/ is touched.
 func OpenForLauncher(ctx context.Context, root string) (r *Records, note string, err error) {
 	path := RecordsPath(root)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, "", fmt.Errorf("create the root %s: %w", root, err)
+	}
 	r, err = open(ctx, path)
 	if err == nil {
 		err = r.migrate(ctx)
