@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/novox/mesh-host/host/wire"
@@ -64,6 +65,23 @@ func (b *Bus) Heartbeats(node string) (<-chan wire.Heartbeat, func(), error) {
 		return nil, nil, err
 	}
 	return ch, func() { sub.Unsubscribe() }, nil
+}
+
+// WaitHeartbeat waits for a heartbeat from ch that satisfies ok, for at most timeout.
+func WaitHeartbeat(ch <-chan wire.Heartbeat, timeout time.Duration, what string, ok func(wire.Heartbeat) bool) (wire.Heartbeat, error) {
+	deadline := time.After(timeout)
+	var last wire.Heartbeat
+	for {
+		select {
+		case hb := <-ch:
+			last = hb
+			if ok(hb) {
+				return hb, nil
+			}
+		case <-deadline:
+			return last, fmt.Errorf("no heartbeat with %s within %s; the last: %+v", what, timeout, last)
+		}
+	}
 }
 
 // Declare puts a declaration for node and returns its revision.

@@ -89,18 +89,12 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 		return nil
 	}
 	beat := func(what string, ok func(wire.Heartbeat) bool) (wire.Heartbeat, error) {
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case hb := <-hbs:
-				if ok(hb) {
-					say("✓ %s", what)
-					return hb, nil
-				}
-			case <-timeout:
-				return wire.Heartbeat{}, fail(fmt.Errorf("no heartbeat with %s", what))
-			}
+		hb, err := WaitHeartbeat(hbs, 30*time.Second, what, ok)
+		if err != nil {
+			return hb, fail(err)
 		}
+		say("✓ %s", what)
+		return hb, nil
 	}
 	defer func() {
 		if n.PID() != 0 {

@@ -23,19 +23,11 @@ func startLabBus(t *testing.T) *Bus {
 
 func waitBeat(t *testing.T, ch <-chan wire.Heartbeat, what string, ok func(wire.Heartbeat) bool) wire.Heartbeat {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
-	var last wire.Heartbeat
-	for {
-		select {
-		case hb := <-ch:
-			last = hb
-			if ok(hb) {
-				return hb
-			}
-		case <-timeout:
-			t.Fatalf("no heartbeat with %s; last: %+v", what, last)
-		}
+	hb, err := WaitHeartbeat(ch, 30*time.Second, what, ok)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return hb
 }
 
 // 7. With the link up, a newer version placed in versions/ makes the host heartbeat that it is

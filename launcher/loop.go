@@ -96,7 +96,7 @@ wait:
 			break wait
 		case <-ctx.Done():
 			log.Info("stopping the host at a safe point")
-			p.stop(context.WithoutCancel(ctx), l.cfg.StopTimeout)
+			p.stop(l.cfg.StopTimeout)
 			end.Outcome = rollback.OutcomeStopped
 			break wait
 		case <-deadline:

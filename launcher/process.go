@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -85,7 +84,7 @@ func (p *hostProcess) output() string {
 }
 
 // stop asks the host to stop at a safe point (SIGTERM) and kills it after timeout.
-func (p *hostProcess) stop(ctx context.Context, timeout time.Duration) {
+func (p *hostProcess) stop(timeout time.Duration) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:

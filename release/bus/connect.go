@@ -21,12 +21,17 @@ type Conn struct {
 	JS jetstream.JetStream
 }
 
-// Connect dials url (comma-separated for a cluster) with an optional .creds file.
+// Connect dials url (comma-separated for a cluster) with an optional .creds file, giving up at
+// ctx's deadline (or after 5 s without one).
 func Connect(ctx context.Context, url, creds string) (*Conn, error) {
 	if url == "" {
 		url = DefaultURL
 	}
-	opts := []nats.Option{nats.Name("mesh-release"), nats.Timeout(5 * time.Second)}
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	opts := []nats.Option{nats.Name("mesh-release"), nats.Timeout(timeout)}
 	if creds != "" {
 		opts = append(opts, nats.UserCredentials(creds))
 	}
@@ -39,7 +44,6 @@ func Connect(ctx context.Context, url, creds string) (*Conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
 	}
-	_ = ctx
 	return &Conn{NC: nc, JS: js}, nil
 }
 
