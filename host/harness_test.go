@@ -162,8 +162,12 @@ func newRoot(t testing.TB, version string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Close()
+	defer r.Close()
 	placeFake(t, root, version)
+	// The launcher chose it, recording its digest, before it ran.
+	if ch, err := r.Choose(context.Background(), root); err != nil || ch.Version != version {
+		t.Fatalf("choose %q, %v", ch.Version, err)
+	}
 	return root
 }
 

@@ -46,7 +46,7 @@ func (h *Host) sendHeartbeat(ctx context.Context, state, standingAsideFor string
 	hb := h.heartbeat(ctx, state, standingAsideFor)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := h.link.PublishHeartbeat(ctx, hb); err != nil && !errors.Is(err, link.ErrNotConnected) {
+	if err := h.link.PublishHeartbeat(ctx, hb); err != nil && !errors.Is(err, link.ErrNotConnected) && !errors.Is(err, context.Canceled) {
 		h.log.Warn("could not send a heartbeat", "err", err)
 	}
 }

@@ -172,6 +172,10 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 		// A stop that arrives mid-reconcile takes effect after it: the reconcile runs on a
 		// context that is not cancelled and checks for the stop between steps.
 		h.reconcile(context.WithoutCancel(ctx), ctx.Done(), trigger)
+		if ctx.Err() != nil {
+			h.log.Info("stopping after the reconcile")
+			return Result{}, nil
+		}
 		drift.Reset(interval)
 		if next, err := h.standAsideFor(ctx); err != nil {
 			h.log.Error("could not choose a version after the reconcile", "err", err)

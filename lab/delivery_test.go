@@ -45,9 +45,18 @@ func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
 	if err := rel.Target(ctx, "v1.1.0", "lab"); err != nil {
 		t.Fatal(err)
 	}
-	aside := waitBeat(t, hbs, "standing aside for the delivered version", func(hb wire.Heartbeat) bool { return hb.State == wire.StateStandingAside })
-	if aside.StandingAsideFor != "v1.1.0" || aside.Target != "v1.1.0" {
-		t.Errorf("standing aside for %q with target %q", aside.StandingAsideFor, aside.Target)
+	var fetch *wire.Fetch // the delivery's progress, as heartbeats carried it
+	aside := waitBeat(t, hbs, "standing aside for the delivered version", func(hb wire.Heartbeat) bool {
+		if hb.Fetch != nil {
+			fetch = hb.Fetch
+		}
+		return hb.State == wire.StateStandingAside
+	})
+	if aside.StandingAsideFor != "v1.1.0" || aside.Target != "v1.1.0" || len(aside.Staged) != 1 || aside.Staged[0] != "v1.1.0" {
+		t.Errorf("standing aside for %q with target %q, staged %v", aside.StandingAsideFor, aside.Target, aside.Staged)
+	}
+	if fetch == nil || fetch.Version != "v1.1.0" || fetch.Total == 0 || fetch.Bytes != fetch.Total || fetch.Percent != 100 {
+		t.Errorf("heartbeats did not carry the fetch's progress: %+v", fetch)
 	}
 	waitBeat(t, hbs, "v1.1.0 confirmed", func(hb wire.Heartbeat) bool { return hb.Running == "v1.1.0" && hb.KnownGood == "v1.1.0" })
 	manifest, err := os.ReadFile(rel.Out + "/v1.1.0/manifest.json")

@@ -149,9 +149,13 @@ func fakeRoot(root, version string) error {
 	if err != nil {
 		return err
 	}
-	r.Close()
+	defer r.Close()
 	if err := os.MkdirAll(rollback.VersionDir(root, version), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(rollback.BinaryPath(root, version), []byte("in-process host "+version), 0o755)
+	if err := os.WriteFile(rollback.BinaryPath(root, version), []byte("in-process host "+version), 0o755); err != nil {
+		return err
+	}
+	_, err = r.Choose(context.Background(), root) // as the launcher does before it runs a version
+	return err
 }
