@@ -18,7 +18,7 @@ func runBuild(ctx context.Context, args []string) error {
 	keyPath := fs.String("key", "", "the release key (release.key from `mesh-release keygen`)")
 	out := fs.String("o", "", "output directory for the archive and manifest.json")
 	arch := fs.String("arch", "", "architecture to build for when building (default: this machine's)")
-	pos, err := deliveryParse(fs, args)
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/host/wire"
-	"github.com/novox/mesh-host/release/bus"
 )
 
 func runDeclare(ctx context.Context, args []string) error {
@@ -45,7 +44,7 @@ func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer)
 	if _, err := wire.ParseDeclaration(data, node); err != nil {
 		return fmt.Errorf("%s: %w (nothing was put)", file, err)
 	}
-	c, err := bus.Connect(ctx, b.url, b.creds)
+	c, err := b.connect(ctx)
 	if err != nil {
 		return err
 	}

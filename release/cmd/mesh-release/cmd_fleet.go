@@ -34,7 +34,7 @@ func fleetCmd(ctx context.Context, args []string, out io.Writer, tty bool) error
 	if *silentAfter <= 0 {
 		return errors.New("--silent-after must be positive")
 	}
-	c, err := bus.Connect(ctx, b.url, b.creds)
+	c, err := b.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -7,41 +7,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
 )
-
-// busFlags are the flags every command that uses an existing bus takes.
-type busFlags struct {
-	url, creds, prefix string
-}
-
-func (b *busFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.url, "nats", bus.DefaultURL, "NATS `URL` (comma-separated for a cluster)")
-	fs.StringVar(&b.creds, "creds", "", "NATS credentials `FILE` (.creds)")
-	fs.StringVar(&b.prefix, "prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
-}
-
-func (b *busFlags) names() wire.Names { return wire.NamesFor(b.prefix) }
-
-// parseArgs parses flags wherever they appear among the positional arguments, so that both
-// `declare --nats URL n1 f.json` and `declare n1 f.json --nats URL` work.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos, args = append(pos, args[0]), args[1:]
-	}
-}
 
 func newFlagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -67,7 +34,7 @@ func initCmd(ctx context.Context, args []string, out io.Writer) error {
 	if len(pos) != 0 {
 		return fmt.Errorf("unexpected arguments %q", pos)
 	}
-	c, err := bus.Connect(ctx, b.url, b.creds)
+	c, err := b.connect(ctx)
 	if err != nil {
 		return err
 	}

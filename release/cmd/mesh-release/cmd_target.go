@@ -14,8 +14,9 @@ import (
 func runTarget(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("target", flag.ContinueOnError)
 	fleet := fs.Bool("fleet", false, "set the fleet target every node without its own falls back to")
-	b := addDeliveryBus(fs)
-	pos, err := deliveryParse(fs, args)
+	var b busFlags
+	b.register(fs)
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -23,7 +24,8 @@ func runTarget(ctx context.Context, args []string) error {
 		return errors.New("usage: mesh-release target (NODE… | --fleet) vX.Y.Z")
 	}
 	version, nodes := pos[len(pos)-1], pos[:len(pos)-1]
-	c, names, err := b.connect(ctx)
+	c, err := b.connect(ctx)
+	names := b.names()
 	if err != nil {
 		return err
 	}
