@@ -91,7 +91,7 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	defer h.records.Close()
-	if h.store, err = store.Open(ctx, filepath.Join(h.root, store.FileName)); err != nil {
+	if h.store, err = h.openStore(ctx); err != nil {
 		return Result{}, err
 	}
 	defer h.store.Close()
@@ -138,6 +138,24 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 	}
 	h.sendHeartbeat(bg, state, res.StoodAsideFor)
 	return res, err
+}
+
+// openStore opens ROOT/store.db. A store that is not a readable database is moved aside and a
+// fresh one made: it holds only what the bus sends again (the declaration) and history, and a
+// host that cannot start over it would be judged a failing binary when the disk is to blame.
+func (h *Host) openStore(ctx context.Context) (*store.Store, error) {
+	path := filepath.Join(h.root, store.FileName)
+	s, err := store.Open(ctx, path)
+	if !errors.Is(err, store.ErrCorrupt) {
+		return s, err
+	}
+	aside, merr := store.MoveAside(path, time.Now())
+	if merr != nil {
+		return nil, fmt.Errorf("%w; %w", err, merr)
+	}
+	h.log.Error("store.db was not a readable database: moved it aside and started an empty store; the declaration is taken from the bus again",
+		"store", path, "moved_to", aside, "err", err)
+	return store.Open(ctx, path)
 }
 
 // loop is the reconcile loop: one reconcile at a time, triggers coalesced, the stand-aside check

@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -240,4 +242,24 @@ func TestTwoHundredHostsRunInOneProcess(t *testing.T) {
 		}
 		return ok == n
 	})
+}
+
+// A store.db that is not a database is moved aside; the host starts over an empty store and
+// takes its declaration from the bus again, instead of failing as if the binary were bad.
+func TestCorruptStoreIsMovedAsideAndDeclarationTakenAgain(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	rev := b.declare("n1", decl("n1", ""))
+	root := newRoot(t, "v1.0.0")
+	if err := os.WriteFile(filepath.Join(root, "store.db"), []byte(strings.Repeat("garbage ", 1000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	th := startHost(t, root, "n1", b.url())
+	waitHeartbeat(t, hbs, "the declaration held again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	if matches, _ := filepath.Glob(filepath.Join(root, "store.db.corrupt-*")); len(matches) != 1 {
+		t.Errorf("the corrupt store was not kept aside: %v", matches)
+	}
+	if !strings.Contains(th.logs.String(), "moved it aside") {
+		t.Errorf("the host did not say what it did:\n%s", th.logs.String())
+	}
 }
