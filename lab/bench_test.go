@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/launcher"
-	"github.com/novox/mesh-host/rollback"
 )
 
 // PkgAnyVersion is the real host taking its version from the launcher (benchmarks only).
@@ -44,20 +43,6 @@ func waitRunning(b *testing.B, n *Node, version string) launcher.Report {
 		b.Fatalf("%v\n%s", err, n.Log())
 	}
 	return rep
-}
-
-func starts(b *testing.B, root, version string) []rollback.Start {
-	b.Helper()
-	r, err := rollback.OpenForStatus(context.Background(), root)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	s, err := r.Starts(context.Background(), version)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
 }
 
 func reportQuantiles(b *testing.B, ds []time.Duration, unit string) {

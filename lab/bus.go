@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
 )

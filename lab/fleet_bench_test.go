@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/novox/mesh-host/host"
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/rollback"

@@ -16,17 +16,27 @@ import (
 
 var runningConfirmed = runningConfirmedReport
 
-// startsOf reads the records' starts of a version: how the launcher ran it.
-func startsOf(t *testing.T, root, version string) []string {
+// starts reads the records' starts of a version: how the launcher ran it.
+func starts(t testing.TB, root, version string) []rollback.Start {
 	t.Helper()
 	r, err := rollback.OpenForStatus(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	outs, err := r.Outcomes(context.Background(), version)
+	s, err := r.Starts(context.Background(), version)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return s
+}
+
+// startsOf is how each start of a version ended ("" while it runs), oldest first.
+func startsOf(t testing.TB, root, version string) []string {
+	t.Helper()
+	var outs []string
+	for _, s := range starts(t, root, version) {
+		outs = append(outs, string(s.Outcome))
 	}
 	return outs
 }

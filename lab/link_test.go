@@ -30,20 +30,28 @@ func waitBeat(t *testing.T, ch <-chan wire.Heartbeat, what string, ok func(wire.
 	return hb
 }
 
-// 7. With the link up, a newer version placed in versions/ makes the host heartbeat that it is
-// standing aside, then exit 0 after its reconcile; the launcher starts the new one, which
-// heartbeats its own version.
-func TestStandingAsideIsHeartbeatAndNewVersionHeartbeatsItself(t *testing.T) {
-	t.Parallel()
+// linkedNode starts a bus, subscribes to node "lab"'s heartbeats and starts its launcher with
+// v1.0.0 linked to the bus.
+func linkedNode(t *testing.T, env ...string) (*Bus, *Node, <-chan wire.Heartbeat) {
+	t.Helper()
 	b := startLabBus(t)
 	hbs, stop, err := b.Heartbeats("lab")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL())
+	t.Cleanup(stop)
+	n := newNode(t, append([]string{"MESH_HOST_NATS_URL=" + b.URL()}, env...)...)
 	place(t, n, "v1.0.0", PkgHost)
 	start(t, n)
+	return b, n, hbs
+}
+
+// 7. With the link up, a newer version placed in versions/ makes the host heartbeat that it is
+// standing aside, then exit 0 after its reconcile; the launcher starts the new one, which
+// heartbeats its own version.
+func TestStandingAsideIsHeartbeatAndNewVersionHeartbeatsItself(t *testing.T) {
+	t.Parallel()
+	_, n, hbs := linkedNode(t)
 	waitBeat(t, hbs, "v1.0.0 running and confirmed", func(hb wire.Heartbeat) bool {
 		return hb.Running == "v1.0.0" && hb.KnownGood == "v1.0.0" && hb.State == wire.StateRunning
 	})
@@ -64,15 +72,7 @@ func TestStandingAsideIsHeartbeatAndNewVersionHeartbeatsItself(t *testing.T) {
 // its file descriptors is looked up in /proc/<pid>/net/* and none is listening.
 func TestHostHasNoListeningSocket(t *testing.T) {
 	t.Parallel()
-	b := startLabBus(t)
-	hbs, stop, err := b.Heartbeats("lab")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL())
-	place(t, n, "v1.0.0", PkgHost)
-	start(t, n)
+	_, n, hbs := linkedNode(t)
 	waitBeat(t, hbs, "the host linked", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" })
 	rep, _, err := n.Status(ctxFor(t, 10*time.Second))
 	if err != nil || rep.Running == nil {
