@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +16,12 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/deliver/archive"
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -77,45 +77,25 @@ func fakehost(t testing.TB, version, mode, goarch string) []byte {
 	return b
 }
 
-// startBus runs an embedded NATS server with JetStream on a free loopback port, creates the
-// delivery buckets, and returns the server's URL and a JetStream context on it.
+// startBus runs the mesh's embedded bus (release/bus, as `mesh-release serve` does) on a free
+// loopback port with every bucket created, and returns its URL and a JetStream context on it.
 func startBus(t testing.TB) (string, jetstream.JetStream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	ctx := context.Background()
+	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS did not start")
 	}
 	t.Cleanup(s.Shutdown)
-	js := connect(t, s.ClientURL())
-	ctx := context.Background()
-	n := wire.NamesFor("")
-	for _, b := range []string{n.Releases(), n.Targets()} {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: n.Archives()}); err != nil {
-		t.Fatal(err)
-	}
-	return s.ClientURL(), js
-}
-
-func connect(t testing.TB, url string) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url)
+	c, err := bus.Connect(ctx, s.ClientURL(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
+	t.Cleanup(c.Close)
+	if err := bus.Init(ctx, c.JS, wire.NamesFor("")); err != nil {
 		t.Fatal(err)
 	}
-	return js
+	return s.ClientURL(), c.JS
 }
 
 // harness is one node's root and a release side on a real embedded bus.

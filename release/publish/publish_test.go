@@ -6,56 +6,43 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/deliver/archive"
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/bus"
 )
 
-// startBus runs an embedded NATS server with JetStream on a free loopback port and returns a
-// JetStream context on it; with buckets, the three delivery buckets are created.
+// startBus runs the mesh's embedded bus (bus.Serve, as `mesh-release serve` does) on a free
+// loopback port and returns a JetStream context on it; with buckets, `mesh-release init`'s
+// buckets and stream are created.
 func startBus(t *testing.T, buckets bool) jetstream.JetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	ctx := context.Background()
+	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS did not start")
 	}
 	t.Cleanup(s.Shutdown)
-	nc, err := nats.Connect(s.ClientURL())
+	c, err := bus.Connect(ctx, s.ClientURL(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(c.Close)
 	if buckets {
-		ctx := context.Background()
-		n := wire.NamesFor("")
-		for _, b := range []string{n.Releases(), n.Targets()} {
-			if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: n.Archives()}); err != nil {
+		if err := bus.Init(ctx, c.JS, wire.NamesFor("")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return js
+	return c.JS
 }
 
 // buildDir writes what `mesh-release build` writes for payload as the binary.
