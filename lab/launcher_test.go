@@ -16,6 +16,19 @@ import (
 
 var runningConfirmed = runningConfirmedReport
 
+// confirmedNode starts a node's launcher (with args) on v1.0.0 built from pkg and waits until
+// that version runs and has confirmed.
+func confirmedNode(t *testing.T, ctx context.Context, pkg string, args ...string) *Node {
+	t.Helper()
+	n := newNode(t)
+	place(t, n, "v1.0.0", pkg)
+	start(t, n, args...)
+	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // starts reads the records' starts of a version: how the launcher ran it.
 func starts(t testing.TB, root, version string) []rollback.Start {
 	t.Helper()
@@ -46,12 +59,7 @@ func startsOf(t testing.TB, root, version string) []string {
 func TestNewerVersionTakesOverByStandingAsideAndOldOnesRetire(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgHost)
-	start(t, n)
-	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
-		t.Fatal(err)
-	}
+	n := confirmedNode(t, ctx, PkgHost)
 	launcherPID := n.PID()
 	for _, v := range []string{"v1.1.0", "v1.2.0"} {
 		place(t, n, v, PkgHost)
@@ -127,12 +135,7 @@ func TestHostDoesNotStandAsideWhenUnchanged(t *testing.T) {
 func TestCrashingVersionIsRolledBackAndNeverChosenAgain(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgHost)
-	start(t, n)
-	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
-		t.Fatal(err)
-	}
+	n := confirmedNode(t, ctx, PkgHost)
 	place(t, n, "v1.1.0", PkgExit1)
 	rep, err := n.WaitStatus(ctx, "rollback to v1.0.0", func(rep launcher.Report) bool {
 		return len(rep.Rollbacks) == 1 && Running(rep) == "v1.0.0"
@@ -168,12 +171,7 @@ func TestCrashingVersionIsRolledBackAndNeverChosenAgain(t *testing.T) {
 func TestRollbackTargetFailingToStopsLauncherWithStatus3(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgFlaky)
-	start(t, n)
-	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
-		t.Fatal(err)
-	}
+	n := confirmedNode(t, ctx, PkgFlaky)
 	// The machine breaks under v1.0.0 (it only notices at its next start), then a broken v1.1.0
 	// arrives: v1.1.0 is rolled back to v1.0.0, which fails too.
 	if err := os.WriteFile(filepath.Join(n.Root, "lab-fail"), nil, 0o644); err != nil {
@@ -229,12 +227,7 @@ func TestNoKnownGoodStopsWithStatus3AndSaysSo(t *testing.T) {
 func TestHangingVersionIsKilledAtConfirmDeadlineAndCounted(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgHost)
-	start(t, n, "--confirm-deadline", "1s")
-	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
-		t.Fatal(err)
-	}
+	n := confirmedNode(t, ctx, PkgHost, "--confirm-deadline", "1s")
 	place(t, n, "v1.1.0", PkgHang)
 	rep, err := n.WaitStatus(ctx, "rollback from the hanging version", func(rep launcher.Report) bool {
 		return len(rep.Rollbacks) == 1 && Running(rep) == "v1.0.0"
