@@ -1,0 +1,89 @@
+package rollback
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Text that comes from outside a process — a host's output kept in the records, a heartbeat
+// field, an error built from a declaration — is bounded before it is stored or sent, and made
+// printable before it is shown. The launcher, the host and the release side all use these two,
+// so there is one rule for both.
+
+// Cut returns s if it is at most max bytes long; otherwise its head, cut on a UTF-8 boundary,
+// and a marker saying how many bytes were cut, the whole at most max bytes. A max smaller than
+// the marker gets the head alone.
+func Cut(s string, max int) string {
+	if max <= 0 {
+		return ""
+	}
+	if len(s) <= max {
+		return s
+	}
+	// The marker is sized for the largest count it could say, so the real one fits too.
+	keep := max - len(cutMarker(len(s)))
+	if keep < 0 {
+		keep = max
+	}
+	// Step back to a rune boundary so the result stays valid UTF-8.
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	if keep+len(cutMarker(len(s))) > max {
+		return s[:keep]
+	}
+	return s[:keep] + cutMarker(len(s)-keep)
+}
+
+func cutMarker(n int) string { return fmt.Sprintf(" …[cut %d bytes]", n) }
+
+// Printable returns s with everything that could drive a terminal or hide text written as a
+// visible escape: control characters (newlines and tabs too, so one field stays one line), DEL,
+// the C1 controls, Unicode line and paragraph separators and bidirectional overrides; invalid
+// UTF-8 becomes U+FFFD. Printable text passes unchanged.
+func Printable(s string) string {
+	if isPrintable(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteRune(utf8.RuneError)
+		case unsafeRune(r):
+			if r < 0x100 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func isPrintable(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || unsafeRune(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r == 0x2028, r == 0x2029: // line and paragraph separators
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f: // bidi
+		return true
+	}
+	return false
+}
