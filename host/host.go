@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -30,6 +31,10 @@ type Options struct {
 	// PreflightArgs follow "preflight" when a staged successor is checked (e.g. --config FILE
 	// when this host was started with one), so it reads the same config this host does.
 	PreflightArgs []string
+	// Alive is the launcher's liveness pipe (MESH_HOST_ALIVE_FD), written every AliveEvery
+	// from the reconcile loop; nil for none.
+	Alive      io.Writer
+	AliveEvery time.Duration
 }
 
 // Result says why Run returned without error.
@@ -47,6 +52,7 @@ type Host struct {
 	link     *link.Link // nil when no NATS URL is configured: the host runs disconnected
 	started  time.Time
 	triggers *triggers
+	pulse    pulse         // shows the launcher this host is alive (loop goroutine only)
 	beat     chan struct{} // asks the heartbeat loop for a heartbeat now
 	recheck  chan struct{} // a version was staged: check Choose once no reconcile runs
 	wg       sync.WaitGroup
@@ -68,7 +74,11 @@ func New(opts Options) (*Host, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AliveEvery <= 0 {
+		opts.AliveEvery = 10 * time.Second
+	}
 	return &Host{
+		pulse:    pulse{w: opts.Alive, every: opts.AliveEvery},
 		opts:     opts,
 		log:      opts.Logger.With("node", opts.Config.Node, "version", opts.Version),
 		root:     opts.Config.Root,
@@ -82,6 +92,7 @@ func New(opts Options) (*Host, error) {
 // in progress, if any) or until, after a completed reconcile, Choose names another version.
 func (h *Host) Run(ctx context.Context) (Result, error) {
 	h.started = time.Now()
+	h.pulse.beat()
 	lock, err := rollback.LockHost(ctx, h.root, 10*time.Second)
 	if err != nil {
 		return Result{}, err
@@ -132,6 +143,7 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 	}
 
 	res, err := h.loop(ctx)
+	h.pulse.beat()
 	state := wire.StateStopping
 	if res.StoodAsideFor != "" {
 		state = wire.StateStandingAside
@@ -165,8 +177,13 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 	interval := h.opts.Config.ReconcileInterval.Std()
 	drift := time.NewTimer(interval)
 	defer drift.Stop()
+	alive := time.NewTicker(h.opts.AliveEvery)
+	defer alive.Stop()
 	for {
+		h.pulse.beat()
 		select {
+		case <-alive.C:
+			continue
 		case <-ctx.Done():
 			h.log.Info("stopping")
 			return Result{}, nil

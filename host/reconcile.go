@@ -82,6 +82,7 @@ func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
 			return errStopped
 		default:
 		}
+		h.pulse.beat()
 		if err := h.applyResource(ctx, r); err != nil {
 			failed = append(failed, fmt.Sprintf("resources[%d] %s %q: %v", i, r.Type, r.ID, err))
 		}

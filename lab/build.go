@@ -20,6 +20,7 @@ const (
 	PkgHang     = "./lab/fixtures/hang"
 	PkgExit0    = "./lab/fixtures/exit0"
 	PkgFlaky    = "./lab/fixtures/flaky"
+	PkgLoud     = "./lab/fixtures/loud"
 )
 
 // Builder builds static binaries from the source tree, each (package, version) once.

@@ -148,7 +148,8 @@ func (n *Node) Stop(ctx context.Context) (int, error) {
 	return n.Wait(ctx)
 }
 
-// Status runs `mesh-launcher status --json` and decodes it; code is its exit status.
+// Status runs `mesh-launcher status --json` and decodes it; code is its exit status (0
+// healthy, 4 degraded, 3 failed).
 func (n *Node) Status(ctx context.Context) (rep launcher.Report, code int, err error) {
 	cmd := exec.CommandContext(ctx, n.Launcher, "status", "--root", n.Root, "--json")
 	var out, stderr bytes.Buffer
@@ -157,7 +158,7 @@ func (n *Node) Status(ctx context.Context) (rep launcher.Report, code int, err e
 		return rep, -1, fmt.Errorf("mesh-launcher status: %w", err)
 	}
 	code = cmd.ProcessState.ExitCode()
-	if code != 0 && code != launcher.ExitFailed {
+	if code != 0 && code != launcher.ExitFailed && code != launcher.ExitDegraded {
 		return rep, code, fmt.Errorf("mesh-launcher status: exit %d: %s", code, stderr.String())
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {

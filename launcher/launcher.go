@@ -15,14 +15,20 @@ import (
 )
 
 // ExitFailed is the launcher's exit status when it stops in its failed state: the unit names
-// it in RestartPreventExitStatus= so systemd does not start it again and again.
+// it in RestartPreventExitStatus= so systemd does not start it again and again. `status`
+// exits with it too.
 const ExitFailed = 3
+
+// ExitDegraded is `mesh-launcher status`'s exit status when the node is degraded: the host is
+// crash-looping, was killed as hung, or is not running.
+const ExitDegraded = 4
 
 // Config is the launcher's settings; Defaults fills what is left zero.
 type Config struct {
 	Root            string
 	Policy          rollback.Policy
 	ConfirmDeadline time.Duration // an unconfirmed version must confirm within this (10m)
+	LivenessLimit   time.Duration // a host silent on its liveness pipe this long is killed as hung (60s)
 	StopTimeout     time.Duration // how long a stopping host may take before SIGKILL (90s)
 	Logger          *slog.Logger
 	Notifier        Notifier // systemd notifications; NopNotifier outside systemd
@@ -47,6 +53,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.ConfirmDeadline == 0 {
 		c.ConfirmDeadline = 10 * time.Minute
+	}
+	if c.LivenessLimit == 0 {
+		c.LivenessLimit = 60 * time.Second
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = 90 * time.Second

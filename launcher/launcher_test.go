@@ -128,7 +128,7 @@ func TestPrepareClosesInterruptedStartsLeavesFailedStateAndRemovesStaging(t *tes
 	if got, _ := g.r.Outcomes(ctx, "v1.0.0"); len(got) != 1 || got[0] != string(rollback.OutcomeInterrupted) {
 		t.Errorf("Outcomes = %v, want the open start closed as interrupted", got)
 	}
-	st, err := g.r.Status(ctx, g.root)
+	st, err := g.r.Status(ctx, g.root, rollback.DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}

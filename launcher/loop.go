@@ -88,6 +88,8 @@ func (l *Launcher) runOnce(ctx context.Context, version string) (rollback.End, e
 		defer t.Stop()
 		deadline = t.C
 	}
+	liveness := time.NewTicker(max(l.cfg.LivenessLimit/4, 10*time.Millisecond))
+	defer liveness.Stop()
 	end := rollback.End{}
 wait:
 	for {
@@ -99,6 +101,15 @@ wait:
 			p.stop(l.cfg.StopTimeout)
 			end.Outcome = rollback.OutcomeStopped
 			break wait
+		case <-liveness.C:
+			// SIGSTOP, a deadlock or a host stuck in the kernel all look the same from here:
+			// no pulse. Killing it lets the failure policy judge it like a crash.
+			if silent, ok := p.silentFor(); ok && silent > l.cfg.LivenessLimit {
+				log.Error("the host showed no sign of life for the liveness limit; killing it as hung", "silent", silent.Round(time.Millisecond), "limit", l.cfg.LivenessLimit)
+				p.kill()
+				end.Outcome = rollback.OutcomeHung
+				break wait
+			}
 		case <-deadline:
 			ok, err := l.records.StartConfirmed(ctx, start)
 			if err != nil {
@@ -109,8 +120,7 @@ wait:
 				continue
 			}
 			log.Error("the host did not confirm within the confirm deadline; killing it", "deadline", l.cfg.ConfirmDeadline)
-			p.cmd.Process.Kill()
-			<-p.exited
+			p.kill()
 			end.Outcome = rollback.OutcomeDeadline
 			break wait
 		}
@@ -151,7 +161,7 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		return err
 	}
 	v := l.cfg.Policy.Judge(s)
-	why := describe(end)
+	why := end.Describe()
 	log := l.log.With("version", version, "failures", s.Failures, "limit", l.cfg.Policy.Limit, "why", why)
 	switch v.Action {
 	case rollback.Restart:
@@ -164,6 +174,9 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		return nil
 	case rollback.RollBack:
 		reason := fmt.Sprintf("%s failed %d times without confirming (last: %s)", version, s.Failures, why)
+		if s.Deadline() {
+			reason = fmt.Sprintf("%s did not confirm within the confirm deadline (%s), its chance to prove itself (%d failures)", version, l.cfg.ConfirmDeadline, s.Failures)
+		}
 		if err := l.records.MarkBad(ctx, version, reason); err != nil {
 			return err
 		}
@@ -178,40 +191,24 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=rolled back from %s to %s", version, choice.Version))
 		return nil
 	case rollback.StopRolledBack:
-		return errFailedState{reason: fmt.Sprintf("%s, the version rolled back to, failed %d times too (last: %s): the machine is the problem, not the release; fix it and restart mesh-launcher", version, s.Failures, why)}
+		reason := fmt.Sprintf("%s, the version rolled back to, failed %d times too (last: %s): the machine is the problem, not the release", version, s.Failures, why)
+		// What made the rollback target fail probably made the release it replaced fail as
+		// well: the machine or its input, which never marks a release bad (decision 0003).
+		if rbs, err := l.records.Rollbacks(ctx, 1); err != nil {
+			return err
+		} else if len(rbs) == 1 && rbs[0].To == version {
+			lifted, err := l.records.WithdrawBad(ctx, rbs[0].From)
+			if err != nil {
+				return err
+			}
+			if lifted {
+				reason += fmt.Sprintf("; %s is no longer marked bad and gets fresh trials", rbs[0].From)
+			}
+		}
+		return errFailedState{reason: reason + "; fix the machine and restart mesh-launcher"}
 	default:
 		return errFailedState{reason: fmt.Sprintf("%s failed %d times without ever confirming (last: %s) and there is no known-good version to roll back to; fix the machine or stage a working version, then restart mesh-launcher", version, s.Failures, why)}
 	}
-}
-
-// describe says how a start ended in a few words.
-func describe(e rollback.End) string {
-	var s string
-	switch {
-	case e.Outcome == rollback.OutcomeDeadline:
-		s = "did not confirm within the confirm deadline"
-	case e.Signal != "":
-		s = "killed by signal " + e.Signal
-	case e.ExitCode == 0:
-		s = "exited 0 with nothing newer to stand aside for"
-	default:
-		s = fmt.Sprintf("exited with status %d", e.ExitCode)
-	}
-	if last := lastLine(e.Output); last != "" {
-		s += ": " + last
-	}
-	return s
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	if len(s) > 200 {
-		s = strings.ToValidUTF8(s[:200], "") + "…"
-	}
-	return s
 }
 
 func skippedSummary(skipped []rollback.Candidate) string {

@@ -4,19 +4,31 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/novox/mesh-host/rollback"
 )
 
-// tailLines is how many of the host's last stderr lines a start's record keeps.
-const tailLines = 20
+const (
+	// tailLines is how many of the host's last stderr lines a start's record keeps.
+	tailLines = 20
+	// maxLine is the longest host output line relayed; the rest of a line is cut, with a
+	// marker saying how much (journald splits lines past 48 KiB anyway).
+	maxLine = 16 << 10
+	// relayQueue is how many lines may wait for a slow log before lines are dropped; the
+	// host is never held up by the log.
+	relayQueue = 1024
+	// aliveFD is the descriptor the host's liveness pipe is given as (ExtraFiles[0]).
+	aliveFD = 3
+)
 
 // hostProcess is one running host.
 type hostProcess struct {
@@ -27,42 +39,63 @@ type hostProcess struct {
 	waitErr error
 	started time.Time
 	endedAt time.Time // when Wait returned: the moment the stand-aside gap is measured from
+
+	// lastAlive is when the host last showed a sign of life on its pipe, as nanoseconds of
+	// the monotonic clock since started; -1 until its first one. A host that never writes to
+	// the pipe (one older than the pipe) is not judged by it.
+	lastAlive atomic.Int64
 }
 
 // startHost starts versions/<v>/mesh-host run with the launcher's environment, less systemd's
-// notification variables (only the launcher may notify), plus the root, version and start id.
-// The host dies with the launcher (Pdeathsig), so killing the launcher never leaves it behind.
+// notification variables (only the launcher may notify), plus the root, version and start id,
+// and the write end of a pipe the host shows it is alive on. The host dies with the launcher
+// (Pdeathsig), so killing the launcher never leaves it behind.
 func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) {
 	cmd := exec.Command(rollback.BinaryPath(l.cfg.Root, version), "run")
 	cmd.Env = append(hostEnv(os.Environ()),
 		"MESH_HOST_ROOT="+l.cfg.Root,
 		"MESH_HOST_VERSION="+version,
 		"MESH_HOST_START_ID="+strconv.FormatInt(start, 10),
+		"MESH_HOST_ALIVE_FD="+strconv.Itoa(aliveFD),
+		"MESH_HOST_ALIVE_INTERVAL="+l.pulseInterval().String(),
 	)
 	cmd.Stdout = l.cfg.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	pr, pw, err := os.Pipe()
+	errR, errW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pipe for the host's stderr: %w", err)
 	}
-	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
+	aliveR, aliveW, err := os.Pipe()
+	if err != nil {
+		errR.Close()
+		errW.Close()
+		return nil, fmt.Errorf("pipe for the host's liveness: %w", err)
+	}
+	cmd.Stderr = errW
+	cmd.ExtraFiles = []*os.File{aliveW}
+	err = cmd.Start()
+	errW.Close() // the child holds its own copies now
+	aliveW.Close()
+	if err != nil {
+		errR.Close()
+		aliveR.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	started := time.Now()
-	pw.Close()
-	p := &hostProcess{cmd: cmd, tail: &tail{max: tailLines}, copied: make(chan struct{}), exited: make(chan struct{}), started: started}
+	p := &hostProcess{cmd: cmd, tail: &tail{max: tailLines}, copied: make(chan struct{}), exited: make(chan struct{}), started: time.Now()}
+	p.lastAlive.Store(-1)
 	go func() {
 		defer close(p.copied)
-		defer pr.Close()
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64*1024), 1024*1024)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(l.cfg.Stderr, line)
-			p.tail.add(line)
+		defer errR.Close()
+		relay(errR, l.cfg.Stderr, p.tail)
+	}()
+	go func() {
+		defer aliveR.Close()
+		buf := make([]byte, 64)
+		for {
+			if _, err := aliveR.Read(buf); err != nil {
+				return
+			}
+			p.lastAlive.Store(int64(time.Since(p.started)))
 		}
 	}()
 	go func() {
@@ -71,6 +104,87 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// pulseInterval is how often the host is asked to show it is alive: often enough that a few
+// missed pulses are not yet the liveness limit.
+func (l *Launcher) pulseInterval() time.Duration {
+	return max(l.cfg.LivenessLimit/6, 10*time.Millisecond)
+}
+
+// silentFor is how long the host has shown no sign of life; ok is false while it has not
+// shown its first (it is then not judged by the pipe).
+func (p *hostProcess) silentFor() (d time.Duration, ok bool) {
+	last := p.lastAlive.Load()
+	if last < 0 {
+		return 0, false
+	}
+	return time.Since(p.started) - time.Duration(last), true
+}
+
+// relay copies the host's output to out line by line, whatever it is. A line longer than
+// maxLine is cut with a marker; bytes are passed as they are. Reading never stops before EOF,
+// so the host is never blocked on a full pipe nor killed by a closed one (SIGPIPE); lines wait
+// for out in a bounded queue, and when out cannot keep up, lines are dropped and counted.
+func relay(r io.Reader, out io.Writer, t *tail) {
+	lines := make(chan []byte, relayQueue)
+	var dropped atomic.Int64
+	written := make(chan struct{})
+	sayDropped := func() {
+		if n := dropped.Swap(0); n > 0 {
+			fmt.Fprintf(out, "[mesh-launcher: %d lines of the host's output were dropped: the log could not keep up]\n", n)
+		}
+	}
+	go func() {
+		defer close(written)
+		for line := range lines {
+			sayDropped()
+			out.Write(line)
+		}
+		sayDropped()
+	}()
+	emit := func(line []byte, cut int) {
+		text := string(line)
+		if cut > 0 {
+			text += fmt.Sprintf(" …[line cut: %d more bytes]", cut)
+		}
+		t.add(text)
+		select {
+		case lines <- []byte(text + "\n"):
+		default:
+			dropped.Add(1)
+		}
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	line := make([]byte, 0, 4<<10)
+	cut := 0
+	for {
+		chunk, err := br.ReadSlice('\n')
+		complete := len(chunk) > 0 && chunk[len(chunk)-1] == '\n'
+		if complete {
+			chunk = chunk[:len(chunk)-1]
+		}
+		if room := maxLine - len(line); len(chunk) > room {
+			cut += len(chunk) - room
+			chunk = chunk[:room]
+		}
+		line = append(line, chunk...)
+		if complete {
+			emit(line, cut)
+			line, cut = line[:0], 0
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			if len(line) > 0 || cut > 0 {
+				emit(line, cut)
+			}
+			break
+		}
+	}
+	close(lines)
+	<-written
 }
 
 // output waits briefly for the stderr copy to finish and returns the last lines. A grandchild
@@ -89,9 +203,14 @@ func (p *hostProcess) stop(timeout time.Duration) {
 	select {
 	case <-p.exited:
 	case <-time.After(timeout):
-		p.cmd.Process.Kill()
-		<-p.exited
+		p.kill()
 	}
+}
+
+// kill kills the host and waits for it to be gone.
+func (p *hostProcess) kill() {
+	p.cmd.Process.Kill()
+	<-p.exited
 }
 
 // exitOf describes how the process ended: exit code, or -1 and the signal's name.
@@ -113,7 +232,7 @@ func hostEnv(env []string) []string {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
 		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
-			"MESH_HOST_ROOT", "MESH_HOST_VERSION", "MESH_HOST_START_ID":
+			"MESH_HOST_ROOT", "MESH_HOST_VERSION", "MESH_HOST_START_ID", "MESH_HOST_ALIVE_FD", "MESH_HOST_ALIVE_INTERVAL":
 			continue
 		}
 		out = append(out, kv)
@@ -121,7 +240,8 @@ func hostEnv(env []string) []string {
 	return out
 }
 
-// tail keeps the last max lines written.
+// tail keeps the last max lines written, each cut to a length a record and a heartbeat can
+// carry, as valid UTF-8 (printing them safely is the reader's job: rollback.Printable).
 type tail struct {
 	mu    sync.Mutex
 	max   int
@@ -129,11 +249,9 @@ type tail struct {
 }
 
 func (t *tail) add(line string) {
+	line = rollback.Cut(strings.ToValidUTF8(line, "\uFFFD"), 512)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(line) > 512 {
-		line = strings.ToValidUTF8(line[:512], "") + "…"
-	}
 	t.lines = append(t.lines, line)
 	if len(t.lines) > t.max {
 		t.lines = t.lines[len(t.lines)-t.max:]

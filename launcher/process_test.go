@@ -1,11 +1,19 @@
 package launcher
 
 import (
+	"bytes"
+	"crypto/rand"
 	"fmt"
+	"io"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/rollback"
 )
 
 func TestHostEnvStripsSystemdAndMeshHostIdentityVariables(t *testing.T) {
@@ -90,8 +98,8 @@ func TestTailTruncatesLongLines(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines", len(lines))
 	}
-	if want := strings.Repeat("z", 512) + "…"; lines[0] != want {
-		t.Errorf("long line kept as %d bytes, want 512 and an ellipsis", len(lines[0]))
+	if want := rollback.Cut(strings.Repeat("z", 600), 512); lines[0] != want {
+		t.Errorf("long line kept as %q, want %q", lines[0], want)
 	}
 	if lines[1] != strings.Repeat("y", 512) {
 		t.Errorf("a line of exactly 512 bytes was changed")
@@ -115,4 +123,109 @@ func TestTailIsSafeForConcurrentUse(t *testing.T) {
 	if n := len(strings.Split(tl.String(), "\n")); n != tailLines {
 		t.Errorf("kept %d lines, want %d", n, tailLines)
 	}
+}
+
+// The relay once stopped at a 1 MiB line and closed the pipe; the host died of SIGPIPE on its
+// next write. Whatever the host writes, the relay reads it all.
+func TestRelayDrainsOutputWhateverItIs(t *testing.T) {
+	garbage := make([]byte, 3<<20)
+	rand.Read(garbage)
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		lines int    // lines relayed
+		cut   string // a marker that must appear
+	}{
+		{"short lines pass as they are", []byte("a\nb\nc\n"), 3, ""},
+		{"a last line without a newline", []byte("a\nb"), 2, ""},
+		{"a 10 MB line is cut with a marker", append(bytes.Repeat([]byte("x"), 10<<20), '\n'), 1, fmt.Sprintf("[line cut: %d more bytes]", 10<<20-maxLine)},
+		{"binary garbage", garbage, bytes.Count(garbage, []byte("\n")) + 1, ""},
+		{"an exactly maxLine line is not cut", append(bytes.Repeat([]byte("y"), maxLine), '\n'), 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			tl := &tail{max: tailLines}
+			relay(bytes.NewReader(tc.in), &out, tl)
+			// Every line is relayed, or counted as dropped when the log fell behind.
+			if n := relayedOrDropped(t, out.String()); n != tc.lines {
+				t.Errorf("relayed or dropped %d lines, want %d", n, tc.lines)
+			}
+			for _, line := range bytes.Split(bytes.TrimSuffix(out.Bytes(), []byte("\n")), []byte("\n")) {
+				if len(line) > maxLine+64 {
+					t.Fatalf("relayed a line of %d bytes, over the %d-byte cap", len(line), maxLine)
+				}
+			}
+			if tc.cut != "" && !strings.Contains(out.String(), tc.cut) {
+				t.Errorf("no marker %q in the relayed output", tc.cut)
+			}
+			if tc.cut == "" && strings.Contains(out.String(), "[line cut") {
+				t.Errorf("a line was cut that fits")
+			}
+		})
+	}
+}
+
+// A log that cannot keep up never holds up the host: lines are dropped and counted, and
+// reading goes on.
+func TestRelayNeverBlocksTheHostOnASlowLog(t *testing.T) {
+	pr, pw := io.Pipe()
+	slow := &slowWriter{release: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		relay(pr, slow, &tail{max: tailLines})
+		close(done)
+	}()
+	// Far more lines than the queue holds, written while the log is stuck.
+	wrote := make(chan struct{})
+	go func() {
+		for i := 0; i < 20*relayQueue; i++ {
+			fmt.Fprintf(pw, "line %d\n", i)
+		}
+		pw.Close()
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host's writes blocked behind a stuck log")
+	}
+	close(slow.release)
+	<-done
+	if !strings.Contains(slow.String(), "lines of the host's output were dropped") {
+		t.Errorf("the dropped lines were not counted in the log")
+	}
+}
+
+var droppedNotice = regexp.MustCompile(`(?m)^\[mesh-launcher: (\d+) lines of the host's output were dropped`)
+
+func relayedOrDropped(t *testing.T, out string) int {
+	t.Helper()
+	n := strings.Count(out, "\n")
+	for _, m := range droppedNotice.FindAllStringSubmatch(out, -1) {
+		d, err := strconv.Atoi(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += d - 1 // the notice's own line is not the host's
+	}
+	return n
+}
+
+type slowWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	b       bytes.Buffer
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *slowWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

@@ -15,16 +15,41 @@ import (
 	"github.com/novox/mesh-host/rollback"
 )
 
-// Report is `mesh-launcher status`: the records' picture plus whether a launcher holds the root.
+// Report is `mesh-launcher status`: the records' picture plus whether a launcher holds the root,
+// and the node's state.
 type Report struct {
 	Root        string `json:"root"`
 	LauncherPID int    `json:"launcher_pid"` // 0 when no launcher runs on this root
+	// State is "healthy", "degraded" (the host crash-loops, was killed as hung, or is not
+	// running: DegradedReason says which) or "failed" (FailedReason).
+	State          string `json:"state"`
+	Degraded       bool   `json:"degraded"`
+	DegradedReason string `json:"degraded_reason"`
 	rollback.Status
 }
 
-// ReadStatus builds the report. It works whether or not a launcher runs; it never creates the
-// records or migrates them. A start left open by a launcher that is gone is not shown as running.
-func ReadStatus(ctx context.Context, root string) (Report, error) {
+// The node's states, and `status`'s exit status for each: 0, ExitDegraded, ExitFailed.
+const (
+	StateHealthy  = "healthy"
+	StateDegraded = "degraded"
+	StateFailed   = "failed"
+)
+
+// ExitCode is `mesh-launcher status`'s exit status for the report.
+func (rep Report) ExitCode() int {
+	switch rep.State {
+	case StateFailed:
+		return ExitFailed
+	case StateDegraded:
+		return ExitDegraded
+	}
+	return 0
+}
+
+// ReadStatus builds the report, counting failures by p as the launcher does. It works whether
+// or not a launcher runs; it never creates the records or migrates them. A start left open by a
+// launcher that is gone is not shown as running.
+func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, error) {
 	rep := Report{Root: root, LauncherPID: rollback.LauncherRunning(root)}
 	if _, err := os.Stat(rollback.RecordsPath(root)); errors.Is(err, os.ErrNotExist) {
 		return rep, fmt.Errorf("no records at %s: mesh-launcher has never run on this root (is --root right?)", rollback.RecordsPath(root))
@@ -34,7 +59,7 @@ func ReadStatus(ctx context.Context, root string) (Report, error) {
 		return rep, statusErr(err)
 	}
 	defer r.Close()
-	st, err := r.Status(ctx, root)
+	st, err := r.Status(ctx, root, p)
 	if err != nil {
 		return rep, statusErr(err)
 	}
@@ -45,7 +70,47 @@ func ReadStatus(ctx context.Context, root string) (Report, error) {
 		st.Running = nil
 	}
 	rep.Status = st
+	rep.State, rep.DegradedReason = judgeState(rep)
+	rep.Degraded = rep.State == StateDegraded
 	return rep, nil
+}
+
+// judgeState says whether the node is healthy; the first row that matches decides.
+func judgeState(rep Report) (state, reason string) {
+	if rep.Failed {
+		return StateFailed, ""
+	}
+	// The newest version that has failures counting now is the one in trouble.
+	var failing *rollback.VersionStatus
+	for i, v := range rep.Versions {
+		if v.Failures > 0 && !v.Bad && (rep.Running == nil || v.Running) {
+			failing = &rep.Versions[i]
+			break
+		}
+	}
+	switch {
+	case rep.LauncherPID == 0:
+		return StateDegraded, "mesh-launcher is not running: nothing runs or watches the host (start the unit)"
+	case rep.Running == nil && failing != nil:
+		return StateDegraded, fmt.Sprintf("the host is not running: %s failed %d %s recently and waits to be restarted (last: %s)",
+			failing.Version, failing.Failures, plural(failing.Failures, "time", "times"), failing.LastFailure)
+	case rep.Running == nil:
+		return StateDegraded, "the host is not running"
+	case failing != nil && failing.Confirmed:
+		return StateDegraded, fmt.Sprintf("%s is restarting in a loop: %d %s recently (last: %s)",
+			failing.Version, failing.Failures, plural(failing.Failures, "failure", "failures"), failing.LastFailure)
+	case failing != nil:
+		return StateDegraded, fmt.Sprintf("%s is on trial and failing: %d %s (last: %s)",
+			failing.Version, failing.Failures, plural(failing.Failures, "failure", "failures"), failing.LastFailure)
+	}
+	return StateHealthy, ""
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func statusErr(err error) error {
@@ -82,13 +147,20 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "known-good\t%s\n", dash(rep.KnownGood))
 	fmt.Fprintf(tw, "predecessor\t%s\n", dash(rep.Predecessor))
-	if rep.Failed {
-		fmt.Fprintf(tw, "state\tFAILED: %s\n", rep.FailedReason)
-	} else {
-		fmt.Fprintf(tw, "state\thealthy\n")
+	state, degraded := rep.State, rep.DegradedReason
+	if state == "" { // a report not made by ReadStatus
+		state, degraded = judgeState(rep)
+	}
+	switch state {
+	case StateFailed:
+		fmt.Fprintf(tw, "state\tFAILED: %s\n", text(rep.FailedReason))
+	case StateDegraded:
+		fmt.Fprintf(tw, "state\tdegraded: %s\n", text(degraded))
+	default:
+		fmt.Fprintf(tw, "state\t%s\n", state)
 	}
 	if rep.Note != "" {
-		fmt.Fprintf(tw, "note\t%s\n", rep.Note)
+		fmt.Fprintf(tw, "note\t%s\n", text(rep.Note))
 	}
 	tw.Flush()
 
@@ -99,23 +171,23 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Version, v.Failures, shortDigest(v.Digest), versionState(v))
 	}
 	for _, name := range rep.Ignored {
-		fmt.Fprintf(tw, "%s\t-\t-\tignored (not a version)\n", name)
+		fmt.Fprintf(tw, "%s\t-\t-\tignored (not a version)\n", text(name))
 	}
 	tw.Flush()
 	for _, v := range rep.Versions {
 		if v.Bad {
-			fmt.Fprintf(w, "  %s is bad: %s\n", v.Version, v.BadReason)
+			fmt.Fprintf(w, "  %s is bad: %s\n", v.Version, text(v.BadReason))
 		}
 	}
 
 	if len(rep.Rollbacks) > 0 {
 		rb := rep.Rollbacks[0]
 		fmt.Fprintf(w, "\nlast rollback: %s -> %s at %s (%s ago)\n  %s\n", rb.From, rb.To,
-			rb.At.UTC().Format(time.RFC3339), now.Sub(rb.At).Round(time.Second), rb.Reason)
+			rb.At.UTC().Format(time.RFC3339), now.Sub(rb.At).Round(time.Second), text(rb.Reason))
 		if rb.Output != "" {
 			fmt.Fprintf(w, "  last output of %s:\n", rb.From)
 			for _, line := range strings.Split(rb.Output, "\n") {
-				fmt.Fprintf(w, "    | %s\n", line)
+				fmt.Fprintf(w, "    | %s\n", text(line))
 			}
 		}
 		if n := len(rep.Rollbacks); n > 1 {
@@ -134,7 +206,7 @@ func versionState(v rollback.VersionStatus) string {
 	case v.Bad:
 		parts = append(parts, "BAD")
 	case v.Mismatch != "":
-		parts = append(parts, "NOT RUN: "+v.Mismatch)
+		parts = append(parts, "NOT RUN: "+text(v.Mismatch))
 	case v.Confirmed:
 		parts = append(parts, "confirmed")
 	default:
@@ -145,6 +217,10 @@ func versionState(v rollback.VersionStatus) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// text makes what the records hold (a host's output, reasons built from it) safe to print: one
+// line, no escape sequences.
+func text(s string) string { return rollback.Printable(s) }
 
 func shortDigest(d string) string {
 	if len(d) > 19 {

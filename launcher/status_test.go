@@ -106,9 +106,9 @@ func TestWriteTextShowsEverythingAPersonNeeds(t *testing.T) {
 	}
 }
 
-func TestWriteTextOfAnIdleHealthyRoot(t *testing.T) {
+func TestWriteTextOfARootWithNoLauncherSaysItIsDegraded(t *testing.T) {
 	out := textOf(t, Report{Root: "/r", Status: rollback.Status{Versions: []rollback.VersionStatus{{Version: "v1.0.0", OnDisk: true}}}})
-	for _, want := range []string{"launcher not running", "running -", "known-good -", "predecessor -", "state healthy", "v1.0.0 0 - unconfirmed"} {
+	for _, want := range []string{"launcher not running", "running -", "known-good -", "predecessor -", "state degraded: mesh-launcher is not running", "v1.0.0 0 - unconfirmed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
@@ -251,7 +251,7 @@ func TestReadStatusShowsTheOpenStartWhileALauncherHoldsTheRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Unlock()
-	rep, err := ReadStatus(context.Background(), root)
+	rep, err := ReadStatus(context.Background(), root, rollback.DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestReadStatusShowsTheOpenStartWhileALauncherHoldsTheRoot(t *testing.T) {
 
 func TestReadStatusHidesAnOpenStartWhenNoLauncherRuns(t *testing.T) {
 	root := stagedRoot(t, os.Getpid())
-	rep, err := ReadStatus(context.Background(), root)
+	rep, err := ReadStatus(context.Background(), root, rollback.DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestReadStatusHidesAnOpenStartWhoseProcessIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Unlock()
-	rep, err := ReadStatus(context.Background(), root)
+	rep, err := ReadStatus(context.Background(), root, rollback.DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestReadStatusHidesAnOpenStartWhoseProcessIsGone(t *testing.T) {
 
 func TestReadStatusWithoutRecordsSaysTheLauncherNeverRan(t *testing.T) {
 	root := t.TempDir()
-	_, err := ReadStatus(context.Background(), root)
+	_, err := ReadStatus(context.Background(), root, rollback.DefaultPolicy)
 	if err == nil || !strings.Contains(err.Error(), rollback.RecordsPath(root)) || !strings.Contains(err.Error(), "never run") {
 		t.Errorf("ReadStatus without records = %v", err)
 	}
@@ -317,7 +317,7 @@ func TestReadStatusOfCorruptRecordsSaysWhatToDo(t *testing.T) {
 	if err := os.WriteFile(rollback.RecordsPath(root), garbage, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ReadStatus(context.Background(), root)
+	_, err := ReadStatus(context.Background(), root, rollback.DefaultPolicy)
 	if !errors.Is(err, rollback.ErrCorrupt) {
 		t.Fatalf("ReadStatus of corrupt records = %v, want ErrCorrupt", err)
 	}
@@ -328,5 +328,61 @@ func TestReadStatusOfCorruptRecordsSaysWhatToDo(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(rollback.RecordsPath(root)); !bytes.Equal(b, garbage) {
 		t.Error("status changed the corrupt file")
+	}
+}
+
+func TestStateIsHealthyDegradedOrFailedWithTheReason(t *testing.T) {
+	running := &rollback.Running{Version: "v1.0.0", PID: 9}
+	for _, tc := range []struct {
+		name   string
+		rep    Report
+		state  string
+		reason string // a part of the degraded reason
+		exit   int
+	}{
+		{"running, no failures", Report{LauncherPID: 1, Status: rollback.Status{Running: running,
+			Versions: []rollback.VersionStatus{{Version: "v1.0.0", Running: true, Confirmed: true, FailuresTotal: 9}}}}, StateHealthy, "", 0},
+		{"failed state wins", Report{LauncherPID: 0, Status: rollback.Status{Failed: true, FailedReason: "x"}}, StateFailed, "", ExitFailed},
+		{"no launcher", Report{Status: rollback.Status{}}, StateDegraded, "mesh-launcher is not running", ExitDegraded},
+		{"confirmed version crash-looping, between restarts", Report{LauncherPID: 1, Status: rollback.Status{
+			Versions: []rollback.VersionStatus{{Version: "v1.0.0", Confirmed: true, Failures: 7, LastFailure: "exited with status 1: boom"}}}},
+			StateDegraded, "the host is not running: v1.0.0 failed 7 times recently and waits to be restarted (last: exited with status 1: boom)", ExitDegraded},
+		{"confirmed version running after failures", Report{LauncherPID: 1, Status: rollback.Status{Running: running,
+			Versions: []rollback.VersionStatus{{Version: "v1.0.0", Running: true, Confirmed: true, Failures: 1, LastFailure: "showed no sign of life for the liveness limit (hung)"}}}},
+			StateDegraded, "v1.0.0 is restarting in a loop: 1 failure recently (last: showed no sign of life", ExitDegraded},
+		{"unconfirmed version on trial and failing", Report{LauncherPID: 1, Status: rollback.Status{Running: running,
+			Versions: []rollback.VersionStatus{{Version: "v1.0.0", Running: true, Failures: 2, LastFailure: "exited with status 2"}}}},
+			StateDegraded, "v1.0.0 is on trial and failing: 2 failures", ExitDegraded},
+		{"a bad version's failures are history", Report{LauncherPID: 1, Status: rollback.Status{Running: running,
+			Versions: []rollback.VersionStatus{{Version: "v1.1.0", Bad: true, Failures: 3}, {Version: "v1.0.0", Running: true, Confirmed: true}}}},
+			StateHealthy, "", 0},
+		{"host not running, nothing failing", Report{LauncherPID: 1}, StateDegraded, "the host is not running", ExitDegraded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := tc.rep
+			rep.State, rep.DegradedReason = judgeState(rep)
+			if rep.State != tc.state || !strings.Contains(rep.DegradedReason, tc.reason) || (tc.reason == "") != (rep.DegradedReason == "") {
+				t.Errorf("state %q reason %q, want %q with %q", rep.State, rep.DegradedReason, tc.state, tc.reason)
+			}
+			if got := rep.ExitCode(); got != tc.exit {
+				t.Errorf("exit %d, want %d", got, tc.exit)
+			}
+		})
+	}
+}
+
+func TestWriteTextPrintsNothingThatDrivesATerminal(t *testing.T) {
+	rep := madeUpReport()
+	rep.FailedReason = "v1\x1b[2Jboom"
+	rep.Rollbacks[0].Output = "loading\n\x1b]0;pwned\x07\u202egnirts"
+	rep.Versions[1].BadReason = "bad\x9b31m"
+	var b bytes.Buffer
+	if err := rep.WriteText(&b, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"\x1b", "\x07", "\u202e", "\x9b"} {
+		if strings.Contains(b.String(), c) {
+			t.Errorf("status text holds %q:\n%s", c, b.String())
+		}
 	}
 }

@@ -10,8 +10,24 @@ import (
 // MarkBad records that version must never run again on this machine, and why.
 func (r *Records) MarkBad(ctx context.Context, version, reason string) error {
 	_, err := r.db.ExecContext(ctx, `UPDATE versions SET bad_at = COALESCE(bad_at, ?), bad_reason = COALESCE(bad_reason, ?) WHERE version = ?`,
-		us(r.now()), reason, version)
+		us(r.now()), Cut(reason, maxReason), version)
 	return r.wrapIf("mark "+version+" bad", err)
+}
+
+// maxReason bounds a reason kept in the records (a bad mark, a rollback, the failed state).
+const maxReason = 2 << 10
+
+// WithdrawBad lifts the bad mark of version: the version rolled back to failed too, so the
+// machine (or what it was given) is the suspect, not the release — a failure caused by input
+// or by the machine never marks a release bad (docs/decisions/0003-…). It returns whether
+// there was a mark to lift.
+func (r *Records) WithdrawBad(ctx context.Context, version string) (bool, error) {
+	res, err := r.db.ExecContext(ctx, `UPDATE versions SET bad_at = NULL, bad_reason = NULL WHERE version = ? AND bad_at IS NOT NULL`, version)
+	if err != nil {
+		return false, r.wrap("withdraw the bad mark of "+version, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
 }
 
 // IsBad reports whether version is marked bad on this machine, and why. The host asks before
@@ -36,6 +52,9 @@ type Rollback struct {
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason"`
 	Output string    `json:"output,omitempty"` // the failed version's last output lines
+	// AfterStart is the newest start when the rollback was recorded: the failures of the
+	// version rolled back to are counted from the starts after it.
+	AfterStart int64 `json:"-"`
 }
 
 // RecordRollback records a rollback from one version to another.
@@ -43,14 +62,15 @@ func (r *Records) RecordRollback(ctx context.Context, rb Rollback) error {
 	if rb.At.IsZero() {
 		rb.At = r.now()
 	}
-	_, err := r.db.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output) VALUES (?, ?, ?, ?, ?)`,
-		rb.From, rb.To, us(rb.At), rb.Reason, rb.Output)
+	_, err := r.db.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output, after_start)
+		VALUES (?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM starts))`,
+		rb.From, rb.To, us(rb.At), Cut(rb.Reason, maxReason), Cut(rb.Output, maxOutput))
 	return r.wrapIf("record rollback", err)
 }
 
 // Rollbacks lists the most recent rollbacks, newest first.
 func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) {
-	rows, err := r.db.QueryContext(ctx, `SELECT from_version, to_version, at, reason, COALESCE(output, '') FROM rollbacks ORDER BY id DESC LIMIT ?`, limit)
+	rows, err := r.db.QueryContext(ctx, `SELECT from_version, to_version, at, reason, COALESCE(output, ''), after_start FROM rollbacks ORDER BY id DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, r.wrap("read rollbacks", err)
 	}
@@ -59,7 +79,7 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 	for rows.Next() {
 		var rb Rollback
 		var at sql.NullInt64
-		if err := rows.Scan(&rb.From, &rb.To, &at, &rb.Reason, &rb.Output); err != nil {
+		if err := rows.Scan(&rb.From, &rb.To, &at, &rb.Reason, &rb.Output, &rb.AfterStart); err != nil {
 			return nil, r.wrap("read rollbacks", err)
 		}
 		rb.At = fromUS(at)
@@ -70,12 +90,12 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 
 // SetFailed records that the launcher stopped in its failed state, and why.
 func (r *Records) SetFailed(ctx context.Context, reason string) error {
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, reason, us(r.now()))
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, Cut(reason, maxReason), us(r.now()))
 	return r.wrapIf("record failed state", err)
 }
 
-// ClearFailed leaves the failed state: an operator started the launcher again. Failures before
-// this moment no longer count toward an unconfirmed version's limit.
+// ClearFailed leaves the failed state: an operator started the launcher again. Failures of
+// the starts before this moment no longer count toward a version's limit.
 func (r *Records) ClearFailed(ctx context.Context) (was string, err error) {
 	var failed bool
 	var reason sql.NullString
@@ -85,6 +105,7 @@ func (r *Records) ClearFailed(ctx context.Context) (was string, err error) {
 	if !failed {
 		return "", nil
 	}
-	_, err = r.db.ExecContext(ctx, `UPDATE launcher SET failed = 0, reset_at = ? WHERE id = 1`, us(r.now()))
+	_, err = r.db.ExecContext(ctx, `UPDATE launcher SET failed = 0, failed_reason = NULL, reset_at = ?,
+		reset_after_start = (SELECT COALESCE(MAX(id), 0) FROM starts) WHERE id = 1`, us(r.now()))
 	return reason.String, r.wrapIf("clear failed state", err)
 }

@@ -97,7 +97,7 @@ func TestSetFailedAndClearFailed(t *testing.T) {
 	root := newRoot(t)
 	r, c := openRecords(t, root)
 	ctx := context.Background()
-	st, err := r.Status(ctx, root)
+	st, err := r.Status(ctx, root, DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestSetFailedAndClearFailed(t *testing.T) {
 	if err := r.SetFailed(ctx, "nothing to roll back to"); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ = r.Status(ctx, root); !st.Failed || st.FailedReason != "nothing to roll back to" {
+	if st, _ = r.Status(ctx, root, DefaultPolicy); !st.Failed || st.FailedReason != "nothing to roll back to" {
 		t.Errorf("after SetFailed: failed=%v reason=%q", st.Failed, st.FailedReason)
 	}
 	c.advance(time.Minute)
@@ -115,7 +115,7 @@ func TestSetFailedAndClearFailed(t *testing.T) {
 	if err != nil || was != "nothing to roll back to" {
 		t.Errorf("ClearFailed = %q, %v; want the reason it was failed", was, err)
 	}
-	if st, _ = r.Status(ctx, root); st.Failed {
+	if st, _ = r.Status(ctx, root, DefaultPolicy); st.Failed {
 		t.Error("still failed after ClearFailed")
 	}
 	if was, err := r.ClearFailed(ctx); err != nil || was != "" {
@@ -184,7 +184,7 @@ func TestEndInterruptedClosesOpenStartsWithoutCountingThem(t *testing.T) {
 	if _, err := r.BeginStart(ctx, "v1.0.0"); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := r.Status(ctx, root)
+	st, _ := r.Status(ctx, root, DefaultPolicy)
 	if st.Running == nil {
 		t.Fatal("an open start is not shown as running")
 	}
@@ -198,7 +198,7 @@ func TestEndInterruptedClosesOpenStartsWithoutCountingThem(t *testing.T) {
 	if s := standing(t, r, root, "v1.0.0"); s.Failures != 1 {
 		t.Errorf("Failures = %d, want 1: an interrupted start is not a failure", s.Failures)
 	}
-	if st, _ := r.Status(ctx, root); st.Running != nil {
+	if st, _ := r.Status(ctx, root, DefaultPolicy); st.Running != nil {
 		t.Errorf("Running = %+v after EndInterrupted, want none", st.Running)
 	}
 	if n, err := r.EndInterrupted(ctx); err != nil || n != 0 {

@@ -16,11 +16,17 @@ import (
 // t0 is the fixed moment the fake clock starts at.
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
-// clock is a settable time source for Records.now.
+// clock is a settable time source for Records.now (the wall clock) and Records.boot (the
+// boot clock). advance moves both, as time passing does; stepWall moves the wall clock alone,
+// as an operator or NTP stepping it does; reboot starts a new boot.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	bootID string
+	since  time.Duration
 }
+
+func newClock() *clock { return &clock{t: t0, bootID: "boot-1", since: time.Hour} }
 
 func (c *clock) now() time.Time {
 	c.mu.Lock()
@@ -28,10 +34,30 @@ func (c *clock) now() time.Time {
 	return c.t
 }
 
+func (c *clock) boot() Boot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Boot{ID: c.bootID, Since: c.since}
+}
+
 func (c *clock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	c.since += d
+}
+
+func (c *clock) stepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func (c *clock) reboot() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bootID += "+"
+	c.since = 10 * time.Second
 }
 
 // newRoot is an empty root with an empty versions directory.
@@ -76,8 +102,8 @@ func openRecords(t *testing.T, root string) (*Records, *clock) {
 		t.Fatalf("OpenForLauncher on a fresh root gave a note: %s", note)
 	}
 	t.Cleanup(func() { r.Close() })
-	c := &clock{t: t0}
-	r.now = c.now
+	c := newClock()
+	r.now, r.boot = c.now, c.boot
 	return r, c
 }
 

@@ -21,11 +21,16 @@ var DefaultPolicy = Policy{Limit: 3, Interval: 120 * time.Second, BackoffMin: 50
 
 // Standing is what the records say about a version that has just failed.
 type Standing struct {
-	Confirmed      bool // it has completed a reconcile on this machine at some time
-	RollbackTarget bool // the last rollback went to it and it has not confirmed since
-	Failures       int  // failures that count (this one included)
-	HasKnownGood   bool // a confirmed, not-bad version older than it is on disk
+	Confirmed      bool    // it has completed a reconcile on this machine at some time
+	RollbackTarget bool    // the last rollback went to it and it has not confirmed since
+	Failures       int     // failures that count (this one included)
+	Last           Failure // the newest of them (zero when there is none)
+	HasKnownGood   bool    // a confirmed, not-bad version older than it is on disk
 }
+
+// Deadline reports whether the newest failure was the confirm deadline: an unconfirmed version
+// that ran that long without completing a reconcile has had its chance.
+func (s Standing) Deadline() bool { return s.Last.Outcome == OutcomeDeadline }
 
 // Action is what the launcher does after a failure.
 type Action int
@@ -48,17 +53,20 @@ type Verdict struct {
 }
 
 // Judge applies DESIGN.md's failure rules to a version that has just failed. It is the table
-// below, in order; the first row that matches decides.
+// below, in order; the first row that matches decides. A version is judged when it reaches
+// the limit, or — unconfirmed — when it reached the confirm deadline: it ran that long without
+// completing a reconcile and has had its chance (decision 0001).
 //
-//	reached limit | rollback target | confirmed | known-good older | → action
-//	no            | –               | –         | –                | restart after backoff
-//	yes           | yes             | –         | –                | stop (rollback once)
-//	yes           | no              | yes       | –                | restart after capped backoff
-//	yes           | no              | no        | yes              | mark bad, roll back
-//	yes           | no              | no        | no               | stop (nothing to roll back to)
+//	judged | rollback target | confirmed | known-good older | → action
+//	no     | –               | –         | –                | restart after backoff
+//	yes    | yes             | –         | –                | stop (rollback once)
+//	yes    | no              | yes       | –                | restart after capped backoff
+//	yes    | no              | no        | yes              | mark bad, roll back
+//	yes    | no              | no        | no               | stop (nothing to roll back to)
 func (p Policy) Judge(s Standing) Verdict {
+	judged := s.Failures >= p.Limit || s.Deadline() && !s.Confirmed
 	switch {
-	case s.Failures < p.Limit:
+	case !judged:
 		return Verdict{Action: Restart, Delay: p.Backoff(s.Failures)}
 	case s.RollbackTarget:
 		return Verdict{Action: StopRolledBack}
@@ -88,29 +96,30 @@ func (p Policy) Backoff(n int) time.Duration {
 	return min(d, limit)
 }
 
-// Standing reads what the records say about version after one of its starts failed. Which
-// failures count (see docs/decisions/0001-failure-counting.md):
+// Standing reads what the records say about version after one of its starts failed. Failures
+// are counted by the order of starts, and within an interval by the boot clock, never by
+// wall-clock differences (see docs/decisions/0001-failure-counting.md). Which count:
 //   - the version the last rollback went to, if it had confirmed here but not since: failures
-//     since that rollback
-//     (or since an operator restarted the launcher out of its failed state, if later);
-//   - an unconfirmed version: every failure since it was first seen (or since an operator
-//     restarted the launcher out of its failed state), because time does not absolve a version
-//     that has never worked here — a hang is only judged after the confirm deadline, which is
-//     longer than the interval;
-//   - a confirmed version: failures within the interval; they only set the backoff.
+//     in the starts after that rollback;
+//   - an unconfirmed version: every failure it has had, because time does not absolve a
+//     version that has never worked here;
+//   - a confirmed version: failures that ended within the interval on this boot; they only
+//     set the backoff;
+//   - and for all of them, only starts after an operator restarted the launcher out of its
+//     failed state.
 func (r *Records) Standing(ctx context.Context, root, version string, p Policy) (Standing, error) {
 	var s Standing
-	var confirmedAt, firstSeen, resetAt sql.NullInt64
-	err := r.db.QueryRowContext(ctx, `SELECT confirmed_at, first_seen FROM versions WHERE version = ?`, version).Scan(&confirmedAt, &firstSeen)
+	var confirmedAt sql.NullInt64
+	var after int64
+	err := r.db.QueryRowContext(ctx, `SELECT confirmed_at FROM versions WHERE version = ?`, version).Scan(&confirmedAt)
 	if err != nil {
 		return s, r.wrap("read standing of "+version, err)
 	}
-	if err := r.db.QueryRowContext(ctx, `SELECT reset_at FROM launcher WHERE id = 1`).Scan(&resetAt); err != nil {
+	if err := r.db.QueryRowContext(ctx, `SELECT reset_after_start FROM launcher WHERE id = 1`).Scan(&after); err != nil {
 		return s, r.wrap("read launcher state", err)
 	}
 	s.Confirmed = confirmedAt.Valid
 
-	since := fromUS(firstSeen)
 	rbs, err := r.Rollbacks(ctx, 1)
 	if err != nil {
 		return s, err
@@ -120,28 +129,28 @@ func (r *Records) Standing(ctx context.Context, root, version string, p Policy) 
 	// a rollback to the known-good predecessor, not "the machine is the problem".
 	if len(rbs) == 1 && rbs[0].To == version && s.Confirmed {
 		var confirmedSince int
-		err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM starts WHERE version = ? AND confirmed_at >= ?`, version, us(rbs[0].At)).Scan(&confirmedSince)
+		err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM starts WHERE version = ? AND confirmed_at IS NOT NULL AND id > ?`,
+			version, rbs[0].AfterStart).Scan(&confirmedSince)
 		if err != nil {
 			return s, r.wrap("read standing of "+version, err)
 		}
 		if confirmedSince == 0 {
 			s.RollbackTarget = true
-			since = rbs[0].At
+			after = max(after, rbs[0].AfterStart)
 		}
 	}
-	// An operator restarting the launcher out of its failed state gives fresh trials, to the
-	// rollback target too (it is still on its last chance: reaching the limit stops again).
-	if resetAt.Valid && resetAt.Int64 > us(since) {
-		since = fromUS(resetAt)
-	}
+	var window time.Duration
 	if s.Confirmed && !s.RollbackTarget {
-		since = r.now().Add(-p.Interval)
+		window = p.Interval
 	}
-	fails, err := r.failuresSince(ctx, version, since)
+	fails, err := r.failuresAfter(ctx, version, after, window)
 	if err != nil {
 		return s, err
 	}
 	s.Failures = len(fails)
+	if len(fails) > 0 {
+		s.Last = fails[len(fails)-1]
+	}
 	pred, err := r.Predecessor(ctx, root, version)
 	if err != nil {
 		return s, err

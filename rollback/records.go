@@ -15,7 +15,7 @@ import (
 
 // SchemaVersion is the records schema this build knows. Changes are additive only: a newer
 // host reads a file an older launcher made, and never migrates it.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] takes the schema from version i to i+1.
 var migrations = []string{
@@ -58,13 +58,25 @@ var migrations = []string{
 		note          TEXT                -- something the operator should know, e.g. a recovery
 	);
 	INSERT INTO launcher (id) VALUES (1);`,
+
+	// 2: failures are counted by the order of starts and the boot clock, not by wall-clock
+	// times (docs/decisions/0001-failure-counting.md). Rows from schema 1 get the newest start
+	// that began before them; their starts have no boot and never count within an interval.
+	`ALTER TABLE starts ADD COLUMN boot_id TEXT;
+	ALTER TABLE starts ADD COLUMN ended_boot_ns INTEGER;  -- CLOCK_BOOTTIME when it ended, on boot_id
+	ALTER TABLE rollbacks ADD COLUMN after_start INTEGER NOT NULL DEFAULT 0; -- the newest start when it happened
+	ALTER TABLE launcher ADD COLUMN reset_after_start INTEGER NOT NULL DEFAULT 0; -- the same, for reset_at
+	UPDATE rollbacks SET after_start = (SELECT COALESCE(MAX(id), 0) FROM starts WHERE started_at <= rollbacks.at);
+	UPDATE launcher SET reset_after_start = (SELECT COALESCE(MAX(id), 0) FROM starts WHERE started_at <= launcher.reset_at)
+		WHERE reset_at IS NOT NULL;`,
 }
 
 // Records is ROOT/records.db.
 type Records struct {
 	db   *sql.DB
 	path string
-	now  func() time.Time
+	now  func() time.Time // the wall clock: times in the records are for people
+	boot func() Boot      // the boot clock: what failure counting compares
 
 	mu     sync.Mutex
 	hashes map[fileKey]string // binary digests by file identity, so Choose hashes each file once
@@ -142,7 +154,7 @@ func open(ctx context.Context, path string) (*Records, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open records %s: %w", path, err)
 	}
-	r := &Records{db: db, path: path, now: time.Now, hashes: map[fileKey]string{}}
+	r := &Records{db: db, path: path, now: time.Now, boot: bootClock(), hashes: map[fileKey]string{}}
 	if _, err := r.schemaVersion(ctx); err != nil {
 		db.Close()
 		return nil, err

@@ -65,7 +65,7 @@ func TestOpenForLauncherMovesCorruptRecordsAsideAndStartsFresh(t *testing.T) {
 			if !reflect.DeepEqual(snapshot(t, root), before) {
 				t.Error("the versions directory changed while recovering from corrupt records")
 			}
-			st, err := r.Status(context.Background(), root)
+			st, err := r.Status(context.Background(), root, DefaultPolicy)
 			if err != nil {
 				t.Fatal(err)
 			}

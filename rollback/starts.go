@@ -3,6 +3,8 @@ package rollback
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -13,12 +15,18 @@ const (
 	OutcomeStoodAside  Outcome = "stood-aside" // exited 0 while Choose named another version
 	OutcomeFailed      Outcome = "failed"      // non-zero exit, a signal, or exit 0 with nothing to stand aside for
 	OutcomeDeadline    Outcome = "deadline"    // unconfirmed at the confirm deadline, killed
+	OutcomeHung        Outcome = "hung"        // showed no sign of life for the liveness limit, killed
 	OutcomeStopped     Outcome = "stopped"     // asked to stop (the launcher was stopped)
 	OutcomeInterrupted Outcome = "interrupted" // the launcher itself died; how the host ended is unknown
 )
 
 // CountsAsFailure reports whether the outcome counts toward a version's failure limit.
-func (o Outcome) CountsAsFailure() bool { return o == OutcomeFailed || o == OutcomeDeadline }
+func (o Outcome) CountsAsFailure() bool {
+	return o == OutcomeFailed || o == OutcomeDeadline || o == OutcomeHung
+}
+
+// failureOutcomes is CountsAsFailure as an SQL list, for queries over starts.outcome.
+const failureOutcomes = `('failed', 'deadline', 'hung')`
 
 // End is how a start ended.
 type End struct {
@@ -38,7 +46,7 @@ func (r *Records) BeginStart(ctx context.Context, version string) (int64, error)
 		return 0, r.wrap("begin start", err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `INSERT INTO starts (version, started_at) VALUES (?, ?)`, version, now)
+	res, err := tx.ExecContext(ctx, `INSERT INTO starts (version, started_at, boot_id) VALUES (?, ?, ?)`, version, now, r.boot().ID)
 	if err != nil {
 		return 0, r.wrap("record start of "+version, err)
 	}
@@ -58,7 +66,8 @@ func (r *Records) SetPID(ctx context.Context, start int64, pid int, at time.Time
 	return r.wrapIf("record pid", err)
 }
 
-// EndStart records how a start ended.
+// EndStart records how a start ended, with the boot clock's reading now (what failure
+// counting compares) beside the wall-clock time (what people read).
 func (r *Records) EndStart(ctx context.Context, start int64, e End) error {
 	var sig any
 	if e.Signal != "" {
@@ -67,10 +76,16 @@ func (r *Records) EndStart(ctx context.Context, start int64, e End) error {
 	if e.At.IsZero() {
 		e.At = r.now()
 	}
-	_, err := r.db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, exit_code = ?, signal = ?, outcome = ?, output = ? WHERE id = ?`,
-		us(e.At), e.ExitCode, sig, string(e.Outcome), e.Output, start)
+	b := r.boot()
+	_, err := r.db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, exit_code = ?, signal = ?, outcome = ?, output = ?,
+		ended_boot_ns = ?, boot_id = ? WHERE id = ?`,
+		us(e.At), e.ExitCode, sig, string(e.Outcome), Cut(e.Output, maxOutput), int64(b.Since), b.ID, start)
 	return r.wrapIf("record end of start", err)
 }
+
+// maxOutput bounds the output a start keeps: the last lines of a host, for status and the
+// heartbeat's rollback output.
+const maxOutput = 8 << 10
 
 // EndInterrupted closes starts a previous launcher left open (it died without seeing them end).
 // They are not counted as failures: nobody saw how they ended.
@@ -92,18 +107,50 @@ func (r *Records) StartConfirmed(ctx context.Context, start int64) (bool, error)
 	return at.Valid, nil
 }
 
-// Failure is one counted failure of a version.
+// Failure is one counted failure of a version: which start, and how it ended.
 type Failure struct {
-	At      time.Time
-	Outcome Outcome
-	Output  string
+	Start int64
+	End
 }
 
-// failuresSince lists the failures of version that ended at or after since, oldest first.
-func (r *Records) failuresSince(ctx context.Context, version string, since time.Time) ([]Failure, error) {
-	rows, err := r.db.QueryContext(ctx, `SELECT ended_at, outcome, COALESCE(output, '') FROM starts
-		WHERE version = ? AND ended_at >= ? AND outcome IN (?, ?) ORDER BY ended_at, id`,
-		version, us(since), string(OutcomeFailed), string(OutcomeDeadline))
+// Describe says how a start ended in a few words, with its last output line, bounded.
+func (e End) Describe() string {
+	var s string
+	switch {
+	case e.Outcome == OutcomeDeadline:
+		s = "did not confirm within the confirm deadline"
+	case e.Outcome == OutcomeHung:
+		s = "showed no sign of life for the liveness limit (hung)"
+	case e.Signal != "":
+		s = "killed by signal " + e.Signal
+	case e.ExitCode == 0:
+		s = "exited 0 with nothing newer to stand aside for"
+	default:
+		s = fmt.Sprintf("exited with status %d", e.ExitCode)
+	}
+	out := strings.TrimSpace(e.Output)
+	if i := strings.LastIndexByte(out, '\n'); i >= 0 {
+		out = out[i+1:]
+	}
+	if out != "" {
+		s += ": " + Cut(out, 200)
+	}
+	return s
+}
+
+// failuresAfter lists the failures of version in starts after the start numbered after,
+// oldest first. With window > 0 only those that ended within window of now on this boot's
+// clock count: the wall clock is never compared.
+func (r *Records) failuresAfter(ctx context.Context, version string, after int64, window time.Duration) ([]Failure, error) {
+	q := `SELECT id, ended_at, outcome, COALESCE(output, ''), COALESCE(exit_code, 0), COALESCE(signal, '') FROM starts
+		WHERE version = ? AND id > ? AND ended_at IS NOT NULL AND outcome IN ` + failureOutcomes
+	args := []any{version, after}
+	if window > 0 {
+		now := r.boot()
+		q += ` AND boot_id = ? AND ended_boot_ns >= ? AND ended_boot_ns <= ?`
+		args = append(args, now.ID, int64(now.Since-window), int64(now.Since))
+	}
+	rows, err := r.db.QueryContext(ctx, q+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, r.wrap("read failures of "+version, err)
 	}
@@ -113,7 +160,7 @@ func (r *Records) failuresSince(ctx context.Context, version string, since time.
 		var f Failure
 		var at sql.NullInt64
 		var o string
-		if err := rows.Scan(&at, &o, &f.Output); err != nil {
+		if err := rows.Scan(&f.Start, &at, &o, &f.Output, &f.ExitCode, &f.Signal); err != nil {
 			return nil, r.wrap("read failures of "+version, err)
 		}
 		f.At, f.Outcome = fromUS(at), Outcome(o)

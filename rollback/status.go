@@ -30,28 +30,35 @@ type Running struct {
 
 // VersionStatus is one version, on disk or only in the records (retired or bad).
 type VersionStatus struct {
-	Version    string `json:"version"`
-	Digest     string `json:"digest"`
-	OnDisk     bool   `json:"on_disk"`
-	Running    bool   `json:"running"`
-	Confirmed  bool   `json:"confirmed"`
-	Bad        bool   `json:"bad"`
-	BadReason  string `json:"bad_reason"`
-	Mismatch   string `json:"mismatch,omitempty"` // why its binary is not trusted any more
-	Failures   int    `json:"failures"`           // failed starts, all time
-	LastOutput string `json:"last_output,omitempty"`
+	Version   string `json:"version"`
+	Digest    string `json:"digest"`
+	OnDisk    bool   `json:"on_disk"`
+	Running   bool   `json:"running"`
+	Confirmed bool   `json:"confirmed"`
+	Bad       bool   `json:"bad"`
+	BadReason string `json:"bad_reason"`
+	Mismatch  string `json:"mismatch,omitempty"` // why its binary is not trusted any more
+	// Failures are the failures that count now (Standing: what the policy would judge);
+	// FailuresTotal every failed start of the version, all time.
+	Failures      int    `json:"failures"`
+	FailuresTotal int    `json:"failures_total"`
+	LastFailure   string `json:"last_failure,omitempty"` // how the newest counting failure ended
+	LastOutput    string `json:"last_output,omitempty"`
 }
 
-// Status reads the whole picture. It never writes, except recording the digest of a version seen
-// for the first time (as Choose does).
-func (r *Records) Status(ctx context.Context, root string) (Status, error) {
+// Status reads the whole picture, counting failures by p as the launcher does. It never writes,
+// except recording the digest of a version seen for the first time (as Choose does).
+func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, error) {
 	st := Status{Versions: []VersionStatus{}, Ignored: []string{}, Rollbacks: []Rollback{}}
 	var failed bool
 	var reason, note sql.NullString
 	if err := r.db.QueryRowContext(ctx, `SELECT failed, failed_reason, note FROM launcher WHERE id = 1`).Scan(&failed, &reason, &note); err != nil {
 		return st, r.wrap("read launcher state", err)
 	}
-	st.Failed, st.FailedReason, st.Note = failed, reason.String, note.String
+	st.Failed, st.Note = failed, note.String
+	if failed {
+		st.FailedReason = reason.String
+	}
 
 	var run Running
 	var pid sql.NullInt64
@@ -70,7 +77,7 @@ func (r *Records) Status(ctx context.Context, root string) (Status, error) {
 		return st, err
 	}
 	failures := map[string]int{}
-	rows, err := r.db.QueryContext(ctx, `SELECT version, COUNT(*) FROM starts WHERE outcome IN (?, ?) GROUP BY version`, string(OutcomeFailed), string(OutcomeDeadline))
+	rows, err := r.db.QueryContext(ctx, `SELECT version, COUNT(*) FROM starts WHERE outcome IN `+failureOutcomes+` GROUP BY version`)
 	if err != nil {
 		return st, r.wrap("count failures", err)
 	}
@@ -104,12 +111,20 @@ func (r *Records) Status(ctx context.Context, root string) (Status, error) {
 		if err != nil {
 			return st, err
 		}
-		st.Versions = append(st.Versions, r.versionStatus(ctx, recs[d.Name], d.Name, true, c.Mismatch, failures, st.Running))
+		vs, err := r.versionStatus(ctx, root, p, recs[d.Name], d.Name, true, c.Mismatch, failures, st.Running)
+		if err != nil {
+			return st, err
+		}
+		st.Versions = append(st.Versions, vs)
 	}
 	// Versions only in the records (retired, or bad and removed) come after, newest first.
 	for _, v := range sortedNewestFirst(recs) {
 		if !seen[v] {
-			st.Versions = append(st.Versions, r.versionStatus(ctx, recs[v], v, false, "", failures, st.Running))
+			vs, err := r.versionStatus(ctx, root, p, recs[v], v, false, "", failures, st.Running)
+			if err != nil {
+				return st, err
+			}
+			st.Versions = append(st.Versions, vs)
 		}
 	}
 	if st.KnownGood, err = r.KnownGood(ctx, root); err != nil {
@@ -133,14 +148,24 @@ func (r *Records) Status(ctx context.Context, root string) (Status, error) {
 	return st, nil
 }
 
-func (r *Records) versionStatus(ctx context.Context, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) VersionStatus {
+func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) (VersionStatus, error) {
 	vs := VersionStatus{
 		Version: v, Digest: rec.Digest, OnDisk: onDisk, Confirmed: rec.Confirmed, Bad: rec.Bad,
-		BadReason: rec.BadReason, Mismatch: mismatch, Failures: failures[v],
+		BadReason: rec.BadReason, Mismatch: mismatch, FailuresTotal: failures[v],
 		Running: run != nil && run.Version == v,
+	}
+	if vs.FailuresTotal > 0 {
+		s, err := r.Standing(ctx, root, v, p)
+		if err != nil {
+			return vs, err
+		}
+		vs.Failures = s.Failures
+		if s.Failures > 0 {
+			vs.LastFailure = s.Last.Describe()
+		}
 	}
 	if rec.Bad {
 		vs.LastOutput, _ = r.LastOutput(ctx, v)
 	}
-	return vs
+	return vs, nil
 }

@@ -14,7 +14,7 @@ import (
 func TestStatusOfFreshRootIsEmptyButNotNil(t *testing.T) {
 	root := newRoot(t)
 	r, _ := openRecords(t, root)
-	st, err := r.Status(context.Background(), root)
+	st, err := r.Status(context.Background(), root, DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestStatusListsVersionsOnDiskThenRecordsOnlyAndIgnoredEntries(t *testing.T)
 	}
 	startEnded(t, r, c, "v1.1.0", OutcomeFailed) // an earlier, ended start does not hide the open one
 
-	st, err := r.Status(ctx, root)
+	st, err := r.Status(ctx, root, DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestStatusRecordsDigestOfVersionSeenForTheFirstTime(t *testing.T) {
 	root := newRoot(t)
 	want := stage(t, root, "v1.0.0", "")
 	r, _ := openRecords(t, root)
-	st, err := r.Status(context.Background(), root)
+	st, err := r.Status(context.Background(), root, DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestStatusPredecessorIsRelativeToKnownGoodWhenNothingRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.advance(time.Second)
-	st, err := r.Status(ctx, root)
+	st, err := r.Status(ctx, root, DefaultPolicy)
 	if err != nil {
 		t.Fatal(err)
 	}

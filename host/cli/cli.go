@@ -7,12 +7,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/novox/mesh-host/host"
 	"github.com/novox/mesh-host/host/config"
@@ -83,7 +85,13 @@ func run(version string, args []string) int {
 	if cfgPath != "" {
 		preflightArgs = []string{"--config", cfgPath}
 	}
-	h, err := host.New(host.Options{Config: cfg, Version: version, StartID: start, Logger: log, PreflightArgs: preflightArgs})
+	alive, every, err := alivePipe(os.Getenv)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	h, err := host.New(host.Options{Config: cfg, Version: version, StartID: start, Logger: log, PreflightArgs: preflightArgs,
+		Alive: alive, AliveEvery: every})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
@@ -129,4 +137,26 @@ func preflight(version string, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// alivePipe opens the liveness pipe the launcher handed over (MESH_HOST_ALIVE_FD, pulsed every
+// MESH_HOST_ALIVE_INTERVAL); nil when there is none.
+func alivePipe(getenv func(string) string) (io.Writer, time.Duration, error) {
+	fdText := getenv("MESH_HOST_ALIVE_FD")
+	if fdText == "" {
+		return nil, 0, nil
+	}
+	fd, err := strconv.Atoi(fdText)
+	if err != nil || fd < 3 {
+		return nil, 0, fmt.Errorf("MESH_HOST_ALIVE_FD=%q is not a descriptor number above 2", fdText)
+	}
+	every, err := time.ParseDuration(getenv("MESH_HOST_ALIVE_INTERVAL"))
+	if err != nil || every <= 0 {
+		return nil, 0, fmt.Errorf("MESH_HOST_ALIVE_INTERVAL=%q is not a positive duration", getenv("MESH_HOST_ALIVE_INTERVAL"))
+	}
+	f := os.NewFile(uintptr(fd), "liveness pipe")
+	if f == nil {
+		return nil, 0, fmt.Errorf("MESH_HOST_ALIVE_FD=%d is not open", fd)
+	}
+	return f, every, nil
 }

@@ -40,8 +40,9 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, `usage:
   mesh-launcher run [--root DIR] [--failure-limit 3] [--failure-interval 120s]
-                    [--confirm-deadline 10m] [--backoff-max 60s]
-  mesh-launcher status [--root DIR] [--json]
+                    [--confirm-deadline 10m] [--liveness-limit 60s] [--backoff-max 60s]
+  mesh-launcher status [--root DIR] [--json] [--failure-interval 120s]
+      exit status: 0 healthy, 4 degraded, 3 failed, 1 error
   mesh-launcher version`)
 }
 
@@ -57,13 +58,18 @@ func run(args []string) int {
 	root := fs.String("root", defaultRoot(), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	limit := fs.Int("failure-limit", rollback.DefaultPolicy.Limit, "failures that judge a version")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count toward its backoff")
-	deadline := fs.Duration("confirm-deadline", 10*time.Minute, "an unconfirmed version must complete a reconcile within this")
+	deadline := fs.Duration("confirm-deadline", 10*time.Minute, "an unconfirmed version must complete a reconcile within this, or it is rolled back")
+	liveness := fs.Duration("liveness-limit", 60*time.Second, "a host that shows no sign of life this long is killed as hung")
 	backoffMax := fs.Duration("backoff-max", rollback.DefaultPolicy.BackoffMax, "the longest wait before restarting a failed host")
 	backoffMin := fs.Duration("backoff-min", rollback.DefaultPolicy.BackoffMin, "the first wait before restarting a failed host")
 	stopTimeout := fs.Duration("stop-timeout", 90*time.Second, "how long a stopping host may take before it is killed")
 	fs.Parse(args)
 	if *limit < 1 {
 		fmt.Fprintln(os.Stderr, "mesh-launcher: --failure-limit must be at least 1")
+		return 2
+	}
+	if *liveness <= 0 || *deadline <= 0 {
+		fmt.Fprintln(os.Stderr, "mesh-launcher: --liveness-limit and --confirm-deadline must be positive")
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "launcher", "launcher_version", version)
@@ -73,6 +79,7 @@ func run(args []string) int {
 		Root:            *root,
 		Policy:          rollback.Policy{Limit: *limit, Interval: *interval, BackoffMin: *backoffMin, BackoffMax: *backoffMax},
 		ConfirmDeadline: *deadline,
+		LivenessLimit:   *liveness,
 		StopTimeout:     *stopTimeout,
 		Logger:          log,
 		Notifier:        launcher.SystemdNotifier{},
@@ -87,8 +94,11 @@ func status(args []string) int {
 	fs := flag.NewFlagSet("status", flag.ExitOnError)
 	root := fs.String("root", defaultRoot(), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count (as given to run)")
 	fs.Parse(args)
-	rep, err := launcher.ReadStatus(context.Background(), *root)
+	p := rollback.DefaultPolicy
+	p.Interval = *interval
+	rep, err := launcher.ReadStatus(context.Background(), *root, p)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mesh-launcher status: %v\n", err)
 		return 1
@@ -98,8 +108,5 @@ func status(args []string) int {
 	} else {
 		rep.WriteText(os.Stdout, time.Now())
 	}
-	if rep.Failed {
-		return launcher.ExitFailed
-	}
-	return 0
+	return rep.ExitCode()
 }
