@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -20,13 +21,21 @@ const (
 	OutcomeInterrupted Outcome = "interrupted" // the launcher itself died; how the host ended is unknown
 )
 
-// CountsAsFailure reports whether the outcome counts toward a version's failure limit.
-func (o Outcome) CountsAsFailure() bool {
-	return o == OutcomeFailed || o == OutcomeDeadline || o == OutcomeHung
-}
+// failureRule is the outcomes that count toward a version's failure limit: the failure rule,
+// written once; CountsAsFailure and the queries over starts.outcome both read it.
+var failureRule = []Outcome{OutcomeFailed, OutcomeDeadline, OutcomeHung}
 
-// failureOutcomes is CountsAsFailure as an SQL list, for queries over starts.outcome.
-const failureOutcomes = `('failed', 'deadline', 'hung')`
+// CountsAsFailure reports whether the outcome counts toward a version's failure limit.
+func (o Outcome) CountsAsFailure() bool { return slices.Contains(failureRule, o) }
+
+// failureOutcomes is the failure rule as an SQL list, for queries over starts.outcome.
+func failureOutcomes() string {
+	quoted := make([]string, len(failureRule))
+	for i, o := range failureRule {
+		quoted[i] = "'" + string(o) + "'"
+	}
+	return "(" + strings.Join(quoted, ", ") + ")"
+}
 
 // End is how a start ended.
 type End struct {
@@ -143,7 +152,7 @@ func (e End) Describe() string {
 // clock count: the wall clock is never compared.
 func (r *Records) failuresAfter(ctx context.Context, version string, after int64, window time.Duration) ([]Failure, error) {
 	q := `SELECT id, ended_at, outcome, COALESCE(output, ''), COALESCE(exit_code, 0), COALESCE(signal, '') FROM starts
-		WHERE version = ? AND id > ? AND ended_at IS NOT NULL AND outcome IN ` + failureOutcomes
+		WHERE version = ? AND id > ? AND ended_at IS NOT NULL AND outcome IN ` + failureOutcomes()
 	args := []any{version, after}
 	if window > 0 {
 		now := r.boot()

@@ -77,7 +77,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 		return st, err
 	}
 	failures := map[string]int{}
-	rows, err := r.db.QueryContext(ctx, `SELECT version, COUNT(*) FROM starts WHERE outcome IN `+failureOutcomes+` GROUP BY version`)
+	rows, err := r.db.QueryContext(ctx, `SELECT version, COUNT(*) FROM starts WHERE outcome IN `+failureOutcomes()+` GROUP BY version`)
 	if err != nil {
 		return st, r.wrap("count failures", err)
 	}
