@@ -60,7 +60,9 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64*1024), 1024*1024)
 		for sc.Scan() {
-			line := sc.Text()
+			// Redacted here, for the journal and the records alike, so a host of any version
+			// that prints a bus URL with its password leaves the password nowhere.
+			line := rollback.Redact(sc.Text())
 			fmt.Fprintln(l.cfg.Stderr, line)
 			p.tail.add(line)
 		}

@@ -51,7 +51,8 @@ func (r *Records) Status(ctx context.Context, root string) (Status, error) {
 	if err := r.db.QueryRowContext(ctx, `SELECT failed, failed_reason, note FROM launcher WHERE id = 1`).Scan(&failed, &reason, &note); err != nil {
 		return st, r.wrap("read launcher state", err)
 	}
-	st.Failed, st.FailedReason, st.Note = failed, reason.String, note.String
+	// Redacted as Rollbacks are: older records may hold output that named a bus password.
+	st.Failed, st.FailedReason, st.Note = failed, Redact(reason.String), note.String
 
 	var run Running
 	var pid sql.NullInt64
@@ -136,11 +137,12 @@ func (r *Records) Status(ctx context.Context, root string) (Status, error) {
 func (r *Records) versionStatus(ctx context.Context, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) VersionStatus {
 	vs := VersionStatus{
 		Version: v, Digest: rec.Digest, OnDisk: onDisk, Confirmed: rec.Confirmed, Bad: rec.Bad,
-		BadReason: rec.BadReason, Mismatch: mismatch, Failures: failures[v],
+		BadReason: Redact(rec.BadReason), Mismatch: mismatch, Failures: failures[v],
 		Running: run != nil && run.Version == v,
 	}
 	if rec.Bad {
-		vs.LastOutput, _ = r.LastOutput(ctx, v)
+		out, _ := r.LastOutput(ctx, v)
+		vs.LastOutput = Redact(out)
 	}
 	return vs
 }
