@@ -20,6 +20,8 @@ const (
 	PkgHang     = "./lab/fixtures/hang"
 	PkgExit0    = "./lab/fixtures/exit0"
 	PkgFlaky    = "./lab/fixtures/flaky"
+	// PkgLinkCrash links to the bus with the real link, then exits 1 before confirming.
+	PkgLinkCrash = "./lab/fixtures/linkcrash"
 )
 
 // Builder builds static binaries from the source tree, each (package, version) once.
