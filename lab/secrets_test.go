@@ -183,6 +183,10 @@ func TestNoOutputContainsTheBusPassword(t *testing.T) {
 				return filepath.SkipDir // the binaries
 			}
 			if d.Type().IsRegular() {
+				// The state files are the service's alone, as the root is.
+				if fi, err := d.Info(); err == nil && fi.Mode().Perm()&0o077 != 0 {
+					t.Errorf("%s: %s is %#o, readable by group or others", label, path, fi.Mode().Perm())
+				}
 				data, err := os.ReadFile(path)
 				if err != nil {
 					return err
