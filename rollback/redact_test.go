@@ -39,6 +39,7 @@ func TestRedactHidesTheCredentialsOfEveryURL(t *testing.T) {
 }
 
 func TestRedactErrorHidesTheURLAndKeepsTheChain(t *testing.T) {
+	//lint:ignore SA1007 the URL is invalid on purpose: its parse error quotes it
 	_, perr := url.Parse("nats://mesh:S3cret@h:bad")
 	if perr == nil || !strings.Contains(perr.Error(), "S3cret") {
 		t.Fatalf("url.Parse error %v no longer quotes the URL: this test needs another example", perr)

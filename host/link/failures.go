@@ -102,9 +102,14 @@ func (f *failures) asyncError(err error) {
 	f.mu.Lock()
 	suppressed, ok := f.admit("async" + text)
 	f.mu.Unlock()
-	if ok {
-		f.log.Warn("link: the bus reported an error", "err", text, "not_logged", suppressed)
+	if !ok {
+		return
 	}
+	args := []any{"err", text}
+	if suppressed > 0 {
+		args = append(args, "not_logged", suppressed)
+	}
+	f.log.Warn("link: the bus reported an error", args...)
 }
 
 // up notes that the link is up and returns how many attempts had failed in a row before it and
