@@ -62,6 +62,9 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		StandingAsideFor: standingAsideFor, Target: target, Fetch: h.fetch(),
 		UptimeS: int64(time.Since(h.started).Seconds()), SentAt: time.Now().UTC(),
 	}
+	if h.link != nil {
+		hb.Link = h.link.LastFailure()
+	}
 	warn := func(what string, err error) { h.log.Warn("heartbeat: could not read "+what, "err", err) }
 	var err error
 	if hb.KnownGood, err = h.records.KnownGood(ctx, h.root); err != nil {

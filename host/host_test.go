@@ -264,3 +264,27 @@ func TestCorruptStoreIsMovedAsideAndDeclarationTakenAgain(t *testing.T) {
 		t.Errorf("the host did not say what it did:\n%s", th.logs.String())
 	}
 }
+
+// 7c. A host whose link never failed says nothing about it; once the bus was unreachable and
+// returns, the first heartbeats say why the node was silent: the last failure, when, and how
+// many attempts in a row failed.
+func TestHeartbeatAfterTheBusReturnsSaysWhyTheLinkFailed(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
+	hb := waitHeartbeat(t, hbs, "the first heartbeat", func(wire.Heartbeat) bool { return true })
+	if hb.Link != nil {
+		t.Errorf("a link that never failed reports %+v", hb.Link)
+	}
+
+	b.stop()
+	eventually(t, "a failed attempt logged", func() bool {
+		return strings.Contains(th.logs.String(), "link: cannot connect to the bus; retrying")
+	})
+	b.start()
+	hbs = b.heartbeats("n1")
+	hb = waitHeartbeat(t, hbs, "a heartbeat with the link failure", func(hb wire.Heartbeat) bool { return hb.Link != nil })
+	if hb.Link.Attempts < 1 || hb.Link.At.IsZero() || !strings.Contains(hb.Link.LastError, "refused the connection") {
+		t.Errorf("link failure in the heartbeat: %+v, want the refused attempts", hb.Link)
+	}
+}

@@ -21,6 +21,8 @@ const (
 	PkgExit0    = "./lab/fixtures/exit0"
 	PkgFlaky    = "./lab/fixtures/flaky"
 	PkgLoud     = "./lab/fixtures/loud"
+	// PkgLinkCrash links to the bus with the real link, then exits 1 before confirming.
+	PkgLinkCrash = "./lab/fixtures/linkcrash"
 )
 
 // Builder builds static binaries from the source tree, each (package, version) once.

@@ -144,7 +144,9 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 		sayDropped()
 	}()
 	emit := func(line []byte, cut int) {
-		text := string(line)
+		// Redacted here, for the journal and the records alike, so a host of any version that
+		// prints a bus URL with its password leaves the password nowhere.
+		text := rollback.Redact(string(line))
 		if cut > 0 {
 			text += fmt.Sprintf(" …[line cut: %d more bytes]", cut)
 		}

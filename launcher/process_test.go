@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -228,4 +230,39 @@ func (w *slowWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// A host of any version that prints a bus URL with its password (older hosts logged the raw URL)
+// leaves the password neither in the launcher's own log nor in the output the records keep.
+func TestHostOutputIsPassedOnAndKeptWithBusCredentialsRedacted(t *testing.T) {
+	root := t.TempDir()
+	bin := rollback.BinaryPath(root, "v1.0.0")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho 'level=INFO msg=\"link: connected\" bus=nats://mesh:S3cretPassw0rd@10.0.0.1:4222' >&2\nexit 1\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passed, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer passed.Close()
+	l := &Launcher{cfg: Config{Root: root, Stderr: passed, Stdout: passed}}
+	p, err := l.startHost("v1.0.0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	kept := p.output()
+	log, err := os.ReadFile(passed.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, out := range map[string]string{"kept output": kept, "passed-on log": string(log)} {
+		if strings.Contains(out, "S3cretPassw0rd") || !strings.Contains(out, "bus=nats://mesh:xxxxx@10.0.0.1:4222") {
+			t.Errorf("%s: %q, want the password redacted and the rest kept", what, out)
+		}
+	}
 }

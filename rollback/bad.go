@@ -82,7 +82,9 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 		if err := rows.Scan(&rb.From, &rb.To, &at, &rb.Reason, &rb.Output, &rb.AfterStart); err != nil {
 			return nil, r.wrap("read rollbacks", err)
 		}
-		rb.At = fromUS(at)
+		// Records written before output was redacted may hold a bus password, and rollbacks
+		// travel in every heartbeat: redact them on the way out too.
+		rb.At, rb.Reason, rb.Output = fromUS(at), Redact(rb.Reason), Redact(rb.Output)
 		out = append(out, rb)
 	}
 	return out, r.wrapIf("read rollbacks", rows.Err())

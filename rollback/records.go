@@ -90,8 +90,11 @@ var ErrCorrupt = errors.New("records database is corrupt")
 // returned note says so (it is also kept in the records), and nothing under versions/ is touched.
 func OpenForLauncher(ctx context.Context, root string) (r *Records, note string, err error) {
 	path := RecordsPath(root)
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, "", fmt.Errorf("create the root %s: %w", root, err)
+	if err := PrepareRoot(root); err != nil {
+		return nil, "", err
+	}
+	if err := PrivateDB(path); err != nil {
+		return nil, "", fmt.Errorf("records: %w", err)
 	}
 	r, err = open(ctx, path)
 	if err == nil {
@@ -110,6 +113,9 @@ func OpenForLauncher(ctx context.Context, root string) (r *Records, note string,
 		}
 	}
 	note = fmt.Sprintf("%s was not a readable SQLite database (moved aside to %s); versions are intact, but which were confirmed or bad is forgotten, so the newest version runs on trial", path, aside)
+	if err := PrivateDB(path); err != nil {
+		return nil, "", fmt.Errorf("after moving a corrupt records.db aside: records: %w", err)
+	}
 	r, err = open(ctx, path)
 	if err == nil {
 		err = r.migrate(ctx)

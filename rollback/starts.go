@@ -172,7 +172,8 @@ func (r *Records) failuresAfter(ctx context.Context, version string, after int64
 		if err := rows.Scan(&f.Start, &at, &o, &f.Output, &f.ExitCode, &f.Signal); err != nil {
 			return nil, r.wrap("read failures of "+version, err)
 		}
-		f.At, f.Outcome = fromUS(at), Outcome(o)
+		// Redacted as every output read back is: older records may name a bus password.
+		f.At, f.Outcome, f.Output = fromUS(at), Outcome(o), Redact(f.Output)
 		out = append(out, f)
 	}
 	return out, r.wrapIf("read failures of "+version, rows.Err())

@@ -57,7 +57,8 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 	}
 	st.Failed, st.Note = failed, note.String
 	if failed {
-		st.FailedReason = reason.String
+		// Redacted as Rollbacks are: older records may hold output that named a bus password.
+		st.FailedReason = Redact(reason.String)
 	}
 
 	var run Running
@@ -151,7 +152,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) (VersionStatus, error) {
 	vs := VersionStatus{
 		Version: v, Digest: rec.Digest, OnDisk: onDisk, Confirmed: rec.Confirmed, Bad: rec.Bad,
-		BadReason: rec.BadReason, Mismatch: mismatch, FailuresTotal: failures[v],
+		BadReason: Redact(rec.BadReason), Mismatch: mismatch, FailuresTotal: failures[v],
 		Running: run != nil && run.Version == v,
 	}
 	if vs.FailuresTotal > 0 {
@@ -165,7 +166,8 @@ func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec 
 		}
 	}
 	if rec.Bad {
-		vs.LastOutput, _ = r.LastOutput(ctx, v)
+		out, _ := r.LastOutput(ctx, v)
+		vs.LastOutput = Redact(out)
 	}
 	return vs, nil
 }

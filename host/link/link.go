@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // Options configure a link. URLs and Node are required; the rest have defaults filled in by Open.
@@ -96,6 +100,9 @@ type Link struct {
 	kick       chan struct{} // connection status may have changed
 	reconnects atomic.Uint64 // reconnects seen by the nats callback
 	lastErr    atomic.Value  // error, the last disconnect's cause
+	fail       *failures     // failed connection attempts: logged, the last one kept
+	// conn is nc for the nats callbacks, which may run before Open has set l.nc.
+	conn atomic.Pointer[nats.Conn]
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -140,12 +147,27 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	if o.PublishTimeout == 0 {
 		o.PublishTimeout = 5 * time.Second
 	}
+	// A URL without a scheme is nats:// to nats.go too; saying so makes it one Redact knows.
+	o.URLs = append([]string(nil), o.URLs...)
+	for i, u := range o.URLs {
+		if !strings.Contains(u, "://") {
+			o.URLs[i] = "nats://" + u
+		}
+	}
+	servers := strings.Join(o.URLs, ",")
 	l := &Link{
-		opts:   o,
-		log:    o.Logger.With("bus", strings.Join(o.URLs, ",")),
+		opts: o,
+		// The URLs may carry a password or a token: they are logged and put in errors
+		// redacted, always (rollback.Redact).
+		log:    o.Logger.With("bus", rollback.Redact(servers)),
 		events: make(chan Event, 16),
 		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
+	}
+	l.fail = newFailures(l.log)
+	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
+		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
+			"plaintext", rollback.Redact(strings.Join(plain, ",")))
 	}
 	nopts, err := l.natsOptions()
 	if err != nil {
@@ -154,9 +176,9 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(strings.Join(o.URLs, ","), nopts...)
+	nc, err := nats.Connect(servers, nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("link: connect to %s: %w", strings.Join(o.URLs, ","), err)
+		return nil, fmt.Errorf("link: connect to %s: %w", rollback.Redact(servers), rollback.RedactError(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -164,6 +186,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 		return nil, fmt.Errorf("link: jetstream: %w", err)
 	}
 	l.nc, l.js = nc, js
+	l.conn.Store(nc)
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	l.poke()
@@ -178,7 +201,7 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.IgnoreAuthErrorAbort(),
-		nats.ReconnectWait(o.ReconnectWait),
+		nats.CustomReconnectDelay(l.reconnectDelay),
 		nats.ReconnectBufSize(-1), // fail publishes while down instead of queueing stale heartbeats
 		nats.PingInterval(20 * time.Second),
 		nats.MaxPingsOutstanding(3),
@@ -186,11 +209,22 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectHandler(func(*nats.Conn) { l.reconnects.Add(1); l.poke() }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
+				err = rollback.RedactError(err)
 				l.lastErr.Store(err)
+				l.fail.lost(err)
 			}
 			l.poke()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { l.poke() }),
+		// The first failed attempt (with RetryOnFailedConnect) and every attempt that could not
+		// dial; attempts that dialled but were refused afterwards are found in reconnectDelay.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { l.fail.attemptFailed(err) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if isAuthError(err) {
+				return // a refused attempt: reconnectDelay counts it, with the others
+			}
+			l.fail.asyncError(err)
+		}),
 	}
 	if o.Creds != "" {
 		b, err := os.ReadFile(o.Creds)
@@ -218,6 +252,56 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 	}
 	return opts, nil
 }
+
+// reconnectDelay is the pause before the next pass over the servers: ReconnectWait plus jitter,
+// as nats.go would wait. It is also the one place that sees an attempt that reached a server and
+// was refused there (credentials, TLS): nats.go reports those to no callback while it has never
+// been connected, and leaves them as the connection's last error until the next attempt.
+func (l *Link) reconnectDelay(int) time.Duration {
+	if nc := l.conn.Load(); nc != nil {
+		if err := nc.LastError(); err != nil {
+			l.fail.attemptFailed(err)
+		}
+	}
+	jitter := 100 * time.Millisecond
+	if l.opts.CA != "" || strings.Contains(strings.Join(l.opts.URLs, ","), "tls://") {
+		jitter = time.Second // nats.go's default for TLS
+	}
+	return l.opts.ReconnectWait + rand.N(jitter)
+}
+
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)
+}
+
+// plaintextRemote returns the URLs that would carry the link unencrypted to another machine:
+// nats:// or ws:// to a host that is not loopback, while TLS is not forced by a CA.
+func plaintextRemote(urls []string, tlsForced bool) []string {
+	if tlsForced {
+		return nil
+	}
+	var out []string
+	for _, s := range urls {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "ws") {
+			continue // tls://, wss://; a malformed URL fails at connect, and says so
+		}
+		h := u.Hostname()
+		if strings.EqualFold(h, "localhost") {
+			continue
+		}
+		if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// LastFailure is the last time the link could not reach the bus since Open, for the heartbeat;
+// nil if it never failed.
+func (l *Link) LastFailure() *wire.LinkFailure { return l.fail.lastFailure() }
 
 func (l *Link) poke() {
 	select {
@@ -301,13 +385,17 @@ func (l *Link) run(ctx context.Context) {
 			stopSess()
 			stopSess = func() {}
 			seenRC = rc
-			url := l.nc.ConnectedUrlRedacted()
-			var ev Event = Connected{URL: url}
+			// Not ConnectedUrlRedacted: it leaves a token (nats://token@host) in place.
+			server := rollback.Redact(l.nc.ConnectedUrl())
+			var ev Event = Connected{URL: server}
+			msg := "link: connected"
 			if ever {
-				ev = Reconnected{URL: url}
-				l.log.Info("link: reconnected", "url", url)
+				ev, msg = Reconnected{URL: server}, "link: reconnected"
+			}
+			if failed, last := l.fail.up(); failed > 0 && last != nil {
+				l.log.Info(msg, "url", server, "after_failed_attempts", failed, "last_error", last.LastError)
 			} else {
-				l.log.Info("link: connected", "url", url)
+				l.log.Info(msg, "url", server)
 			}
 			up, ever = true, true
 			if !l.send(ctx, ev) {

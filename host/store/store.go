@@ -15,6 +15,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // FileName is the store's file name under the host's root.
@@ -101,6 +102,10 @@ func (r Refusal) Wire() *wire.Refusal {
 // that stopped mid-way is closed as failed ("interrupted"). A file that is not a SQLite
 // database yields an error wrapping ErrCorrupt that names the file and the fix.
 func Open(ctx context.Context, path string) (*Store, error) {
+	// The store keeps what the host applied, file contents among it: 0600, with its -wal and -shm.
+	if err := rollback.PrivateDB(path); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {

@@ -27,7 +27,7 @@ const (
 // Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
-// present except refused and fetch.
+// present except refused, fetch and link.
 type Heartbeat struct {
 	Schema              int            `json:"schema"`
 	Node                string         `json:"node"`
@@ -44,6 +44,7 @@ type Heartbeat struct {
 	SentAt              time.Time      `json:"sent_at"`
 	Refused             *Refusal       `json:"refused,omitempty"`
 	Fetch               *Fetch         `json:"fetch,omitempty"`
+	Link                *LinkFailure   `json:"link,omitempty"`
 }
 
 // LastReconcile is the most recent completed reconcile. Error is empty when OK.
@@ -72,6 +73,16 @@ type Refusal struct {
 	Revision uint64    `json:"revision"`
 	Error    string    `json:"error"`
 	At       time.Time `json:"at"`
+}
+
+// LinkFailure is the last time this host's link could not reach the bus (a refused or failed
+// connection attempt, or the link lost). A heartbeat can only carry it once the link is back, so
+// it is what tells the fleet why a node was silent. LastError names the reason and the cause
+// (bounded, URLs redacted); Attempts is how many connection attempts in a row had failed by At.
+type LinkFailure struct {
+	LastError string    `json:"last_error"`
+	At        time.Time `json:"at"`
+	Attempts  int       `json:"attempts"`
 }
 
 // Fetch is the progress of fetching a host version (filled by delivery). State is one of

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +105,25 @@ func TestServeRefusesABadListenAddress(t *testing.T) {
 		if _, err := Serve(context.Background(), ServeOptions{DataDir: t.TempDir(), Listen: l}); err == nil {
 			t.Errorf("Serve accepted listen %q", l)
 		}
+	}
+}
+
+func TestConnectErrorsNeverShowThePasswordInTheURL(t *testing.T) {
+	for _, tc := range []struct{ name, url string }{
+		{"nothing listens", "nats://mesh:S3cretPassw0rd@127.0.0.1:1"},
+		{"a malformed URL that net/url quotes", "nats://mesh:S3cretPassw0rd@127.0.0.1:notaport"},
+		{"a token", "nats://S3cretPassw0rd@127.0.0.1:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := Connect(ctx, tc.url, "")
+			if err == nil {
+				t.Fatal("connected")
+			}
+			if strings.Contains(err.Error(), "S3cretPassw0rd") || !strings.Contains(err.Error(), "xxxxx@127.0.0.1") {
+				t.Errorf("err = %v, want the URL named with its password redacted", err)
+			}
+		})
 	}
 }

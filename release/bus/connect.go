@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/rollback"
 )
 
 // DefaultURL is where commands look for the bus when --nats is not given: `mesh-release serve`'s
@@ -37,12 +39,13 @@ func Connect(ctx context.Context, url, creds string) (*Conn, error) {
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the bus at %s: %w", url, err)
+		// The URL may carry a password, and NATS and net/url errors may quote it.
+		return nil, fmt.Errorf("connect to the bus at %s: %w", rollback.Redact(url), rollback.RedactError(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
+		return nil, fmt.Errorf("jetstream on %s: %w", rollback.Redact(url), rollback.RedactError(err))
 	}
 	return &Conn{NC: nc, JS: js}, nil
 }

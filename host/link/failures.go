@@ -1,0 +1,201 @@
+package link
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
+)
+
+// An unreachable or refusing bus must not be silent: every failed connection attempt is logged
+// with its reason (rate-limited, since the link retries every few seconds for as long as it
+// takes), and the last one is kept for the heartbeat the host sends once the link is back.
+
+const (
+	// failureLogEvery is the most often one cause of failure is logged; the attempts in between
+	// are counted and the count is logged with the next line.
+	failureLogEvery = time.Minute
+	// maxFailureText bounds the error kept for the heartbeat.
+	maxFailureText = 512
+	// maxCauses bounds the rate limiter's memory; past it, it starts over.
+	maxCauses = 32
+)
+
+// failures follows the link's failed attempts. Safe for the nats callbacks' goroutine and the
+// host's heartbeat at once.
+type failures struct {
+	log   *slog.Logger
+	now   func() time.Time
+	every time.Duration
+
+	mu     sync.Mutex
+	streak int                   // failed attempts since the link was last up
+	last   *wire.LinkFailure     // the most recent failure; nil while none
+	causes map[string]*causeSeen // by error text: when it was last logged
+}
+
+type causeSeen struct {
+	logged     time.Time
+	suppressed int
+}
+
+func newFailures(log *slog.Logger) *failures {
+	return &failures{log: log, now: time.Now, every: failureLogEvery, causes: map[string]*causeSeen{}}
+}
+
+// attemptFailed records one failed connection attempt and logs it unless the same failure was
+// logged less than f.every ago.
+func (f *failures) attemptFailed(err error) {
+	if err == nil {
+		return
+	}
+	reason, text := describe(err)
+	f.mu.Lock()
+	f.streak++
+	attempts := f.streak
+	f.last = &wire.LinkFailure{LastError: rollback.Cut(reason+": "+text, maxFailureText), At: f.now().UTC(), Attempts: attempts}
+	// On its first pass nats.go turns "connection refused" into ErrNoServers, which names no
+	// cause; the next attempt, a ReconnectWait later, does, so that one is logged instead.
+	quiet := attempts == 1 && errors.Is(err, nats.ErrNoServers)
+	suppressed, ok := 0, false
+	if !quiet {
+		suppressed, ok = f.admit(reason + text)
+	}
+	f.mu.Unlock()
+	if !ok {
+		return
+	}
+	args := []any{"reason", reason, "err", text, "attempts", attempts}
+	if suppressed > 0 {
+		args = append(args, "not_logged", suppressed)
+	}
+	f.log.Warn("link: cannot connect to the bus; retrying", args...)
+}
+
+// lost records that the link lost the bus. It is not logged here: the link says so itself.
+func (f *failures) lost(err error) {
+	if err == nil {
+		return
+	}
+	reason, text := describe(err)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last = &wire.LinkFailure{LastError: rollback.Cut("lost the bus: "+reason+": "+text, maxFailureText), At: f.now().UTC(), Attempts: f.streak}
+}
+
+// asyncError logs an error the server reported outside a connection attempt (a permission
+// violation, a slow consumer), rate-limited like failures but not counted as one.
+func (f *failures) asyncError(err error) {
+	text := rollback.Redact(err.Error())
+	f.mu.Lock()
+	suppressed, ok := f.admit("async" + text)
+	f.mu.Unlock()
+	if !ok {
+		return
+	}
+	args := []any{"err", text}
+	if suppressed > 0 {
+		args = append(args, "not_logged", suppressed)
+	}
+	f.log.Warn("link: the bus reported an error", args...)
+}
+
+// up notes that the link is up and returns how many attempts had failed in a row before it and
+// the last failure. The next failure starts a new streak and is logged at once.
+func (f *failures) up() (failed int, last *wire.LinkFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	failed, f.streak = f.streak, 0
+	clear(f.causes)
+	return failed, f.lastLocked()
+}
+
+// lastFailure is the most recent failure, or nil.
+func (f *failures) lastFailure() *wire.LinkFailure {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastLocked()
+}
+
+func (f *failures) lastLocked() *wire.LinkFailure {
+	if f.last == nil {
+		return nil
+	}
+	c := *f.last
+	return &c
+}
+
+// admit decides whether a failure with this key is logged now, and how many were not logged
+// since its last line. The first of a kind is logged at once. f.mu is held.
+func (f *failures) admit(key string) (suppressed int, ok bool) {
+	now := f.now()
+	c := f.causes[key]
+	if c == nil {
+		if len(f.causes) >= maxCauses {
+			clear(f.causes)
+		}
+		f.causes[key] = &causeSeen{logged: now}
+		return 0, true
+	}
+	if now.Sub(c.logged) < f.every {
+		c.suppressed++
+		return 0, false
+	}
+	suppressed, c.logged, c.suppressed = c.suppressed, now, 0
+	return suppressed, true
+}
+
+// describe says which side refused and why, when that can be known, and gives the error's text
+// with any credentials in URLs redacted.
+func describe(err error) (reason, text string) {
+	text = rollback.Redact(err.Error())
+	var (
+		dns     *net.DNSError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		verify  *tls.CertificateVerificationError
+		record  tls.RecordHeaderError
+		alert   tls.AlertError
+		netErr  net.Error
+		urlErr  *url.Error
+	)
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return "the server refused this node's credentials (check the user and password in the URL, or nats_creds)", text
+	case errors.Is(err, nats.ErrSecureConnWanted):
+		return "this node asks for TLS (a tls:// URL or nats_ca) but the server does not offer it", text
+	case errors.Is(err, nats.ErrSecureConnRequired):
+		return "the server requires TLS (use a tls:// URL)", text
+	case errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid), errors.As(err, &verify):
+		return "the server's TLS certificate is not trusted by this node (check nats_ca and the host name in the URL)", text
+	case errors.As(err, &record), errors.As(err, &alert), strings.Contains(text, "tls: "):
+		return "the TLS handshake with the server failed", text
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "the server's machine refused the connection (is the server running, is the port right?)", text
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "there is no route from this node to the server", text
+	case errors.As(err, &dns):
+		return "the server's name does not resolve", text
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "the server did not answer in time", text
+	case errors.Is(err, nats.ErrNoServers):
+		return "no server could be reached (refused or unreachable)", text
+	case errors.As(err, &urlErr):
+		return "the bus URL is not valid", text
+	}
+	return "the connection failed", text
+}

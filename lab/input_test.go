@@ -1,0 +1,79 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/host/wire"
+)
+
+// Reproduced against main: a valid 429 KB declaration of 11,000 file resources made the host
+// log a one-line reconcile error of over 1 MB; the launcher's relay gave up, the host died of
+// SIGPIPE on every start, a v1.2.0 delivered beside it was marked bad, the rollback failed too
+// and the launcher stopped in its failed state; heartbeats exceeded the server's max payload, so
+// the node also went silent. Now the node takes it in its stride: every version confirms, the
+// reconcile error is bounded, and heartbeats keep coming.
+func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 180*time.Second)
+	b := startLabBus(t)
+	rel := newRelease(t, b)
+	pub, err := rel.Keygen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hbs, stop, err := b.Heartbeats("lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL(), "MESH_HOST_TRUSTED_KEYS="+pub, "MESH_HOST_HEARTBEAT_INTERVAL=500ms")
+	place(t, n, "v1.1.0", PkgHost)
+	start(t, n)
+	waitBeat(t, hbs, "v1.1.0 confirmed", func(hb wire.Heartbeat) bool { return hb.KnownGood == "v1.1.0" })
+
+	decl := wire.Declaration{Version: 1, Node: "lab"}
+	for i := range 11000 {
+		decl.Resources = append(decl.Resources, wire.Resource{Type: wire.KindFile, ID: fmt.Sprintf("/srv/app/conf.d/file-%05d.conf", i), Spec: json.RawMessage(`{}`)})
+	}
+	file := filepath.Join(t.TempDir(), "lab.json")
+	if err := os.WriteFile(file, decl.Marshal(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel.Run(ctx, "declare", "lab", file, "--nats", b.URL()); err != nil {
+		t.Fatal(err)
+	}
+	hb := waitBeat(t, hbs, "the large declaration reconciled", func(hb wire.Heartbeat) bool {
+		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == wire.TriggerDeclaration
+	})
+	if e := hb.LastReconcile.Error; len(e) > 8<<10 || !strings.Contains(e, "more") {
+		t.Errorf("reconcile error of %d bytes, want it bounded (first few, then \"and K more\"): %.300s", len(e), e)
+	}
+
+	if err := rel.Ship(ctx, "v1.2.0", build(t, PkgHost, "v1.2.0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rel.Target(ctx, "v1.2.0", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	waitBeat(t, hbs, "v1.2.0 confirmed with the large declaration held", func(hb wire.Heartbeat) bool {
+		return hb.Running == "v1.2.0" && hb.KnownGood == "v1.2.0" && hb.DeclarationRevision > 0
+	})
+	rep, code, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range rep.Versions {
+		if v.Bad || v.FailuresTotal > 0 {
+			t.Errorf("%s: bad %v, %d failures; a declaration must never cost a version", v.Version, v.Bad, v.FailuresTotal)
+		}
+	}
+	if code != 0 || rep.Failed {
+		t.Errorf("status exit %d, failed %v (%s)", code, rep.Failed, rep.FailedReason)
+	}
+}
