@@ -460,7 +460,7 @@ func (d *Deliverer) room(version, dir string, need int64, what string) error {
 		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("check free space in %s: %w", dir, err)}
 	}
 	if want := need + d.cfg.SpaceMargin; free < uint64(want) {
-		return refuse(version, KindNoSpace, "%s has %s free; staging needs %s for %s and a %s margin; free some space on %s",
+		return refuse(version, KindNoSpace, "%s has %s free; staging needs %s: %s, plus a %s margin; free some space on %s",
 			dir, mib(int64(free)), mib(want), what, mib(d.cfg.SpaceMargin), mountPoint(dir))
 	}
 	return nil

@@ -19,11 +19,12 @@ var (
 // the total bound (FetchStall + size/FetchMinRate), and a watchdog cancels ctx when no byte
 // has arrived for FetchStall — the wait for the first byte included.
 type watch struct {
-	ctx   context.Context
-	size  int64 // the archive's signed size
-	stall time.Duration
-	bound time.Duration
-	rate  int64
+	ctx      context.Context
+	size     int64 // the archive's signed size
+	stall    time.Duration
+	rate     int64
+	bound    time.Duration
+	deadline time.Time // the fetch's start + bound
 
 	stop   context.CancelCauseFunc
 	cancel context.CancelFunc
@@ -34,7 +35,8 @@ type watch struct {
 func (d *Deliverer) watch(parent context.Context, size int64) *watch {
 	w := &watch{size: size, stall: d.cfg.FetchStall, rate: d.cfg.FetchMinRate}
 	w.bound = w.stall + time.Duration(float64(size)/float64(w.rate)*float64(time.Second))
-	ctx, cancel := context.WithTimeoutCause(parent, w.bound, errTooSlow)
+	w.deadline = time.Now().Add(w.bound)
+	ctx, cancel := context.WithDeadlineCause(parent, w.deadline, errTooSlow)
 	w.ctx, w.stop = context.WithCancelCause(ctx)
 	w.cancel = cancel
 	w.dog = time.AfterFunc(w.stall, func() { w.stop(errStalled) })
@@ -51,7 +53,13 @@ func (w *watch) close() {
 // failed says why the fetch ended early when the watch ended it, and nil otherwise (a
 // cancelled parent is not a failure of the fetch).
 func (w *watch) failed() error {
-	switch cause := context.Cause(w.ctx); {
+	cause := context.Cause(w.ctx)
+	if cause == nil && !time.Now().Before(w.deadline) {
+		// nats.go's reader times out at the deadline itself, possibly just before the
+		// context says so.
+		cause = errTooSlow
+	}
+	switch {
 	case errors.Is(cause, errStalled):
 		return fmt.Errorf("no bytes arrived for %s (%d of %d bytes fetched): the link to the bus stalled",
 			w.stall, w.n, w.size)
@@ -137,10 +145,12 @@ func (r *watched) Read(p []byte) (int, error) {
 				r.w.dog.Reset(r.w.stall)
 			}
 			// io.EOF is the end of a complete stream (nats.go checked its digest); any other
-			// error after the watch ended (a timeout, the digest of a cut-off stream) is
+			// error once the watch ended (a timeout, the digest of a cut-off stream) is
 			// nats.go's view of it, not the reason.
-			if r.err = c.err; r.err != nil && !errors.Is(r.err, io.EOF) && r.w.ctx.Err() != nil {
-				r.err = r.reason()
+			if r.err = c.err; r.err != nil && !errors.Is(r.err, io.EOF) {
+				if why := r.w.failed(); why != nil {
+					r.err = why
+				}
 			}
 		case <-r.w.ctx.Done():
 			r.err = r.reason()
