@@ -11,8 +11,13 @@
 //   - the digest of the binary is recorded before its directory appears, so Choose checks it;
 //   - a refused release is not fetched again while its manifest is unchanged, and failures that
 //     may pass are retried with exponential backoff and jitter, never in a loop;
-//   - free space is checked before fetching; a crash leaves only versions/.staging-*, which
-//     rollback.CleanStaging (run at start) removes.
+//   - a fetch that stalls (no bytes for FetchStall) or runs past its bound (FetchStall +
+//     size/FetchMinRate) fails as a bus failure and is retried; it has no hidden deadline;
+//   - free space is checked for what the release needs — before fetching for the archive and
+//     a binary at least as large, before extracting for the binary's size — and a full disk
+//     or other write failure is the machine's, retried, never a refusal of the release;
+//   - a crash leaves only versions/.staging-*, which rollback.CleanStaging (run at start)
+//     removes.
 package deliver
 
 import (
@@ -70,8 +75,13 @@ type Config struct {
 
 	MaxArchive  int64   // largest archive fetched; default 128 MiB
 	MaxBinary   int64   // largest binary extracted; default 128 MiB
-	SpaceMargin int64   // free space kept beyond archive + MaxBinary; default 32 MiB
+	SpaceMargin int64   // free space left after staging (archive + binary); default 4 MiB
 	Backoff     Backoff // retry policy for failures that may pass
+
+	// A fetch fails, and is retried with the backoff, when no bytes arrive for FetchStall or
+	// when it takes longer than FetchStall + size/FetchMinRate in all.
+	FetchStall   time.Duration // default 30 s
+	FetchMinRate int64         // bytes per second; default 16 KiB/s
 }
 
 // Deliverer stages host versions under one root. It is safe for concurrent use; stagings run
@@ -120,7 +130,13 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.MaxBinary = 128 << 20
 	}
 	if cfg.SpaceMargin <= 0 {
-		cfg.SpaceMargin = 32 << 20
+		cfg.SpaceMargin = 4 << 20
+	}
+	if cfg.FetchStall <= 0 {
+		cfg.FetchStall = 30 * time.Second
+	}
+	if cfg.FetchMinRate <= 0 {
+		cfg.FetchMinRate = 16 << 10
 	}
 	cfg.Backoff = cfg.Backoff.withDefaults()
 	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}}, nil
@@ -262,14 +278,11 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	if err := os.MkdirAll(versions, 0o755); err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	need := uint64(m.Size + d.cfg.MaxBinary + d.cfg.SpaceMargin)
-	free, err := d.env.freeSpace(versions)
-	if err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("check free space in %s: %w", versions, err)}
-	}
-	if free < need {
-		return refuse(version, KindNoSpace, "%s has %d MiB free; staging needs %d MiB (archive %d MiB, binary up to %d MiB, margin %d MiB); free some space",
-			versions, free>>20, need>>20, m.Size>>20, d.cfg.MaxBinary>>20, d.cfg.SpaceMargin>>20)
+	// The binary's size is not signed, but it is at least about the archive's (compression
+	// does not make a file larger by more than its framing): refuse before fetching only what
+	// cannot fit, and check the binary's own size once the verified archive tells it.
+	if err := d.room(version, versions, 2*m.Size, fmt.Sprintf("the archive (%s) and a binary at least as large", mib(m.Size))); err != nil {
+		return err
 	}
 
 	staging, err := os.MkdirTemp(versions, rollback.StagingPrefix)
@@ -290,12 +303,26 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100})
-	bin, err := archive.Extract(ctx, dl, staging, archive.Limits{MaxBinary: d.cfg.MaxBinary})
+	lim := archive.Limits{MaxBinary: d.cfg.MaxBinary}
+	size, err := archive.Peek(ctx, dl, lim)
 	if errors.Is(err, archive.ErrUnsafe) {
 		return refuse(version, KindBadArchive, "%w", err)
 	}
 	if err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	if err := d.room(version, versions, size, fmt.Sprintf("the binary (%s)", mib(size))); err != nil {
+		return err
+	}
+	if _, err := dl.Seek(0, io.SeekStart); err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: err}
+	}
+	bin, err := archive.Extract(ctx, dl, staging, lim)
+	if errors.Is(err, archive.ErrUnsafe) {
+		return refuse(version, KindBadArchive, "%w", err)
+	}
+	if err != nil {
+		return writeErr(version, "extracting "+archive.BinaryName, err)
 	}
 	dl.Close()
 	if err := os.Remove(dl.Name()); err != nil {
@@ -361,19 +388,25 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 		return nil, refuse(v, KindDigestMismatch, "the object store's digest of %s is %s but the manifest signed %s (%s); republish the release",
 			m.Object, info.Digest, m.Digest, want)
 	}
-	res, err := obs.Get(ctx, m.Object)
+	f, err := os.OpenFile(filepath.Join(staging, downloadName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
+		return nil, writeErr(v, "creating the download", err)
+	}
+	meter := newMeter(v, m.Size, progress)
+	w := d.watch(ctx, m.Size)
+	defer w.close()
+	res, err := obs.Get(w.ctx, m.Object)
+	if err != nil {
+		f.Close()
+		if why := w.failed(); why != nil {
+			return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, why)}
+		}
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			return nil, refuse(v, KindObjectMissing, "object %s vanished from %s", m.Object, d.cfg.Names.Archives())
 		}
 		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
 	}
-	defer res.Close()
-	f, err := os.OpenFile(filepath.Join(staging, downloadName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, &Error{Version: v, Kind: KindLocal, Err: err}
-	}
-	if err := copyVerified(f, res, m, newMeter(v, m.Size, progress)); err != nil {
+	if err := copyVerified(f, w.reader(res, meter.stalled), m, meter); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -384,15 +417,15 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 // checks the count and the digest against the manifest.
 func copyVerified(dst io.Writer, src io.Reader, m wire.Manifest, meter io.Writer) error {
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(dst, h, meter), io.LimitReader(src, m.Size+1))
+	out := &destWriter{w: dst}
+	n, err := io.Copy(io.MultiWriter(out, h, meter), io.LimitReader(src, m.Size+1))
+	if out.err != nil {
+		return writeErr(m.Version, "writing the download", out.err)
+	}
 	if errors.Is(err, jetstream.ErrDigestMismatch) {
 		return refuse(m.Version, KindDigestMismatch, "the object store's chunks of %s do not match its own digest; republish the release", m.Object)
 	}
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return &Error{Version: m.Version, Kind: KindLocal, Err: fmt.Errorf("write the download: %w", err)}
-		}
 		return &Error{Version: m.Version, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
 	}
 	if err := sizeCheck(m, n, "the fetch delivered"); err != nil {
@@ -403,6 +436,38 @@ func copyVerified(dst io.Writer, src io.Reader, m wire.Manifest, meter io.Writer
 	}
 	return nil
 }
+
+// destWriter keeps the error of a failed write, so a full disk is not mistaken for a failure
+// of the bus.
+type destWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (d *destWriter) Write(p []byte) (int, error) {
+	n, err := d.w.Write(p)
+	if err != nil {
+		d.err = err
+	}
+	return n, err
+}
+
+// room checks that dir's file system has need bytes free beyond the margin; what says what
+// they are for.
+func (d *Deliverer) room(version, dir string, need int64, what string) error {
+	free, err := d.env.freeSpace(dir)
+	if err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("check free space in %s: %w", dir, err)}
+	}
+	if want := need + d.cfg.SpaceMargin; free < uint64(want) {
+		return refuse(version, KindNoSpace, "%s has %s free; staging needs %s: %s, plus a %s margin; free some space on %s",
+			dir, mib(int64(free)), mib(want), what, mib(d.cfg.SpaceMargin), mountPoint(dir))
+	}
+	return nil
+}
+
+// mib writes n bytes in MiB with one decimal.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func sizeCheck(m wire.Manifest, n int64, what string) error {
 	switch {

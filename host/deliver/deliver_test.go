@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -311,8 +312,8 @@ func TestDeliverRefuses(t *testing.T) {
 func TestDeliverRefusesTooLittleDiskSpaceBeforeFetching(t *testing.T) {
 	h := newHarness(t, nil)
 	h.release(v1, fakehost(t, v1, "ok", runtime.GOARCH))
-	// The one mock: the file system reports 10 MiB free.
-	h.d.env.freeSpace = func(string) (uint64, error) { return 10 << 20, nil }
+	// The one mock: the file system reports 1 MiB free.
+	h.d.env.freeSpace = func(string) (uint64, error) { return 1 << 20, nil }
 	var log progressLog
 	err := h.d.Deliver(context.Background(), v1, log.report)
 	var e *Error
@@ -471,6 +472,23 @@ func TestCopyVerifiedChecksWhatItStreams(t *testing.T) {
 	if e := (*Error)(nil); !errors.As(err, &e) || e.Kind != KindSizeMismatch || int64(huge.Len()) != m.Size+1 {
 		t.Fatalf("endless stream: %v after %d bytes", err, huge.Len())
 	}
+}
+
+func TestCopyVerifiedCallsAFullDiskNoSpaceNotABusFailure(t *testing.T) {
+	body := []byte("the archive's bytes")
+	m := wire.Manifest{Version: v1, Object: "o", Size: int64(len(body)), Digest: digest.FromBytes(body)}
+	err := copyVerified(fullDisk{}, bytes.NewReader(body), m, io.Discard)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindNoSpace || e.Kind.Permanent() || !strings.Contains(err.Error(), "free some space") {
+		t.Fatalf("got %v, want a no-space failure that says to free space", err)
+	}
+}
+
+// fullDisk fails every write as a full disk does.
+type fullDisk struct{}
+
+func (fullDisk) Write([]byte) (int, error) {
+	return 0, &os.PathError{Op: "write", Path: "/var/lib/mesh-host/versions/.staging-1/download.tar.zst", Err: syscall.ENOSPC}
 }
 
 type errReader struct{}

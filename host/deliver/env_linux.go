@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"os/exec"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -13,6 +14,27 @@ func statfsFree(dir string) (uint64, error) {
 		return 0, err
 	}
 	return s.Bavail * uint64(s.Bsize), nil
+}
+
+// mountPoint returns the mount point of the file system holding dir (the directory an
+// operator frees space on), or dir itself when it cannot be told.
+func mountPoint(dir string) string {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return dir
+	}
+	for {
+		parent := filepath.Dir(dir)
+		var ps unix.Stat_t
+		if parent == dir || unix.Stat(parent, &ps) != nil || ps.Dev != st.Dev {
+			return dir
+		}
+		dir = parent
+	}
 }
 
 // ownGroup runs cmd in its own process group and makes cancelling it kill the whole group, so a

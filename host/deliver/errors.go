@@ -1,7 +1,11 @@
 package deliver
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -32,8 +36,8 @@ const (
 	KindSizeMismatch   Kind = "size-mismatch"   // the object is larger than the manifest says
 	KindTruncated      Kind = "truncated"       // the object is shorter than the manifest says
 	KindDigestMismatch Kind = "digest-mismatch" // the object's bytes are not the ones the manifest signed
-	KindNoSpace        Kind = "no-space"        // too little free space under versions/ (checked before fetching)
-	KindBus            Kind = "bus"             // the bus could not be read
+	KindNoSpace        Kind = "no-space"        // too little free space under versions/, or the disk filled up while writing
+	KindBus            Kind = "bus"             // the bus could not be read, or the fetch stalled or was too slow
 	KindLocal          Kind = "local"           // a local file or records operation failed
 )
 
@@ -69,4 +73,21 @@ func (e *Error) Unwrap() error { return e.Err }
 
 func refuse(version string, kind Kind, format string, args ...any) *Error {
 	return &Error{Version: version, Kind: kind, Err: fmt.Errorf(format, args...)}
+}
+
+// writeErr words a failure to write a local file while doing something. A full disk or quota
+// is KindNoSpace, naming the file system to free space on; anything else (an I/O error) is
+// KindLocal. Both are the machine's, not the release's: retried, never a refusal.
+func writeErr(version, doing string, err error) *Error {
+	where := "the disk"
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		where = "the file system mounted at " + mountPoint(filepath.Dir(pe.Path))
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return &Error{Version: version, Kind: KindNoSpace, Err: fmt.Errorf("no space left on %s while %s; free some space there (%w)", where, doing, err)}
+	case errors.Is(err, syscall.EDQUOT):
+		return &Error{Version: version, Kind: KindNoSpace, Err: fmt.Errorf("disk quota exceeded on %s while %s; free some space there or raise the quota (%w)", where, doing, err)}
+	}
+	return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("%s: %w", doing, err)}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
@@ -106,6 +107,7 @@ type harness struct {
 	root    string
 	priv    ed25519.PrivateKey
 	records *rollback.Records
+	cfg     Config // what d was made with
 	d       *Deliverer
 }
 
@@ -125,11 +127,32 @@ func newHarness(t testing.TB, edit func(*Config)) *harness {
 	if edit != nil {
 		edit(&cfg)
 	}
+	h.cfg = cfg
 	h.d, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// deliverVia replaces h.d by a Deliverer whose link to the bus is a connection to url (a relay
+// in front of the bus) that reconnects as a host's link does.
+func (h *harness) deliverVia(url string) {
+	h.t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.JS = js
+	if h.d, err = New(cfg); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 func pack(t testing.TB, bin []byte) []byte {

@@ -25,14 +25,19 @@ type Progress struct {
 	Total   int64   // the archive's size from the manifest
 	Percent float64 // Bytes/Total·100
 	RateBPS int64   // average bytes per second since the fetch started
-	Err     *Error  // with StateFailed: what went wrong (RetryAt says when Run tries again)
+	// Stalled is, while fetching, how long no byte has arrived when that is a second or more
+	// (the fetch fails at Config.FetchStall).
+	Stalled time.Duration
+	Err     *Error // with StateFailed: what went wrong (RetryAt says when Run tries again)
 }
 
 // Fetch returns the progress as the heartbeat carries it.
 func (p Progress) Fetch() *wire.Fetch {
-	f := &wire.Fetch{State: p.State, Version: p.Version, Bytes: p.Bytes, Total: p.Total, Percent: p.Percent, RateBPS: p.RateBPS}
+	f := &wire.Fetch{State: p.State, Version: p.Version, Bytes: p.Bytes, Total: p.Total, Percent: p.Percent, RateBPS: p.RateBPS,
+		StalledS: int64(p.Stalled / time.Second)}
 	if p.Err != nil {
 		f.Error = p.Err.Error()
+		f.RetryAt = p.Err.RetryAt
 	}
 	return f
 }
@@ -43,7 +48,8 @@ type meter struct {
 	version  string
 	total, n int64
 	start    time.Time
-	last     time.Time
+	last     time.Time     // of the last report
+	idle     time.Duration // while reporting a stall
 	report   func(Progress)
 }
 
@@ -65,8 +71,18 @@ func (m *meter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// stalled reports, at most once a second, that no byte has arrived for idle.
+func (m *meter) stalled(idle time.Duration) {
+	if now := time.Now(); now.Sub(m.last) >= time.Second {
+		m.last = now
+		m.idle = idle
+		m.send()
+		m.idle = 0
+	}
+}
+
 func (m *meter) send() {
-	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total}
+	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle}
 	if m.total > 0 {
 		p.Percent = float64(m.n) * 100 / float64(m.total)
 	}

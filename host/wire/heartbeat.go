@@ -86,15 +86,19 @@ type LinkFailure struct {
 }
 
 // Fetch is the progress of fetching a host version (filled by delivery). State is one of
-// "fetching", "verifying", "staged", "failed".
+// "fetching", "verifying", "staged", "failed". StalledS is, while fetching, the seconds since
+// the last byte arrived (absent while bytes flow); RetryAt is, with "failed", when the host
+// tries again (absent when it does not: the version was refused).
 type Fetch struct {
-	State   string  `json:"state"`
-	Version string  `json:"version"`
-	Bytes   int64   `json:"bytes"`
-	Total   int64   `json:"total"`
-	Percent float64 `json:"percent"`
-	RateBPS int64   `json:"rate_bps"`
-	Error   string  `json:"error,omitempty"`
+	State    string    `json:"state"`
+	Version  string    `json:"version"`
+	Bytes    int64     `json:"bytes"`
+	Total    int64     `json:"total"`
+	Percent  float64   `json:"percent"`
+	RateBPS  int64     `json:"rate_bps"`
+	StalledS int64     `json:"stalled_s,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	RetryAt  time.Time `json:"retry_at,omitzero"`
 }
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []

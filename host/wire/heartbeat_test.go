@@ -58,6 +58,47 @@ func TestHeartbeatRoundTripsWithRefusalAndFetch(t *testing.T) {
 	}
 }
 
+func TestHeartbeatFetchShowsAStallAndWhenAFailedFetchRetries(t *testing.T) {
+	retry := time.Date(2026, 11, 29, 7, 15, 0, 0, time.UTC)
+	cases := []struct {
+		name  string
+		fetch Fetch
+		has   map[string]bool
+	}{
+		{"TestHeartbeatFetchOmitsStallAndRetryWhileBytesFlow", Fetch{State: "fetching", Bytes: 10, Total: 100},
+			map[string]bool{"stalled_s": false, "retry_at": false, "rate_bps": true}},
+		{"TestHeartbeatFetchShowsAStall", Fetch{State: "fetching", Bytes: 10, Total: 100, StalledS: 12},
+			map[string]bool{"stalled_s": true, "retry_at": false}},
+		{"TestHeartbeatFetchShowsWhenAFailedFetchRetries", Fetch{State: "failed", Error: "stalled", RetryAt: retry},
+			map[string]bool{"stalled_s": false, "retry_at": true, "error": true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := Heartbeat{Node: "n1", State: StateRunning, Fetch: &c.fetch}
+			var m struct{ Fetch map[string]json.RawMessage }
+			if err := json.Unmarshal(in.Marshal(), &m); err != nil {
+				t.Fatal(err)
+			}
+			for k, want := range c.has {
+				if _, ok := m.Fetch[k]; ok != want {
+					t.Errorf("fetch has %q: %v, want %v", k, ok, want)
+				}
+			}
+			out, err := ParseHeartbeat(in.Marshal())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := *out.Fetch
+			if !got.RetryAt.Equal(c.fetch.RetryAt) {
+				t.Fatalf("retry_at round trip = %v, want %v", got.RetryAt, c.fetch.RetryAt)
+			}
+			if got.RetryAt = c.fetch.RetryAt; got != c.fetch {
+				t.Fatalf("round trip = %+v, want %+v", got, c.fetch)
+			}
+		})
+	}
+}
+
 func TestHeartbeatParseIgnoresFieldsFromNewerHosts(t *testing.T) {
 	if _, err := ParseHeartbeat([]byte(`{"schema":1,"node":"n1","state":"running","new_thing":3}`)); err != nil {
 		t.Fatal(err)

@@ -116,41 +116,70 @@ const tarSlack = 64 << 10
 // sticky modes; a binary larger than the limit; a decoded stream larger than the binary plus
 // tar framing, or a zstd window larger than the limit (decompression bombs); anything but
 // zero padding after the tar end. It reads r to its end, so the zstd checksum is verified.
+// A failure to write dir/mesh-host (a full disk, an I/O error) is the machine's, not the
+// archive's: it is returned wrapping the *os.PathError, never ErrUnsafe.
 // On error the caller removes dir; Extract may have left a partial file there.
 func Extract(ctx context.Context, r io.Reader, dir string, lim Limits) (Binary, error) {
+	return extract(ctx, r, dir, lim, createFile)
+}
+
+// Peek reads the archive's first entry, checks it as Extract does and returns the size of the
+// binary Extract would write, so the caller can check for room before extracting. The size is
+// what the archive says: trust it once the archive's digest is verified.
+func Peek(ctx context.Context, r io.Reader, lim Limits) (int64, error) {
 	lim = lim.withDefaults()
-	capBytes := lim.MaxBinary + tarSlack
-	zr, err := zstd.NewReader(&ctxReader{ctx: ctx, r: r},
-		zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(lim.MaxWindow),
-		zstd.WithDecoderMaxMemory(lim.MaxWindow)) // for streams, a memory bound; output is capped below
+	zr, tr, _, err := open(ctx, r, lim)
 	if err != nil {
-		return Binary{}, fmt.Errorf("extract: zstd: %w", err)
+		return 0, err
 	}
 	defer zr.Close()
-	capped := &capReader{r: zr, left: capBytes, limit: capBytes}
-	tr := tar.NewReader(capped)
-
-	hdr, err := tr.Next()
-	if errors.Is(err, io.EOF) {
-		return Binary{}, fmt.Errorf("%w: the archive is empty; it must hold one file named %s", ErrUnsafe, BinaryName)
-	}
+	hdr, err := first(tr, lim)
 	if err != nil {
-		return Binary{}, readErr(err)
+		return 0, err
 	}
-	if err := checkEntry(hdr, lim); err != nil {
+	return hdr.Size, nil
+}
+
+// dest is the file Extract writes the binary to: an *os.File, or a test's stand-in for a
+// failing disk.
+type dest interface {
+	io.Writer
+	Chmod(os.FileMode) error
+	Sync() error
+	Close() error
+}
+
+func createFile(path string) (dest, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, Mode)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func extract(ctx context.Context, r io.Reader, dir string, lim Limits, create func(string) (dest, error)) (Binary, error) {
+	lim = lim.withDefaults()
+	zr, tr, capped, err := open(ctx, r, lim)
+	if err != nil {
+		return Binary{}, err
+	}
+	defer zr.Close()
+	if _, err := first(tr, lim); err != nil {
 		return Binary{}, err
 	}
 	out := filepath.Join(dir, BinaryName)
-	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, Mode)
+	f, err := create(out)
 	if err != nil {
 		return Binary{}, fmt.Errorf("extract: %w", err)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), tr)
+	w := &destWriter{w: f}
+	n, err := io.Copy(io.MultiWriter(w, h), tr)
 	if err != nil {
 		f.Close()
+		if w.err != nil {
+			return Binary{}, fmt.Errorf("extract: %w", w.err)
+		}
 		return Binary{}, readErr(err)
 	}
 	if err := f.Chmod(Mode); err != nil {
@@ -178,6 +207,52 @@ func Extract(ctx context.Context, r io.Reader, dir string, lim Limits) (Binary, 
 		return Binary{}, err
 	}
 	return Binary{Path: out, Size: n, Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))}, nil
+}
+
+// open starts decoding r: the zstd decoder (the caller closes it), the tar reader on its
+// capped output, and the cap itself.
+func open(ctx context.Context, r io.Reader, lim Limits) (*zstd.Decoder, *tar.Reader, *capReader, error) {
+	capBytes := lim.MaxBinary + tarSlack
+	zr, err := zstd.NewReader(&ctxReader{ctx: ctx, r: r},
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(lim.MaxWindow),
+		zstd.WithDecoderMaxMemory(lim.MaxWindow)) // for streams, a memory bound; output is capped below
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("extract: zstd: %w", err)
+	}
+	capped := &capReader{r: zr, left: capBytes, limit: capBytes}
+	return zr, tar.NewReader(capped), capped, nil
+}
+
+// first reads and checks the archive's first entry.
+func first(tr *tar.Reader, lim Limits) (*tar.Header, error) {
+	hdr, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: the archive is empty; it must hold one file named %s", ErrUnsafe, BinaryName)
+	}
+	if err != nil {
+		return nil, readErr(err)
+	}
+	if err := checkEntry(hdr, lim); err != nil {
+		return nil, err
+	}
+	return hdr, nil
+}
+
+// destWriter keeps the error of a failed write, so a full disk is not mistaken for a fault of
+// the archive being read.
+type destWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (d *destWriter) Write(p []byte) (int, error) {
+	n, err := d.w.Write(p)
+	if err != nil {
+		d.err = err
+	}
+	return n, err
 }
 
 func checkEntry(hdr *tar.Header, lim Limits) error {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -224,5 +225,55 @@ func BenchmarkPackExtract20MB(b *testing.B) {
 		if _, err := Extract(context.Background(), bytes.NewReader(a.Bytes()), dir, Limits{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// fullDisk is a destination that takes room bytes, then fails as a full disk does.
+type fullDisk struct {
+	path string
+	room int
+}
+
+func (d *fullDisk) Write(p []byte) (int, error) {
+	if len(p) > d.room {
+		n := d.room
+		d.room = 0
+		return n, &os.PathError{Op: "write", Path: d.path, Err: syscall.ENOSPC}
+	}
+	d.room -= len(p)
+	return len(p), nil
+}
+func (d *fullDisk) Chmod(os.FileMode) error { return nil }
+func (d *fullDisk) Sync() error             { return nil }
+func (d *fullDisk) Close() error            { return nil }
+
+func TestExtractCallsAFullDiskTheMachinesFaultNotTheArchives(t *testing.T) {
+	var a bytes.Buffer
+	if err := Pack(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture))); err != nil {
+		t.Fatal(err)
+	}
+	create := func(path string) (dest, error) { return &fullDisk{path: path, room: len(binaryFixture) / 2}, nil }
+	_, err := extract(context.Background(), bytes.NewReader(a.Bytes()), t.TempDir(), Limits{}, create)
+	if errors.Is(err, ErrUnsafe) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("got %v, want the write's ENOSPC and not ErrUnsafe", err)
+	}
+	var pe *os.PathError
+	if !errors.As(err, &pe) || !strings.HasSuffix(pe.Path, BinaryName) {
+		t.Fatalf("%v does not name the file it could not write", err)
+	}
+}
+
+func TestPeekGivesTheBinarysSizeAndChecksTheEntry(t *testing.T) {
+	var a bytes.Buffer
+	if err := Pack(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture))); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Peek(context.Background(), bytes.NewReader(a.Bytes()), Limits{})
+	if err != nil || n != int64(len(binaryFixture)) {
+		t.Fatalf("Peek: %d, %v; want %d", n, err, len(binaryFixture))
+	}
+	bad := craft(t, []entry{reg("../mesh-host", binaryFixture)}, nil)
+	if _, err := Peek(context.Background(), bytes.NewReader(bad), Limits{}); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("Peek of an archive with ..: %v, want ErrUnsafe", err)
 	}
 }
