@@ -3,7 +3,6 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/novox/mesh-host/host/wire"
 )
 
 // DefaultRoot is where everything the host and launcher keep lives unless --root or
@@ -89,9 +90,8 @@ func Load(root, path string, getenv Env) (Config, error) {
 	b, err := os.ReadFile(file)
 	switch {
 	case err == nil:
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
+		// The bus's decoder: keys are case-sensitive, duplicates and unknown keys refused.
+		if err := wire.DecodeStrict(b, &c); err != nil {
 			return Config{}, fmt.Errorf("config %s: %w", file, err)
 		}
 	case errors.Is(err, fs.ErrNotExist) && !named:

@@ -62,6 +62,9 @@ func TestLoadRefuses(t *testing.T) {
 		{"duration not positive", `{"heartbeat_interval": "-1s"}`, nil, "positive"},
 		{"bad duration in the environment", `{}`, map[string]string{"MESH_HOST_HEARTBEAT_INTERVAL": "x"}, "MESH_HOST_HEARTBEAT_INTERVAL"},
 		{"not JSON", `node = "n"`, nil, "host.json"},
+		{"a key in another case", `{"node": "n", "Prefix": "p"}`, nil, `"Prefix" is not a field (did you mean "prefix"?)`},
+		{"a key twice", `{"node": "n", "prefix": "a", "prefix": "b"}`, nil, `duplicate key "prefix"`},
+		{"trailing data", `{"node": "n"} {"node": "m"}`, nil, "trailing data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 )
 
 // DeclarationVersion is the only declaration format this host reads.
@@ -49,12 +50,15 @@ type declarationEnvelope struct {
 }
 
 // ParseDeclaration decodes a declaration received over the link for node, strictly: unknown
-// fields (at any level above a spec), trailing data, an unknown version or resource type, a
+// fields (at any level above a spec), keys in another case, duplicate keys (at any level,
+// specs included), trailing data, an unknown version or resource type, a
 // declaration addressed to another node, an empty or repeated id, and the kind "action" (never
 // accepted over the link) are each refused, and the error names what was wrong.
 func ParseDeclaration(b []byte, node string) (Declaration, error) {
 	var env declarationEnvelope
-	if err := decodeStrict(b, &env); err != nil {
+	// Every key is checked against the declaration itself (resources included), so an error
+	// anywhere names its path; the envelope keeps each resource raw for parseResource.
+	if err := decodeAs(b, &env, reflect.TypeFor[Declaration](), refuseUnknown); err != nil {
 		return Declaration{}, fmt.Errorf("declaration: %w", err)
 	}
 	switch {

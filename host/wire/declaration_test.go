@@ -44,7 +44,7 @@ func TestDeclarationRefuses(t *testing.T) {
 		{"MalformedJSON", `{"version": 1,`, "declaration: unexpected EOF"},
 		{"TrailingData", `{"version":1,"node":"n1","resources":[]} {}`, "trailing data"},
 		{"UnknownField", `{"version":1,"node":"n1","resources":[],"extra":1}`, `unknown field "extra"`},
-		{"UnknownFieldInResource", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b","mode":1}]}`, `resources[1]: json: unknown field "mode"`},
+		{"UnknownFieldInResource", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b","mode":1}]}`, `resources[1]: unknown field "mode"`},
 		{"UnknownVersion", `{"version":2,"node":"n1","resources":[]}`, "version 2 is not supported"},
 		{"MissingVersion", `{"node":"n1","resources":[]}`, `no "version"`},
 		{"OtherNode", `{"version":1,"node":"n2","resources":[]}`, `addressed to node "n2", but this is node "n1"`},

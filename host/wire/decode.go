@@ -2,15 +2,60 @@ package wire
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"reflect"
+	"strconv"
+	"strings"
 )
 
-// decodeStrict decodes exactly one JSON value into v, refusing unknown fields and trailing data.
-func decodeStrict(b []byte, v any) error {
+// Every document read from the bus or from disk goes through one decoder. encoding/json alone
+// matches keys case-insensitively and lets the last of two equal keys win, so
+// {"node":"other","Node":"n9"} read as addressed to n9; and encoding/json/v2 needs a
+// GOEXPERIMENT. So a pre-pass walks the document's tokens beside the Go type it is decoded
+// into and refuses, naming the path:
+//
+//   - a key that appears twice in one object, at any depth (also inside raw specs and inside keys
+//     a report's reader does not know);
+//   - a key that matches a field of the type only when case is ignored;
+//   - with DecodeStrict, a key that is not a field at all.
+//
+// Only then does encoding/json decode it, when every key left matches a field exactly.
+
+// unknownKeys says what the pre-pass does with a key that is no field of the type.
+type unknownKeys int
+
+const (
+	refuseUnknown unknownKeys = iota // an order: a key nobody reads is a mistake
+	ignoreUnknown                    // a report: newer writers may add keys
+)
+
+// DecodeStrict decodes exactly one JSON document into v, which must be a pointer. Keys must name
+// v's fields exactly (json tag names, case-sensitive); unknown keys, duplicate keys at any depth
+// and trailing data are refused. The error names where: `resources[3].spec: duplicate key "mode"`.
+func DecodeStrict(b []byte, v any) error { return decodeAs(b, v, nil, refuseUnknown) }
+
+// DecodeReport is DecodeStrict for reports such as heartbeats: keys the type does not know are
+// ignored, but a key matching a field only in another case, or a duplicate key, is refused.
+func DecodeReport(b []byte, v any) error { return decodeAs(b, v, nil, ignoreUnknown) }
+
+// decodeAs checks b against shape (v's type when nil) and then decodes it into v. A shape other
+// than v's type lets a caller decode into a looser envelope while checking every key against
+// the real document type.
+func decodeAs(b []byte, v any, shape reflect.Type, unknown unknownKeys) error {
+	if shape == nil {
+		shape = reflect.TypeOf(v)
+	}
+	if err := checkKeys(b, shape, unknown); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
+	if unknown == refuseUnknown {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
@@ -19,3 +64,200 @@ func decodeStrict(b []byte, v any) error {
 	}
 	return nil
 }
+
+// checkKeys is the pre-pass: one JSON value, followed by nothing.
+func checkKeys(b []byte, shape reflect.Type, unknown unknownKeys) error {
+	c := &keyChecker{dec: json.NewDecoder(bytes.NewReader(b)), unknown: unknown, fields: map[reflect.Type]map[string]reflect.Type{}}
+	c.dec.UseNumber()
+	if err := c.value(shape, ""); err != nil {
+		if errors.Is(err, io.EOF) {
+			return io.ErrUnexpectedEOF // the document ended inside a value
+		}
+		return err
+	}
+	if _, err := c.dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+type keyChecker struct {
+	dec     *json.Decoder
+	unknown unknownKeys
+	// fields caches each struct type's exact key names (one decode of a large declaration meets
+	// the same resource type thousands of times).
+	fields map[reflect.Type]map[string]reflect.Type
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// value reads one value. t is the Go type it decodes into, or nil where nothing is known about
+// its keys (raw JSON, interfaces, custom decoders, keys a report ignores): there only duplicate
+// keys are refused.
+func (c *keyChecker) value(t reflect.Type, path string) error {
+	tok, err := c.dec.Token()
+	if err != nil {
+		return err
+	}
+	t = c.structure(t)
+	switch tok {
+	case json.Delim('{'):
+		return c.object(t, path)
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for i := 0; c.dec.More(); i++ {
+			if err := c.value(elem, path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+		_, err := c.dec.Token() // ']'
+		return err
+	}
+	return nil
+}
+
+// structure returns the type whose keys matter for t: pointers followed, and nil for a type that
+// decodes itself or holds arbitrary JSON.
+func (c *keyChecker) structure(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		if t.Implements(jsonUnmarshaler) || t.Implements(textUnmarshaler) {
+			return nil
+		}
+		t = t.Elem()
+	}
+	if t == nil || reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return nil // json.RawMessage, time.Time, config.Duration…
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Array:
+		return t
+	}
+	return nil
+}
+
+func (c *keyChecker) object(t reflect.Type, path string) error {
+	var fields map[string]reflect.Type
+	switch {
+	case t == nil:
+	case t.Kind() == reflect.Struct:
+		fields = c.fieldsOf(t)
+	}
+	seen := make(map[string]bool)
+	for c.dec.More() {
+		tok, err := c.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return at(path, fmt.Errorf("duplicate key %q", key))
+		}
+		seen[key] = true
+		var next reflect.Type
+		switch {
+		case t == nil:
+		case t.Kind() == reflect.Map:
+			next = t.Elem()
+		case t.Kind() == reflect.Struct:
+			ft, ok := fields[key]
+			if ok {
+				next = ft
+				break
+			}
+			if near := foldMatch(fields, key); near != "" {
+				return at(path, fmt.Errorf("%q is not a field (did you mean %q?)", key, near))
+			}
+			if c.unknown == refuseUnknown {
+				return at(path, fmt.Errorf("unknown field %q", key))
+			}
+		}
+		if err := c.value(next, join(path, key)); err != nil {
+			return err
+		}
+	}
+	_, err := c.dec.Token() // '}'
+	return err
+}
+
+// fieldsOf returns the keys encoding/json reads into struct t, each with its field's type:
+// exported fields by tag name or field name, "-" skipped, embedded structs' fields promoted
+// (the shallower one winning, as in encoding/json).
+func (c *keyChecker) fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if f, ok := c.fields[t]; ok {
+		return f
+	}
+	f := make(map[string]reflect.Type)
+	addFields(f, map[string]int{}, t, 0, map[reflect.Type]bool{})
+	c.fields[t] = f
+	return f
+}
+
+func addFields(out map[string]reflect.Type, depthOf map[string]int, t reflect.Type, depth int, visiting map[reflect.Type]bool) {
+	if visiting[t] {
+		return
+	}
+	visiting[t] = true
+	defer delete(visiting, t)
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if sf.Anonymous && name == "" {
+			et := sf.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				addFields(out, depthOf, et, depth+1, visiting)
+				continue
+			}
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		if d, taken := depthOf[name]; !taken || depth < d {
+			out[name], depthOf[name] = sf.Type, depth
+		}
+	}
+}
+
+// foldMatch returns the field key equals when case is ignored the way encoding/json ignores it
+// (Unicode simple folding, so "ſ" matches "s"), or "".
+func foldMatch(fields map[string]reflect.Type, key string) string {
+	best := ""
+	for name := range fields {
+		if strings.EqualFold(name, key) && (best == "" || name < best) {
+			best = name
+		}
+	}
+	return best
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func at(path string, err error) error {
+	if path == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+// decodeStrict is DecodeStrict inside this package.
+func decodeStrict(b []byte, v any) error { return DecodeStrict(b, v) }

@@ -102,10 +102,11 @@ func (h Heartbeat) Marshal() []byte {
 
 // ParseHeartbeat decodes a heartbeat. Unlike declarations, a heartbeat is a report, not an
 // order: fields added by newer hosts of the same schema are ignored so an older fleet view still
-// reads them. The schema, node and state are checked.
+// reads them. Keys are still matched case-sensitively and duplicates refused (DecodeReport), so
+// a heartbeat cannot say two things at once. The schema, node and state are checked.
 func ParseHeartbeat(b []byte) (Heartbeat, error) {
 	var h Heartbeat
-	if err := json.Unmarshal(b, &h); err != nil {
+	if err := DecodeReport(b, &h); err != nil {
 		return Heartbeat{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	if h.Schema != HeartbeatSchema {
