@@ -5,6 +5,7 @@ import (
 
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // readEvents handles what the link reports, at all times (also during a reconcile, so the
@@ -67,8 +68,10 @@ func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
 	h.deliverTarget(ctx, version, ev.Revision)
 }
 
-// refuse records a refused input and reports it in the next heartbeat.
+// refuse records a refused input and reports it in the next heartbeat. The reason quotes the
+// input, so it is bounded before it is logged, stored or sent.
 func (h *Host) refuse(ctx context.Context, what string, revision uint64, reason string) {
+	reason = rollback.Cut(reason, wire.MaxErrorBytes)
 	h.log.Warn("refused "+what, "revision", revision, "reason", reason)
 	if err := h.store.RecordRefusal(ctx, what, revision, reason); err != nil {
 		h.log.Error("could not record the refusal", "err", err)

@@ -24,6 +24,15 @@ const (
 	TriggerTimer       = "timer"
 )
 
+// Limits on the texts a heartbeat carries, which a host builds from input (a declaration, a
+// failing version's output): it cuts each to its limit before sending (docs/wire.md, "Heartbeat
+// size"), so readers can rely on them.
+const (
+	MaxErrorBytes  = 4096 // last_reconcile.error, refused.error, fetch.error
+	MaxReasonBytes = 1024 // rollbacks[].reason
+	MaxOutputBytes = 4096 // rollbacks[].output
+)
+
 // Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
