@@ -33,10 +33,15 @@ const (
 	MaxOutputBytes = 4096 // rollbacks[].output
 )
 
+// MaxHeartbeatBytes is the most a heartbeat may be, and the heartbeat stream's max message
+// size: a host sends at most this or the server's max payload, whichever is smaller, cutting by
+// the rules in docs/wire.md ("Heartbeat size") and setting Truncated.
+const MaxHeartbeatBytes = 1 << 20
+
 // Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
-// present except refused and fetch.
+// present except refused, fetch and truncated.
 type Heartbeat struct {
 	Schema              int            `json:"schema"`
 	Node                string         `json:"node"`
@@ -53,6 +58,9 @@ type Heartbeat struct {
 	SentAt              time.Time      `json:"sent_at"`
 	Refused             *Refusal       `json:"refused,omitempty"`
 	Fetch               *Fetch         `json:"fetch,omitempty"`
+	// Truncated is true when the host cut this heartbeat to fit the largest message it may
+	// send; what was cut is said in docs/wire.md.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // LastReconcile is the most recent completed reconcile. Error is empty when OK.
