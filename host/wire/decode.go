@@ -245,11 +245,29 @@ func foldMatch(fields map[string]reflect.Type, key string) string {
 	return best
 }
 
+// join extends a path by an object key: .key for a plain name, ["…"] quoted otherwise, so a
+// path is unambiguous and a key cannot put control characters into an error.
 func join(path, key string) string {
+	if !plainKey(key) {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
 	if path == "" {
 		return key
 	}
 	return path + "." + key
+}
+
+func plainKey(key string) bool {
+	if key == "" || len(key) > 64 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func at(path string, err error) error {

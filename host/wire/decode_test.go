@@ -67,14 +67,15 @@ func TestDecodeStrictAcceptsExactKeysAndKeepsUnknownOnesRefused(t *testing.T) {
 		t.Fatalf("decoded %+v", v)
 	}
 	for in, want := range map[string]string{
-		`{"a":1,"c":2}`:           `unknown field "c"`,
-		`{"name":"n"}`:            `"name" is not a field (did you mean "Name"?)`,
-		`{"-":"x"}`:               `unknown field "-"`,
-		`{"Skip":"x"}`:            `unknown field "Skip"`,
-		`{"m":{"k":1,"k":2}}`:     `m: duplicate key "k"`,
-		`{"a":1} {"a":2}`:         "trailing data",
-		`{"a":1`:                  "unexpected EOF",
-		`{"b":[1,{"x":1,"x":2}]}`: `b[1]: duplicate key "x"`,
+		`{"a":1,"c":2}`:             `unknown field "c"`,
+		`{"name":"n"}`:              `"name" is not a field (did you mean "Name"?)`,
+		`{"-":"x"}`:                 `unknown field "-"`,
+		`{"Skip":"x"}`:              `unknown field "Skip"`,
+		`{"m":{"k":1,"k":2}}`:       `m: duplicate key "k"`,
+		`{"a":1} {"a":2}`:           "trailing data",
+		`{"a":1`:                    "unexpected EOF",
+		`{"b":[1,{"x":1,"x":2}]}`:   `b[1]: duplicate key "x"`,
+		"{\"m\":{\"k\":1},\"m\":2}": `duplicate key "m"`,
 	} {
 		if err := DecodeStrict([]byte(in), &v); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("DecodeStrict(%s) = %v, want %q", in, err, want)
@@ -106,6 +107,16 @@ func TestDecodeStrictFollowsEmbeddedStructs(t *testing.T) {
 		t.Fatalf("got %+v, %v", v, err)
 	}
 	if err := DecodeStrict([]byte(`{"X":1}`), &v); err == nil || !strings.Contains(err.Error(), `did you mean "x"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDecodePathsQuoteKeysThatAreNotPlainNames(t *testing.T) {
+	var v struct {
+		M map[string]map[string]int `json:"m"`
+	}
+	err := DecodeStrict([]byte("{\"m\":{\"a.b\\u001b[2J\":{\"k\":1,\"k\":2}}}"), &v)
+	if err == nil || err.Error() != `m["a.b\x1b[2J"]: duplicate key "k"` {
 		t.Fatalf("got %v", err)
 	}
 }
