@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/wire"
 )
 
@@ -100,4 +101,43 @@ func TestReconcileErrorNamesTheFirstFailuresAndCountsTheRest(t *testing.T) {
 	if got := f.err().Error(); len(got) > maxFailureBytes+64 {
 		t.Errorf("one failure naming a 100 KB id is %d bytes", len(got))
 	}
+}
+
+// A declaration over the host's limit is refused by size, before it is parsed; the refusal says
+// both sizes and the setting, and the held declaration stays.
+func TestHostRefusesADeclarationOverItsLimitAndKeepsTheHeldOne(t *testing.T) {
+	b := startBus(t)
+	hbs := b.heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url(), func(c *config.Config) { c.MaxDeclarationBytes = 10_000 })
+	good := b.declare("n1", decl("n1", `{"type":"file","id":"/etc/motd"}`))
+	waitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
+	big := decl("n1", `{"type":"file","id":"/etc/motd","spec":{"content":"`+strings.Repeat("x", 20_000)+`"}}`)
+	rev := b.declare("n1", big)
+	hb := waitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool { return hb.Refused != nil && hb.Refused.Revision == rev })
+	want := fmt.Sprintf("declaration is %s bytes, over the 10,000-byte limit", commas(len(big)))
+	if !strings.Contains(hb.Refused.Error, want) || !strings.Contains(hb.Refused.Error, "max_declaration_bytes") {
+		t.Errorf("refusal %q, want it to say %q and name max_declaration_bytes", hb.Refused.Error, want)
+	}
+	if hb.DeclarationRevision != good {
+		t.Errorf("held revision %d, want %d kept", hb.DeclarationRevision, good)
+	}
+	// Exactly at the limit is accepted.
+	pad := 10_000 - len(decl("n1", `{"type":"file","id":"/etc/motd","spec":{"content":""}}`))
+	at := decl("n1", `{"type":"file","id":"/etc/motd","spec":{"content":"`+strings.Repeat("y", pad)+`"}}`)
+	if len(at) != 10_000 {
+		t.Fatalf("built %d bytes, want 10,000", len(at))
+	}
+	rev = b.declare("n1", at)
+	waitHeartbeat(t, hbs, "the declaration at the limit held", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	if n := countTrigger(th.reconciles(), "declaration"); n != 2 {
+		t.Errorf("%d declaration reconciles, want 2 (the refused one triggers none)", n)
+	}
+}
+
+func commas(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

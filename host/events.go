@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/wire"
@@ -37,6 +38,11 @@ func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrive
 		// Deleting the key is not a declaration of nothing: keep holding the last one. To manage
 		// nothing, declare an empty resource list.
 		h.refuse(ctx, "declaration", ev.Revision, "the declaration was deleted on the bus; keeping the one held (declare an empty resource list to manage nothing)")
+		return
+	}
+	// By size first: a declaration over the limit is not even parsed.
+	if err := wire.CheckDeclarationSize(int64(len(ev.Value)), h.maxDeclarationBytes()); err != nil {
+		h.refuse(ctx, "declaration", ev.Revision, fmt.Sprintf("%v; keeping the one held (split it, or raise max_declaration_bytes in host.json or MESH_HOST_MAX_DECLARATION_BYTES)", err))
 		return
 	}
 	if _, err := wire.ParseDeclaration(ev.Value, h.opts.Config.Node); err != nil {
@@ -77,4 +83,12 @@ func (h *Host) refuse(ctx context.Context, what string, revision uint64, reason 
 		h.log.Error("could not record the refusal", "err", err)
 	}
 	h.heartbeatSoon()
+}
+
+// maxDeclarationBytes is the configured limit, or the default for a Config not made by Load.
+func (h *Host) maxDeclarationBytes() int64 {
+	if n := h.opts.Config.MaxDeclarationBytes; n > 0 {
+		return n
+	}
+	return wire.DefaultMaxDeclarationBytes
 }

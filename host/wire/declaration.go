@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 )
 
 // DeclarationVersion is the only declaration format this host reads.
@@ -21,6 +23,35 @@ const (
 	KindContainer = "container"
 	KindAction    = "action"
 )
+
+// DefaultMaxDeclarationBytes is the largest declaration a host accepts and `mesh-release
+// declare` sends unless configured otherwise (max_declaration_bytes, --max-bytes), and the
+// declarations bucket's max value size: the NATS server's default max payload, 1 MiB.
+const DefaultMaxDeclarationBytes = 1 << 20
+
+// CheckDeclarationSize refuses a declaration of size bytes when it is over limit, saying both:
+// "declaration is 1,500,000 bytes, over the 1,048,576-byte limit". Callers add which setting
+// moves the limit.
+func CheckDeclarationSize(size, limit int64) error {
+	if size <= limit {
+		return nil
+	}
+	return fmt.Errorf("declaration is %s bytes, over the %s-byte limit", thousands(size), thousands(limit))
+}
+
+// thousands writes n with a comma between each group of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
 
 // kinds is every resource kind, in the order DESIGN.md lists them.
 var kinds = []string{KindDirectory, KindFile, KindArchive, KindService, KindPackage, KindContainer, KindAction}

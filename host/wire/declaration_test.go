@@ -103,3 +103,19 @@ func TestValidNode(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckDeclarationSizeNamesBothSizes(t *testing.T) {
+	if err := CheckDeclarationSize(DefaultMaxDeclarationBytes, DefaultMaxDeclarationBytes); err != nil {
+		t.Fatalf("at the limit: %v", err)
+	}
+	err := CheckDeclarationSize(1_500_000, DefaultMaxDeclarationBytes)
+	if err == nil || err.Error() != "declaration is 1,500,000 bytes, over the 1,048,576-byte limit" {
+		t.Fatalf("got %v", err)
+	}
+	if got := thousands(999); got != "999" {
+		t.Fatalf("thousands(999) = %q", got)
+	}
+	if got := thousands(1000); got != "1,000" {
+		t.Fatalf("thousands(1000) = %q", got)
+	}
+}
