@@ -21,8 +21,10 @@ func TestParseTargetUsesTheManifestsVersionRule(t *testing.T) {
 		{"v1.4", false},
 		{"1.4.0", false},
 		{"", false},
+		{"v1.0.0-" + strings.Repeat("a", MaxVersionBytes-7), true},
+		{"v1.0.0-" + strings.Repeat("a", MaxVersionBytes-6), false},
 	} {
-		t.Run(tc.version, func(t *testing.T) {
+		t.Run(shortName(tc.version), func(t *testing.T) {
 			tgt, err := ParseTarget(Target{Version: tc.version}.Marshal())
 			if (err == nil) != tc.ok {
 				t.Fatalf("ParseTarget(%q) = %v, want ok=%v", tc.version, err, tc.ok)
@@ -43,9 +45,16 @@ func TestParseTargetUsesTheManifestsVersionRule(t *testing.T) {
 // The launcher names version directories by rollback.IsVersion; it must be the same rule, or a
 // version could be targeted that no directory can hold.
 func TestValidVersionIsTheRuleVersionDirectoriesUse(t *testing.T) {
-	for _, v := range []string{"v1.4.0", "v1.5.0-rc.1", "v1.4.0+b", "v1.4", "1.4.0", "", "v01.4.0", "v1.4.0-"} {
+	for _, v := range []string{"v1.4.0", "v1.5.0-rc.1", "v1.4.0+b", "v1.4", "1.4.0", "", "v01.4.0", "v1.4.0-", "v1.0.0-" + strings.Repeat("a", MaxVersionBytes-7)} {
 		if ValidVersion(v) != rollback.IsVersion(v) {
 			t.Errorf("%q: wire.ValidVersion %v, rollback.IsVersion %v", v, ValidVersion(v), rollback.IsVersion(v))
 		}
 	}
+}
+
+func shortName(v string) string {
+	if len(v) > 20 {
+		return v[:20] + "…"
+	}
+	return v
 }
