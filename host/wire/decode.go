@@ -69,7 +69,7 @@ func decodeAs(b []byte, v any, shape reflect.Type, unknown unknownKeys) error {
 func checkKeys(b []byte, shape reflect.Type, unknown unknownKeys) error {
 	c := &keyChecker{dec: json.NewDecoder(bytes.NewReader(b)), unknown: unknown, fields: map[reflect.Type]map[string]reflect.Type{}}
 	c.dec.UseNumber()
-	if err := c.value(shape, ""); err != nil {
+	if err := c.value(shape); err != nil {
 		if errors.Is(err, io.EOF) {
 			return io.ErrUnexpectedEOF // the document ended inside a value
 		}
@@ -87,7 +87,19 @@ type keyChecker struct {
 	// fields caches each struct type's exact key names (one decode of a large declaration meets
 	// the same resource type thousands of times).
 	fields map[reflect.Type]map[string]reflect.Type
+	depth  int       // objects and arrays open
+	path   []segment // where the value being read is; rendered only for an error
 }
+
+// segment is one step of a path: an object key or an array index.
+type segment struct {
+	key   string
+	index int
+	isKey bool
+}
+
+// maxDepth is how deeply objects and arrays may nest: encoding/json's own limit.
+const maxDepth = 10000
 
 var (
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
@@ -97,24 +109,34 @@ var (
 // value reads one value. t is the Go type it decodes into, or nil where nothing is known about
 // its keys (raw JSON, interfaces, custom decoders, keys a report ignores): there only duplicate
 // keys are refused.
-func (c *keyChecker) value(t reflect.Type, path string) error {
+func (c *keyChecker) value(t reflect.Type) error {
 	tok, err := c.dec.Token()
 	if err != nil {
 		return err
 	}
 	t = c.structure(t)
 	switch tok {
+	case json.Delim('{'), json.Delim('['):
+		// encoding/json refuses the same depth; the pre-pass must stop there too.
+		if c.depth++; c.depth > maxDepth {
+			return c.fail(fmt.Errorf("nested deeper than %d levels", maxDepth))
+		}
+		defer func() { c.depth-- }()
+	}
+	switch tok {
 	case json.Delim('{'):
-		return c.object(t, path)
+		return c.object(t)
 	case json.Delim('['):
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
 		for i := 0; c.dec.More(); i++ {
-			if err := c.value(elem, path+"["+strconv.Itoa(i)+"]"); err != nil {
+			c.path = append(c.path, segment{index: i})
+			if err := c.value(elem); err != nil {
 				return err
 			}
+			c.path = c.path[:len(c.path)-1]
 		}
 		_, err := c.dec.Token() // ']'
 		return err
@@ -141,7 +163,7 @@ func (c *keyChecker) structure(t reflect.Type) reflect.Type {
 	return nil
 }
 
-func (c *keyChecker) object(t reflect.Type, path string) error {
+func (c *keyChecker) object(t reflect.Type) error {
 	var fields map[string]reflect.Type
 	switch {
 	case t == nil:
@@ -156,7 +178,7 @@ func (c *keyChecker) object(t reflect.Type, path string) error {
 		}
 		key, _ := tok.(string)
 		if seen[key] {
-			return at(path, fmt.Errorf("duplicate key %q", key))
+			return c.fail(fmt.Errorf("duplicate key %q", key))
 		}
 		seen[key] = true
 		var next reflect.Type
@@ -171,15 +193,17 @@ func (c *keyChecker) object(t reflect.Type, path string) error {
 				break
 			}
 			if near := foldMatch(fields, key); near != "" {
-				return at(path, fmt.Errorf("%q is not a field (did you mean %q?)", key, near))
+				return c.fail(fmt.Errorf("%q is not a field (did you mean %q?)", key, near))
 			}
 			if c.unknown == refuseUnknown {
-				return at(path, fmt.Errorf("unknown field %q", key))
+				return c.fail(fmt.Errorf("unknown field %q", key))
 			}
 		}
-		if err := c.value(next, join(path, key)); err != nil {
+		c.path = append(c.path, segment{key: key, isKey: true})
+		if err := c.value(next); err != nil {
 			return err
 		}
+		c.path = c.path[:len(c.path)-1]
 	}
 	_, err := c.dec.Token() // '}'
 	return err
@@ -245,16 +269,34 @@ func foldMatch(fields map[string]reflect.Type, key string) string {
 	return best
 }
 
-// join extends a path by an object key: .key for a plain name, ["…"] quoted otherwise, so a
-// path is unambiguous and a key cannot put control characters into an error.
-func join(path, key string) string {
-	if !plainKey(key) {
-		return path + "[" + strconv.Quote(key) + "]"
+// fail says err happened at the current path: resources[3].spec for plain names, ["…"] quoted
+// for other keys, so a path is unambiguous and a key cannot put control characters into an
+// error. A path deeper than 16 steps shows its first and last 8.
+func (c *keyChecker) fail(err error) error {
+	if len(c.path) == 0 {
+		return err
 	}
-	if path == "" {
-		return key
+	var b strings.Builder
+	for i, seg := range c.path {
+		if len(c.path) > 16 && i == 8 {
+			fmt.Fprintf(&b, "…(%d more)…", len(c.path)-16)
+		}
+		if len(c.path) > 16 && i >= 8 && i < len(c.path)-8 {
+			continue
+		}
+		switch {
+		case !seg.isKey:
+			b.WriteString("[" + strconv.Itoa(seg.index) + "]")
+		case !plainKey(seg.key):
+			b.WriteString("[" + strconv.Quote(seg.key) + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(seg.key)
+		}
 	}
-	return path + "." + key
+	return fmt.Errorf("%s: %w", b.String(), err)
 }
 
 func plainKey(key string) bool {
@@ -268,13 +310,6 @@ func plainKey(key string) bool {
 		}
 	}
 	return true
-}
-
-func at(path string, err error) error {
-	if path == "" {
-		return err
-	}
-	return fmt.Errorf("%s: %w", path, err)
 }
 
 // decodeStrict is DecodeStrict inside this package.

@@ -120,3 +120,14 @@ func TestDecodePathsQuoteKeysThatAreNotPlainNames(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A document nested 1,000,000 deep is refused at encoding/json's own depth, with a short path
+// (the pre-pass must not cost more than the decode it guards).
+func TestDecodeRefusesNestingDeeperThanEncodingJSON(t *testing.T) {
+	const n = 1_000_000
+	b := []byte(`{"version":1,"node":"n1","resources":[{"type":"file","id":"a","spec":{"x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}}]}`)
+	_, err := ParseDeclaration(b, "n1")
+	if err == nil || !strings.Contains(err.Error(), "nested deeper than 10000 levels") || !strings.HasPrefix(err.Error(), "declaration: resources[0].spec.x[0]") || len(err.Error()) > 200 {
+		t.Fatalf("got %v", err)
+	}
+}
