@@ -121,9 +121,11 @@ func ParseDeclaration(b []byte, node string) (Declaration, error) {
 	return d, nil
 }
 
+// parseResource reads one resource of a declaration whose keys ParseDeclaration has already
+// checked (every key exact, none twice, none unknown), so plain decoding is enough here.
 func parseResource(raw json.RawMessage) (Resource, error) {
 	var r Resource
-	if err := decodeStrict(raw, &r); err != nil {
+	if err := json.Unmarshal(raw, &r); err != nil {
 		return Resource{}, err
 	}
 	if !knownKind(r.Type) {
