@@ -67,15 +67,16 @@ func TestDecodeStrictAcceptsExactKeysAndKeepsUnknownOnesRefused(t *testing.T) {
 		t.Fatalf("decoded %+v", v)
 	}
 	for in, want := range map[string]string{
-		`{"a":1,"c":2}`:             `unknown field "c"`,
-		`{"name":"n"}`:              `"name" is not a field (did you mean "Name"?)`,
-		`{"-":"x"}`:                 `unknown field "-"`,
-		`{"Skip":"x"}`:              `unknown field "Skip"`,
-		`{"m":{"k":1,"k":2}}`:       `m: duplicate key "k"`,
-		`{"a":1} {"a":2}`:           "trailing data",
-		`{"a":1`:                    "unexpected EOF",
-		`{"b":[1,{"x":1,"x":2}]}`:   `b[1]: duplicate key "x"`,
-		"{\"m\":{\"k\":1},\"m\":2}": `duplicate key "m"`,
+		`{"a":1,"c":2}`:                   `unknown field "c"`,
+		`{"name":"n"}`:                    `"name" is not a field (did you mean "Name"?)`,
+		`{"-":"x"}`:                       `unknown field "-"`,
+		`{"Skip":"x"}`:                    `unknown field "Skip"`,
+		`{"m":{"k":1,"k":2}}`:             `m: duplicate key "k"`,
+		`{"a":1} {"a":2}`:                 "trailing data",
+		`{"a":1`:                          "unexpected EOF",
+		`{"b":[1,{"x":1,"x":2}]}`:         `b[1]: duplicate key "x"`,
+		"{\"m\":{\"k\":1},\"m\":2}":       `duplicate key "m"`,
+		"{\"m\":{\"\xff\":1,\"\xfe\":2}}": "m: duplicate key \"\ufffd\"", // encoding/json reads both as U+FFFD
 	} {
 		if err := DecodeStrict([]byte(in), &v); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("DecodeStrict(%s) = %v, want %q", in, err, want)
@@ -140,4 +141,21 @@ func TestDecodeShortensALongPath(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
+}
+
+// No document makes the decoder panic, and one it accepts has no key twice.
+func FuzzDecodeStrict(f *testing.F) {
+	for _, s := range []string{`{"version":1,"node":"n1","resources":[{"type":"file","id":"a","spec":{"a":[1,{"b":"\u0062"}]}}]}`,
+		`{"a":"\"","a\\":1}`, `[1, -2.5e3, true, null, "x"]`, `{"k":{"k":{}}}`, "\"\\ud800\"", `{"\ud83d\ude00":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var v any
+		if err := DecodeStrict(b, &v); err == nil {
+			var d Declaration
+			_ = DecodeStrict(b, &d)
+		}
+		_, _ = ParseDeclaration(b, "n1")
+		_, _ = ParseHeartbeat(b)
+	})
 }
