@@ -2,9 +2,11 @@ package host
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // readEvents handles what the link reports, at all times (also during a reconcile, so the
@@ -38,6 +40,11 @@ func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrive
 		h.refuse(ctx, "declaration", ev.Revision, "the declaration was deleted on the bus; keeping the one held (declare an empty resource list to manage nothing)")
 		return
 	}
+	// By size first: a declaration over the limit is not even parsed.
+	if err := wire.CheckDeclarationSize(int64(len(ev.Value)), h.maxDeclarationBytes()); err != nil {
+		h.refuse(ctx, "declaration", ev.Revision, fmt.Sprintf("%v; keeping the one held (split it, or raise max_declaration_bytes in host.json or MESH_HOST_MAX_DECLARATION_BYTES)", err))
+		return
+	}
 	if _, err := wire.ParseDeclaration(ev.Value, h.opts.Config.Node); err != nil {
 		h.refuse(ctx, "declaration", ev.Revision, err.Error())
 		return
@@ -67,11 +74,21 @@ func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
 	h.deliverTarget(ctx, version, ev.Revision)
 }
 
-// refuse records a refused input and reports it in the next heartbeat.
+// refuse records a refused input and reports it in the next heartbeat. The reason quotes the
+// input, so it is bounded before it is logged, stored or sent.
 func (h *Host) refuse(ctx context.Context, what string, revision uint64, reason string) {
+	reason = rollback.Cut(reason, wire.MaxErrorBytes)
 	h.log.Warn("refused "+what, "revision", revision, "reason", reason)
 	if err := h.store.RecordRefusal(ctx, what, revision, reason); err != nil {
 		h.log.Error("could not record the refusal", "err", err)
 	}
 	h.heartbeatSoon()
+}
+
+// maxDeclarationBytes is the configured limit, or the default for a Config not made by Load.
+func (h *Host) maxDeclarationBytes() int64 {
+	if n := h.opts.Config.MaxDeclarationBytes; n > 0 {
+		return n
+	}
+	return wire.DefaultMaxDeclarationBytes
 }

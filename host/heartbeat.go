@@ -77,7 +77,8 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		warn("rollbacks", err)
 	} else {
 		for _, rb := range rbs {
-			hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: rb.From, To: rb.To, At: rb.At.UTC(), Reason: rb.Reason, Output: rb.Output})
+			hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: rb.From, To: rb.To, At: rb.At.UTC(),
+				Reason: rollback.Cut(rb.Reason, wire.MaxReasonBytes), Output: rollback.Cut(rb.Output, wire.MaxOutputBytes)})
 		}
 	}
 	if _, rev, ok, err := h.store.Held(ctx); err != nil {
@@ -89,11 +90,17 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		warn("the last reconcile", err)
 	} else if ok {
 		hb.LastReconcile = r.Wire()
+		// Bounded when recorded; cut again for rows an older host wrote.
+		hb.LastReconcile.Error = rollback.Cut(hb.LastReconcile.Error, wire.MaxErrorBytes)
 	}
 	if r, ok, err := h.store.LastRefusal(ctx); err != nil {
 		warn("the last refusal", err)
 	} else if ok {
 		hb.Refused = r.Wire()
+		hb.Refused.Error = rollback.Cut(hb.Refused.Error, wire.MaxErrorBytes)
+	}
+	if hb.Fetch != nil {
+		hb.Fetch.Error = rollback.Cut(hb.Fetch.Error, wire.MaxErrorBytes)
 	}
 	return hb
 }

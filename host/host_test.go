@@ -148,6 +148,8 @@ func TestBadDeclarationsAreRefusedReportedAndHeldOneStays(t *testing.T) {
 		{"another node's", `{"version": 1, "node": "n2", "resources": []}`, "n2"},
 		{"unknown version", `{"version": 7, "node": "n1", "resources": []}`, "version"},
 		{"an action over the link", `{"version": 1, "node": "n1", "resources": [{"type": "action", "id": "x"}]}`, "action"},
+		{"the node key in another case", `{"version": 1, "node": "other", "Node": "n1", "resources": []}`, `"Node" is not a field (did you mean "node"?)`},
+		{"a key twice", `{"version": 1, "node": "other", "node": "n1", "resources": []}`, `duplicate key "node"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rev := b.declare("n1", []byte(tc.value))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // errStopped ends a reconcile between steps when the host is asked to stop.
@@ -23,11 +24,13 @@ func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger Trig
 	}
 	err = h.apply(ctx, stop)
 	log := h.log.With("trigger", trigger, "duration", time.Since(began).Round(time.Millisecond))
+	// The error is built from the declaration, so it is bounded before it is stored, sent or
+	// logged (apply already names only the first failures; this bounds the rest).
+	errText := ""
+	if err != nil {
+		errText = rollback.Cut(err.Error(), wire.MaxErrorBytes)
+	}
 	if id != 0 {
-		errText := ""
-		if err != nil {
-			errText = err.Error()
-		}
 		if rerr := h.store.EndReconcile(ctx, id, err == nil, errText); rerr != nil {
 			log.Error("could not record the reconcile's end", "err", rerr)
 		}
@@ -37,7 +40,7 @@ func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger Trig
 		return
 	}
 	if err != nil {
-		log.Warn("reconcile completed with errors", "err", err)
+		log.Warn("reconcile completed with errors", "err", errText)
 	} else {
 		log.Info("reconcile completed")
 	}
@@ -75,7 +78,7 @@ func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
 		// declaration format this version no longer reads.
 		return fmt.Errorf("the held declaration no longer parses: %w", err)
 	}
-	var failed []string
+	failed := failures{total: len(decl.Resources)}
 	for i, r := range decl.Resources {
 		select {
 		case <-stop:
@@ -84,13 +87,43 @@ func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
 		}
 		h.pulse.beat()
 		if err := h.applyResource(ctx, r); err != nil {
-			failed = append(failed, fmt.Sprintf("resources[%d] %s %q: %v", i, r.Type, r.ID, err))
+			failed.add(i, r, err)
 		}
 	}
-	if len(failed) > 0 {
-		return errors.New(strings.Join(failed, "; "))
+	return failed.err()
+}
+
+// A declaration may hold many thousands of resources, and every one may fail the same way: the
+// reconcile error names the first few and counts the rest, so it stays readable and small.
+const (
+	maxFailuresNamed = 10  // failures named in a reconcile error
+	maxFailureBytes  = 512 // each named failure, cut with rollback.Cut
+)
+
+// failures collects a reconcile's failed resources.
+type failures struct {
+	total int      // resources in the declaration
+	count int      // resources that failed
+	named []string // the first maxFailuresNamed
+}
+
+func (f *failures) add(i int, r wire.Resource, err error) {
+	f.count++
+	if len(f.named) < maxFailuresNamed {
+		f.named = append(f.named, rollback.Cut(fmt.Sprintf("resources[%d] %s %q: %v", i, r.Type, r.ID, err), maxFailureBytes))
 	}
-	return nil
+}
+
+// err is nil when nothing failed, else "K of N resources failed: first; second; …; and M more".
+func (f *failures) err() error {
+	if f.count == 0 {
+		return nil
+	}
+	text := fmt.Sprintf("%d of %d resources failed: %s", f.count, f.total, strings.Join(f.named, "; "))
+	if more := f.count - len(f.named); more > 0 {
+		text += fmt.Sprintf("; and %d more", more)
+	}
+	return errors.New(text)
 }
 
 // applyResource applies one resource. The appliers (directory, file, archive, service,

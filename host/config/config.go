@@ -3,15 +3,17 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/novox/mesh-host/host/wire"
 )
 
 // DefaultRoot is where everything the host and launcher keep lives unless --root or
@@ -30,6 +32,9 @@ type Config struct {
 	TrustedKeys       []string `json:"trusted_keys,omitempty"`
 	ReconcileInterval Duration `json:"reconcile_interval,omitempty"`
 	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`
+	// MaxDeclarationBytes is the largest declaration the host accepts; a larger one is refused
+	// and the held one kept. Default wire.DefaultMaxDeclarationBytes (1 MiB).
+	MaxDeclarationBytes int64 `json:"max_declaration_bytes,omitempty"`
 }
 
 // Duration is a time.Duration written as "10m" in host.json.
@@ -89,9 +94,8 @@ func Load(root, path string, getenv Env) (Config, error) {
 	b, err := os.ReadFile(file)
 	switch {
 	case err == nil:
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
+		// The bus's decoder: keys are case-sensitive, duplicates and unknown keys refused.
+		if err := wire.DecodeStrict(b, &c); err != nil {
 			return Config{}, fmt.Errorf("config %s: %w", file, err)
 		}
 	case errors.Is(err, fs.ErrNotExist) && !named:
@@ -117,6 +121,12 @@ func Load(root, path string, getenv Env) (Config, error) {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = Duration(30 * time.Second)
+	}
+	switch {
+	case c.MaxDeclarationBytes == 0:
+		c.MaxDeclarationBytes = wire.DefaultMaxDeclarationBytes
+	case c.MaxDeclarationBytes < 0:
+		return Config{}, fmt.Errorf("config: max_declaration_bytes is %d; it must be a positive number of bytes (default %d)", c.MaxDeclarationBytes, wire.DefaultMaxDeclarationBytes)
 	}
 	return c, nil
 }
@@ -145,6 +155,13 @@ func (c *Config) applyEnv(getenv Env) error {
 	dur := map[string]*Duration{
 		"MESH_HOST_RECONCILE_INTERVAL": &c.ReconcileInterval,
 		"MESH_HOST_HEARTBEAT_INTERVAL": &c.HeartbeatInterval,
+	}
+	if v := getenv("MESH_HOST_MAX_DECLARATION_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("config MESH_HOST_MAX_DECLARATION_BYTES: %q is not a positive number of bytes (like 1048576)", v)
+		}
+		c.MaxDeclarationBytes = n
 	}
 	for name, p := range dur {
 		if v := getenv(name); v != "" {

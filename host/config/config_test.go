@@ -62,6 +62,13 @@ func TestLoadRefuses(t *testing.T) {
 		{"duration not positive", `{"heartbeat_interval": "-1s"}`, nil, "positive"},
 		{"bad duration in the environment", `{}`, map[string]string{"MESH_HOST_HEARTBEAT_INTERVAL": "x"}, "MESH_HOST_HEARTBEAT_INTERVAL"},
 		{"not JSON", `node = "n"`, nil, "host.json"},
+		{"declaration limit negative", `{"max_declaration_bytes": -1}`, nil, "max_declaration_bytes"},
+		{"declaration limit not a number", `{"max_declaration_bytes": "1MiB"}`, nil, "max_declaration_bytes"},
+		{"declaration limit in the environment not a number", `{}`, map[string]string{"MESH_HOST_MAX_DECLARATION_BYTES": "1MiB"}, "MESH_HOST_MAX_DECLARATION_BYTES"},
+		{"declaration limit in the environment zero", `{}`, map[string]string{"MESH_HOST_MAX_DECLARATION_BYTES": "0"}, "MESH_HOST_MAX_DECLARATION_BYTES"},
+		{"a key in another case", `{"node": "n", "Prefix": "p"}`, nil, `"Prefix" is not a field (did you mean "prefix"?)`},
+		{"a key twice", `{"node": "n", "prefix": "a", "prefix": "b"}`, nil, `duplicate key "prefix"`},
+		{"trailing data", `{"node": "n"} {"node": "m"}`, nil, "trailing data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -93,5 +100,24 @@ func TestLoadDefaultsNodeToShortHostname(t *testing.T) {
 	}
 	if c.Node == "" || strings.Contains(c.Node, ".") {
 		t.Errorf("node %q: want the short hostname", c.Node)
+	}
+}
+
+func TestLoadDeclarationLimitDefaultsToOneMiBAndIsConfigurable(t *testing.T) {
+	root := t.TempDir()
+	c, err := Load(root, "", env(map[string]string{"MESH_HOST_NODE": "n"}))
+	if err != nil || c.MaxDeclarationBytes != 1<<20 {
+		t.Fatalf("default %d, %v; want 1 MiB", c.MaxDeclarationBytes, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "host.json"), []byte(`{"max_declaration_bytes": 2000000}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Load(root, "", env(map[string]string{"MESH_HOST_NODE": "n"}))
+	if err != nil || c.MaxDeclarationBytes != 2_000_000 {
+		t.Fatalf("from host.json %d, %v", c.MaxDeclarationBytes, err)
+	}
+	c, err = Load(root, "", env(map[string]string{"MESH_HOST_NODE": "n", "MESH_HOST_MAX_DECLARATION_BYTES": "4096"}))
+	if err != nil || c.MaxDeclarationBytes != 4096 {
+		t.Fatalf("from the environment %d, %v", c.MaxDeclarationBytes, err)
 	}
 }

@@ -98,6 +98,7 @@ type Link struct {
 	events chan Event
 
 	kick       chan struct{} // connection status may have changed
+	truncated  atomic.Bool   // the last heartbeat published was cut to fit
 	reconnects atomic.Uint64 // reconnects seen by the nats callback
 	lastErr    atomic.Value  // error, the last disconnect's cause
 	fail       *failures     // failed connection attempts: logged, the last one kept
@@ -331,7 +332,8 @@ func (l *Link) Close() error {
 }
 
 // PublishHeartbeat publishes hb on this node's heartbeat subject and waits for the stream to
-// store it. Node and SentAt are filled in when empty. While the link is down it returns
+// store it. Node and SentAt are filled in when empty. A heartbeat over the server's max payload
+// (or wire.MaxHeartbeatBytes) is cut to fit by FitHeartbeat. While the link is down it returns
 // ErrNotConnected at once.
 func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 	if hb.Node == "" {
@@ -352,7 +354,21 @@ func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 		defer cancel()
 	}
 	subject := l.opts.Names.Heartbeat(l.opts.Node)
-	if _, err := l.js.Publish(ctx, subject, hb.Marshal()); err != nil {
+	// Never over what the server or the stream accepts: cut by the documented rules instead, so
+	// the node is never silenced by what it has to say.
+	max := int(min(l.nc.MaxPayload(), wire.MaxHeartbeatBytes))
+	data, truncated, err := FitHeartbeat(hb, max)
+	if err != nil {
+		return fmt.Errorf("link: heartbeat on %s: %w", subject, err)
+	}
+	if truncated != l.truncated.Swap(truncated) {
+		if truncated {
+			l.log.Warn("link: heartbeats are cut to fit the largest message the server accepts; they say \"truncated\": true", "max_bytes", max, "full_bytes", len(hb.Marshal()))
+		} else {
+			l.log.Info("link: heartbeats fit again without cutting")
+		}
+	}
+	if _, err := l.js.Publish(ctx, subject, data); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("link: heartbeat on %s: no stream stores it; create %s with `mesh-release init`: %w", subject, l.opts.Names.HeartbeatStream(), err)
 		}

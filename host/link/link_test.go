@@ -192,7 +192,7 @@ func TestLinkTargetNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
 	}
 	b.put(names.Targets(), wire.NodeTargetKey("n1"), []byte(`{"version":"latest"}`))
 	got = waitFor[TargetChanged](t, l, "the invalid target", nil)
-	if got.Err == nil || got.Target != nil || !strings.Contains(got.Err.Error(), "not a semantic version") {
+	if got.Err == nil || got.Target != nil || !strings.Contains(got.Err.Error(), "not a canonical semantic version") {
 		t.Fatalf("target = %+v, want an error", got)
 	}
 }

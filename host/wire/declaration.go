@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
 )
 
 // DeclarationVersion is the only declaration format this host reads.
@@ -20,6 +23,35 @@ const (
 	KindContainer = "container"
 	KindAction    = "action"
 )
+
+// DefaultMaxDeclarationBytes is the largest declaration a host accepts and `mesh-release
+// declare` sends unless configured otherwise (max_declaration_bytes, --max-bytes), and the
+// declarations bucket's max value size: the NATS server's default max payload, 1 MiB.
+const DefaultMaxDeclarationBytes = 1 << 20
+
+// CheckDeclarationSize refuses a declaration of size bytes when it is over limit, saying both:
+// "declaration is 1,500,000 bytes, over the 1,048,576-byte limit". Callers add which setting
+// moves the limit.
+func CheckDeclarationSize(size, limit int64) error {
+	if size <= limit {
+		return nil
+	}
+	return fmt.Errorf("declaration is %s bytes, over the %s-byte limit", thousands(size), thousands(limit))
+}
+
+// thousands writes n with a comma between each group of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
 
 // kinds is every resource kind, in the order DESIGN.md lists them.
 var kinds = []string{KindDirectory, KindFile, KindArchive, KindService, KindPackage, KindContainer, KindAction}
@@ -49,12 +81,15 @@ type declarationEnvelope struct {
 }
 
 // ParseDeclaration decodes a declaration received over the link for node, strictly: unknown
-// fields (at any level above a spec), trailing data, an unknown version or resource type, a
+// fields (at any level above a spec), keys in another case, duplicate keys (at any level,
+// specs included), trailing data, an unknown version or resource type, a
 // declaration addressed to another node, an empty or repeated id, and the kind "action" (never
 // accepted over the link) are each refused, and the error names what was wrong.
 func ParseDeclaration(b []byte, node string) (Declaration, error) {
 	var env declarationEnvelope
-	if err := decodeStrict(b, &env); err != nil {
+	// Every key is checked against the declaration itself (resources included), so an error
+	// anywhere names its path; the envelope keeps each resource raw for parseResource.
+	if err := decodeAs(b, &env, reflect.TypeFor[Declaration](), refuseUnknown); err != nil {
 		return Declaration{}, fmt.Errorf("declaration: %w", err)
 	}
 	switch {
@@ -86,9 +121,11 @@ func ParseDeclaration(b []byte, node string) (Declaration, error) {
 	return d, nil
 }
 
+// parseResource reads one resource of a declaration whose keys ParseDeclaration has already
+// checked (every key exact, none twice, none unknown), so plain decoding is enough here.
 func parseResource(raw json.RawMessage) (Resource, error) {
 	var r Resource
-	if err := decodeStrict(raw, &r); err != nil {
+	if err := json.Unmarshal(raw, &r); err != nil {
 		return Resource{}, err
 	}
 	if !knownKind(r.Type) {

@@ -44,7 +44,7 @@ func TestDeclarationRefuses(t *testing.T) {
 		{"MalformedJSON", `{"version": 1,`, "declaration: unexpected EOF"},
 		{"TrailingData", `{"version":1,"node":"n1","resources":[]} {}`, "trailing data"},
 		{"UnknownField", `{"version":1,"node":"n1","resources":[],"extra":1}`, `unknown field "extra"`},
-		{"UnknownFieldInResource", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b","mode":1}]}`, `resources[1]: json: unknown field "mode"`},
+		{"UnknownFieldInResource", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b","mode":1}]}`, `resources[1]: unknown field "mode"`},
 		{"UnknownVersion", `{"version":2,"node":"n1","resources":[]}`, "version 2 is not supported"},
 		{"MissingVersion", `{"node":"n1","resources":[]}`, `no "version"`},
 		{"OtherNode", `{"version":1,"node":"n2","resources":[]}`, `addressed to node "n2", but this is node "n1"`},
@@ -101,5 +101,21 @@ func TestValidNode(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("ValidNode(%q) = %v, want ok=%v", tc.id, err, tc.ok)
 		}
+	}
+}
+
+func TestCheckDeclarationSizeNamesBothSizes(t *testing.T) {
+	if err := CheckDeclarationSize(DefaultMaxDeclarationBytes, DefaultMaxDeclarationBytes); err != nil {
+		t.Fatalf("at the limit: %v", err)
+	}
+	err := CheckDeclarationSize(1_500_000, DefaultMaxDeclarationBytes)
+	if err == nil || err.Error() != "declaration is 1,500,000 bytes, over the 1,048,576-byte limit" {
+		t.Fatalf("got %v", err)
+	}
+	if got := thousands(999); got != "999" {
+		t.Fatalf("thousands(999) = %q", got)
+	}
+	if got := thousands(1000); got != "1,000" {
+		t.Fatalf("thousands(1000) = %q", got)
 	}
 }

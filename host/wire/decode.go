@@ -2,15 +2,61 @@ package wire
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
-// decodeStrict decodes exactly one JSON value into v, refusing unknown fields and trailing data.
-func decodeStrict(b []byte, v any) error {
+// Every document read from the bus or from disk goes through one decoder. encoding/json alone
+// matches keys case-insensitively and lets the last of two equal keys win, so
+// {"node":"other","Node":"n9"} read as addressed to n9; and encoding/json/v2 needs a
+// GOEXPERIMENT. So a pre-pass walks the document beside the Go type it is decoded into and
+// refuses, naming the path:
+//
+//   - a key that appears twice in one object, at any depth (also inside raw specs and inside keys
+//     a report's reader does not know);
+//   - a key that matches a field of the type only when case is ignored;
+//   - with DecodeStrict, a key that is not a field at all.
+//
+// Only then does encoding/json decode it, when every key left matches a field exactly.
+
+// unknownKeys says what the pre-pass does with a key that is no field of the type.
+type unknownKeys int
+
+const (
+	refuseUnknown unknownKeys = iota // an order: a key nobody reads is a mistake
+	ignoreUnknown                    // a report: newer writers may add keys
+)
+
+// DecodeStrict decodes exactly one JSON document into v, which must be a pointer. Keys must name
+// v's fields exactly (json tag names, case-sensitive); unknown keys, duplicate keys at any depth
+// and trailing data are refused. The error names where: `resources[3].spec: duplicate key "mode"`.
+func DecodeStrict(b []byte, v any) error { return decodeAs(b, v, nil, refuseUnknown) }
+
+// DecodeReport is DecodeStrict for reports such as heartbeats: keys the type does not know are
+// ignored, but a key matching a field only in another case, or a duplicate key, is refused.
+func DecodeReport(b []byte, v any) error { return decodeAs(b, v, nil, ignoreUnknown) }
+
+// decodeAs checks b against shape (v's type when nil) and then decodes it into v. A shape other
+// than v's type lets a caller decode into a looser envelope while checking every key against
+// the real document type.
+func decodeAs(b []byte, v any, shape reflect.Type, unknown unknownKeys) error {
+	if shape == nil {
+		shape = reflect.TypeOf(v)
+	}
+	if err := checkKeys(b, shape, unknown); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
+	if unknown == refuseUnknown {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
@@ -19,3 +65,332 @@ func decodeStrict(b []byte, v any) error {
 	}
 	return nil
 }
+
+// checkKeys is the pre-pass. It reads only documents encoding/json calls valid (one value, no
+// trailing data, nested at most 10,000 deep); anything else is left to the decode that follows,
+// which refuses it in encoding/json's words.
+func checkKeys(b []byte, shape reflect.Type, unknown unknownKeys) error {
+	if !json.Valid(b) {
+		return nil
+	}
+	c := &keyChecker{b: b, unknown: unknown, fields: map[reflect.Type]map[string]reflect.Type{}}
+	return c.value(shape)
+}
+
+// keyChecker walks a valid JSON document byte by byte (json.Decoder.Token costs an allocation
+// per value, which made a 1 MiB declaration five times slower to read).
+type keyChecker struct {
+	b       []byte
+	i       int // the next byte to read
+	unknown unknownKeys
+	// fields caches each struct type's exact key names (one decode of a large declaration meets
+	// the same resource type thousands of times).
+	fields map[reflect.Type]map[string]reflect.Type
+	path   []segment // where the value being read is; rendered only for an error
+}
+
+// segment is one step of a path: an object key or an array index.
+type segment struct {
+	key   string
+	index int
+	isKey bool
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+func (c *keyChecker) space() {
+	for c.i < len(c.b) {
+		switch c.b[c.i] {
+		case ' ', '\t', '\n', '\r':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+// value reads one value. t is the Go type it decodes into, or nil where nothing is known about
+// its keys (raw JSON, interfaces, custom decoders, keys a report ignores): there only duplicate
+// keys are refused.
+func (c *keyChecker) value(t reflect.Type) error {
+	c.space()
+	switch c.b[c.i] {
+	case '{':
+		c.i++
+		return c.object(c.structure(t))
+	case '[':
+		c.i++
+		return c.array(c.structure(t))
+	case '"':
+		c.skipString()
+	default: // a number, true, false or null
+		for c.i < len(c.b) && !strings.ContainsRune(",]} \t\n\r", rune(c.b[c.i])) {
+			c.i++
+		}
+	}
+	return nil
+}
+
+func (c *keyChecker) array(t reflect.Type) error {
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	c.space()
+	if c.b[c.i] == ']' {
+		c.i++
+		return nil
+	}
+	for i := 0; ; i++ {
+		c.path = append(c.path, segment{index: i})
+		if err := c.value(elem); err != nil {
+			return err
+		}
+		c.path = c.path[:len(c.path)-1]
+		c.space()
+		c.i++ // ',' or ']'
+		if c.b[c.i-1] == ']' {
+			return nil
+		}
+	}
+}
+
+func (c *keyChecker) object(t reflect.Type) error {
+	var fields map[string]reflect.Type
+	if t != nil && t.Kind() == reflect.Struct {
+		fields = c.fieldsOf(t)
+	}
+	c.space()
+	if c.b[c.i] == '}' {
+		c.i++
+		return nil
+	}
+	var seen keySet
+	for {
+		c.space()
+		key := c.key()
+		c.space()
+		c.i++ // ':'
+		if !seen.add(key) {
+			return c.fail(fmt.Errorf("duplicate key %q", key))
+		}
+		var next reflect.Type
+		switch {
+		case t == nil:
+		case t.Kind() == reflect.Map:
+			next = t.Elem()
+		case t.Kind() == reflect.Struct:
+			ft, ok := fields[key]
+			if ok {
+				next = ft
+				break
+			}
+			if near := foldMatch(fields, key); near != "" {
+				return c.fail(fmt.Errorf("%q is not a field (did you mean %q?)", key, near))
+			}
+			if c.unknown == refuseUnknown {
+				return c.fail(fmt.Errorf("unknown field %q", key))
+			}
+		}
+		c.path = append(c.path, segment{key: key, isKey: true})
+		if err := c.value(next); err != nil {
+			return err
+		}
+		c.path = c.path[:len(c.path)-1]
+		c.space()
+		c.i++ // ',' or '}'
+		if c.b[c.i-1] == '}' {
+			return nil
+		}
+	}
+}
+
+// key reads an object key as encoding/json decodes it: escapes resolved and invalid UTF-8
+// replaced, so that two keys it would take as one are one here too.
+func (c *keyChecker) key() string {
+	start := c.i
+	c.skipString()
+	raw := c.b[start:c.i]
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner)
+	}
+	var k string
+	_ = json.Unmarshal(raw, &k) // valid: json.Valid passed
+	return k
+}
+
+// skipString moves past the string starting at the current quote.
+func (c *keyChecker) skipString() {
+	c.i++
+	for {
+		switch c.b[c.i] {
+		case '\\':
+			c.i += 2
+		case '"':
+			c.i++
+			return
+		default:
+			c.i++
+		}
+	}
+}
+
+// keySet is the keys of one object: a list while short (most objects have a few keys), a map
+// once long.
+type keySet struct {
+	list []string
+	m    map[string]bool
+}
+
+// add adds k and reports whether it was new.
+func (s *keySet) add(k string) bool {
+	if s.m != nil {
+		if s.m[k] {
+			return false
+		}
+		s.m[k] = true
+		return true
+	}
+	for _, have := range s.list {
+		if have == k {
+			return false
+		}
+	}
+	s.list = append(s.list, k)
+	if len(s.list) > 16 {
+		s.m = make(map[string]bool, 2*len(s.list))
+		for _, have := range s.list {
+			s.m[have] = true
+		}
+	}
+	return true
+}
+
+// structure returns the type whose keys matter for t: pointers followed, and nil for a type that
+// decodes itself or holds arbitrary JSON.
+func (c *keyChecker) structure(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		if t.Implements(jsonUnmarshaler) || t.Implements(textUnmarshaler) {
+			return nil
+		}
+		t = t.Elem()
+	}
+	if t == nil || reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return nil // json.RawMessage, time.Time, config.Duration…
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Array:
+		return t
+	}
+	return nil
+}
+
+// fieldsOf returns the keys encoding/json reads into struct t, each with its field's type:
+// exported fields by tag name or field name, "-" skipped, embedded structs' fields promoted
+// (the shallower one winning, as in encoding/json).
+func (c *keyChecker) fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if f, ok := c.fields[t]; ok {
+		return f
+	}
+	f := make(map[string]reflect.Type)
+	addFields(f, map[string]int{}, t, 0, map[reflect.Type]bool{})
+	c.fields[t] = f
+	return f
+}
+
+func addFields(out map[string]reflect.Type, depthOf map[string]int, t reflect.Type, depth int, visiting map[reflect.Type]bool) {
+	if visiting[t] {
+		return
+	}
+	visiting[t] = true
+	defer delete(visiting, t)
+	for i := 0; i < t.NumField(); i++ {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if sf.Anonymous && name == "" {
+			et := sf.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				addFields(out, depthOf, et, depth+1, visiting)
+				continue
+			}
+		}
+		if !sf.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = sf.Name
+		}
+		if d, taken := depthOf[name]; !taken || depth < d {
+			out[name], depthOf[name] = sf.Type, depth
+		}
+	}
+}
+
+// foldMatch returns the field key equals when case is ignored the way encoding/json ignores it
+// (Unicode simple folding, so "ſ" matches "s"), or "".
+func foldMatch(fields map[string]reflect.Type, key string) string {
+	best := ""
+	for name := range fields {
+		if strings.EqualFold(name, key) && (best == "" || name < best) {
+			best = name
+		}
+	}
+	return best
+}
+
+// fail says err happened at the current path: resources[3].spec for plain names, ["…"] quoted
+// for other keys, so a path is unambiguous and a key cannot put control characters into an
+// error. A path deeper than 16 steps shows its first and last 8.
+func (c *keyChecker) fail(err error) error {
+	if len(c.path) == 0 {
+		return err
+	}
+	var b strings.Builder
+	for i, seg := range c.path {
+		if len(c.path) > 16 && i == 8 {
+			fmt.Fprintf(&b, "…(%d more)…", len(c.path)-16)
+		}
+		if len(c.path) > 16 && i >= 8 && i < len(c.path)-8 {
+			continue
+		}
+		switch {
+		case !seg.isKey:
+			b.WriteString("[" + strconv.Itoa(seg.index) + "]")
+		case !plainKey(seg.key):
+			b.WriteString("[" + strconv.Quote(seg.key) + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(seg.key)
+		}
+	}
+	return fmt.Errorf("%s: %w", b.String(), err)
+}
+
+func plainKey(key string) bool {
+	if key == "" || len(key) > 64 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeStrict is DecodeStrict inside this package.
+func decodeStrict(b []byte, v any) error { return DecodeStrict(b, v) }

@@ -24,10 +24,24 @@ const (
 	TriggerTimer       = "timer"
 )
 
+// Limits on the texts a heartbeat carries, which a host builds from input (a declaration, a
+// failing version's output): it cuts each to its limit before sending (docs/wire.md, "Heartbeat
+// size"), so readers can rely on them.
+const (
+	MaxErrorBytes  = 4096 // last_reconcile.error, refused.error, fetch.error
+	MaxReasonBytes = 1024 // rollbacks[].reason
+	MaxOutputBytes = 4096 // rollbacks[].output
+)
+
+// MaxHeartbeatBytes is the most a heartbeat may be, and the heartbeat stream's max message
+// size: a host sends at most this or the server's max payload, whichever is smaller, cutting by
+// the rules in docs/wire.md ("Heartbeat size") and setting Truncated.
+const MaxHeartbeatBytes = 1 << 20
+
 // Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
-// present except refused, fetch and link.
+// present except refused, fetch, link and truncated.
 type Heartbeat struct {
 	Schema              int            `json:"schema"`
 	Node                string         `json:"node"`
@@ -45,6 +59,9 @@ type Heartbeat struct {
 	Refused             *Refusal       `json:"refused,omitempty"`
 	Fetch               *Fetch         `json:"fetch,omitempty"`
 	Link                *LinkFailure   `json:"link,omitempty"`
+	// Truncated is true when the host cut this heartbeat to fit the largest message it may
+	// send; what was cut is said in docs/wire.md.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // LastReconcile is the most recent completed reconcile. Error is empty when OK.
@@ -117,10 +134,11 @@ func (h Heartbeat) Marshal() []byte {
 
 // ParseHeartbeat decodes a heartbeat. Unlike declarations, a heartbeat is a report, not an
 // order: fields added by newer hosts of the same schema are ignored so an older fleet view still
-// reads them. The schema, node and state are checked.
+// reads them. Keys are still matched case-sensitively and duplicates refused (DecodeReport), so
+// a heartbeat cannot say two things at once. The schema, node and state are checked.
 func ParseHeartbeat(b []byte) (Heartbeat, error) {
 	var h Heartbeat
-	if err := json.Unmarshal(b, &h); err != nil {
+	if err := DecodeReport(b, &h); err != nil {
 		return Heartbeat{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	if h.Schema != HeartbeatSchema {

@@ -70,10 +70,19 @@ func ObjectName(version, goos, goarch string) string {
 
 // ValidVersion reports whether v can name a release: a semantic version like v1.4.0 or
 // v1.5.0-rc.1 in canonical form, without +build metadata (it is a KV key, where '+' is not
-// allowed).
+// allowed), and at most MaxVersionBytes long (semver bounds no part; a version read from the bus
+// ends up in logs, heartbeats and directory names). It is the one version rule: manifests,
+// targets, builds and deliveries all use it, and rollback.IsVersion, which names directories,
+// agrees on every version it accepts.
 func ValidVersion(v string) bool {
-	return semver.IsValid(v) && semver.Canonical(v) == v
+	return len(v) <= MaxVersionBytes && semver.IsValid(v) && semver.Canonical(v) == v
 }
+
+// MaxVersionBytes is the longest version ValidVersion accepts.
+const MaxVersionBytes = 128
+
+// VersionRule says ValidVersion's rule in an error message.
+const VersionRule = "a canonical semantic version like v1.4.0 or v1.5.0-rc.1 (no +build metadata, at most 128 characters)"
 
 // ParseManifest decodes a manifest strictly (unknown fields and trailing data are refused)
 // and validates every field. It does not check the signature: that is Verify.
@@ -97,7 +106,7 @@ func (m Manifest) Validate() error {
 		return bad("schema", "is %d; this host reads schema %d only", m.Schema, ManifestSchema)
 	}
 	if !ValidVersion(m.Version) {
-		return bad("version", "%q is not a canonical semantic version like v1.4.0 (no +build metadata)", m.Version)
+		return bad("version", "%q is not %s", m.Version, VersionRule)
 	}
 	if !platformName.MatchString(m.OS) {
 		return bad("os", "%q is not an operating system name like linux", m.OS)

@@ -3,8 +3,6 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
-
-	"golang.org/x/mod/semver"
 )
 
 // Target is the value under KV mesh_host_targets keys "node.<id>" and "fleet": the host
@@ -13,14 +11,15 @@ type Target struct {
 	Version string `json:"version"`
 }
 
-// ParseTarget decodes a target strictly and checks that it names a semantic version.
+// ParseTarget decodes a target strictly and checks that it names a version by the same rule as
+// a manifest (ValidVersion): a target that delivery would refuse is refused where it is read.
 func ParseTarget(b []byte) (Target, error) {
 	var t Target
 	if err := decodeStrict(b, &t); err != nil {
 		return Target{}, fmt.Errorf("target: %w", err)
 	}
-	if !semver.IsValid(t.Version) || t.Version != semver.Canonical(t.Version) && semver.Build(t.Version) == "" {
-		return Target{}, fmt.Errorf("target: version %q is not a semantic version like v1.4.0", t.Version)
+	if !ValidVersion(t.Version) {
+		return Target{}, fmt.Errorf("target: version %q is not %s", t.Version, VersionRule)
 	}
 	return t, nil
 }

@@ -61,7 +61,7 @@ type Result struct {
 // header; both files are written atomically.
 func Build(ctx context.Context, o Options) (Result, error) {
 	if !wire.ValidVersion(o.Version) {
-		return Result{}, fmt.Errorf("version %q is not a semantic version like v1.4.0 (canonical, no +build metadata)", o.Version)
+		return Result{}, fmt.Errorf("version %q is not %s", o.Version, wire.VersionRule)
 	}
 	if len(o.Key) != ed25519.PrivateKeySize {
 		return Result{}, errors.New("no release key given; make one with `mesh-release keygen` and pass --key")

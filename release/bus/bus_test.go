@@ -127,3 +127,84 @@ func TestConnectErrorsNeverShowThePasswordInTheURL(t *testing.T) {
 		})
 	}
 }
+
+func TestInitGivesEveryBucketAndTheStreamExplicitLimits(t *testing.T) {
+	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
+	defer s.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	names := wire.NamesFor("mesh")
+	if err := Init(ctx, c.JS, names); err != nil {
+		t.Fatal(err)
+	}
+	config := func(stream string) jetstream.StreamConfig {
+		t.Helper()
+		st, err := c.JS.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config
+	}
+	for _, tc := range []struct {
+		bucket   string
+		maxValue int32
+		history  int64
+	}{
+		{names.Declarations(), 1 << 20, 10},
+		{names.Targets(), 1 << 10, 10},
+		{names.Releases(), 64 << 10, 1},
+		{names.Rollouts(), 1 << 20, 5},
+	} {
+		cfg := config("KV_" + tc.bucket)
+		if cfg.MaxMsgSize != tc.maxValue || cfg.MaxMsgsPerSubject != tc.history || cfg.MaxBytes != -1 {
+			t.Errorf("%s: max value %d, history %d, max bytes %d; want %d, %d, -1", tc.bucket, cfg.MaxMsgSize, cfg.MaxMsgsPerSubject, cfg.MaxBytes, tc.maxValue, tc.history)
+		}
+	}
+	hb := config(names.HeartbeatStream())
+	if hb.MaxMsgsPerSubject != 1 || hb.MaxMsgSize != wire.MaxHeartbeatBytes || hb.MaxAge != 30*24*time.Hour || hb.MaxBytes != 1<<30 || hb.Discard != jetstream.DiscardOld {
+		t.Errorf("heartbeat stream: %+v", hb)
+	}
+	// The declarations bucket refuses a value over the default declaration limit itself.
+	kv, err := c.JS.KeyValue(ctx, names.Declarations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "n1", make([]byte, wire.DefaultMaxDeclarationBytes)); err != nil {
+		t.Errorf("a value of exactly the limit: %v", err)
+	}
+}
+
+// A bus set up by an older init (no limits) is still accepted, and init stays idempotent on it.
+func TestInitAcceptsBucketsAndAStreamMadeWithoutLimits(t *testing.T) {
+	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
+	defer s.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	names := wire.NamesFor("mesh")
+	for _, b := range []string{names.Declarations(), names.Targets(), names.Releases(), names.Rollouts()} {
+		if _, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.JS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: names.Archives()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: names.HeartbeatStream(), Subjects: []string{names.HeartbeatWildcard()}, MaxMsgsPerSubject: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := Init(ctx, c.JS, names); err != nil {
+			t.Fatalf("init #%d over a bus made without limits: %v", i+1, err)
+		}
+	}
+}

@@ -5,30 +5,52 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/host/wire"
 )
 
-// Init creates the mesh's buckets and heartbeat stream under names if they are missing: KV
-// declarations, host_targets, host_releases, rollouts; object store host_archives; and the
-// heartbeat stream keeping one message per node subject on file storage, so every node's last
-// word survives a restart. Existing ones are left as the operator configured them, except that a
-// heartbeat stream not keeping exactly one message per subject is an error. Safe to repeat.
+// Limits init gives what it creates (docs/wire.md, "Limits"). KV buckets keep no byte cap: a
+// full KV bucket refuses new values (it discards new, not old), which would stop declaring for
+// the whole fleet; keys × history × max value size bound them instead.
+const (
+	MaxTargetBytes     = 1 << 10 // a target is {"version": "…"}
+	MaxManifestBytes   = 64 << 10
+	MaxRolloutBytes    = 1 << 20
+	HeartbeatMaxAge    = 30 * 24 * time.Hour // a node unheard for 30 days leaves the fleet view
+	HeartbeatMaxBytes  = 1 << 30             // the longest-silent nodes' words go first
+	declarationHistory = 10
+	targetHistory      = 10
+	releaseHistory     = 1
+	rolloutHistory     = 5
+)
+
+// Init creates the mesh's buckets and heartbeat stream under names if they are missing, each
+// with explicit limits: KV declarations (values up to wire.DefaultMaxDeclarationBytes),
+// host_targets, host_releases, rollouts; object store host_archives; and the heartbeat stream
+// keeping one message per node subject on file storage, so every node's last word survives a
+// restart. Existing ones are left as the operator configured them, except that a heartbeat stream
+// not keeping exactly one message per subject is an error. Safe to repeat.
 func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 	kvs := []jetstream.KeyValueConfig{
-		{Bucket: n.Declarations(), Description: "mesh: each node's declaration, key = node id", History: 10, Storage: jetstream.FileStorage},
-		{Bucket: n.Targets(), Description: "mesh: host version to run, keys node.<id> and fleet", History: 10, Storage: jetstream.FileStorage},
-		{Bucket: n.Releases(), Description: "mesh: signed host release manifests, key = version", History: 1, Storage: jetstream.FileStorage},
-		{Bucket: n.Rollouts(), Description: "mesh: rollout state", History: 5, Storage: jetstream.FileStorage},
+		{Bucket: n.Declarations(), Description: "mesh: each node's declaration, key = node id",
+			History: declarationHistory, MaxValueSize: wire.DefaultMaxDeclarationBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
+		{Bucket: n.Targets(), Description: "mesh: host version to run, keys node.<id> and fleet",
+			History: targetHistory, MaxValueSize: MaxTargetBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
+		{Bucket: n.Releases(), Description: "mesh: signed host release manifests, key = version",
+			History: releaseHistory, MaxValueSize: MaxManifestBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
+		{Bucket: n.Rollouts(), Description: "mesh: rollout state",
+			History: rolloutHistory, MaxValueSize: MaxRolloutBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
 	}
 	for _, cfg := range kvs {
 		if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("init: create KV bucket %s: %w", cfg.Bucket, err)
 		}
 	}
-	obj := jetstream.ObjectStoreConfig{Bucket: n.Archives(), Description: "mesh: host archives, fetched by digest", Storage: jetstream.FileStorage}
+	// Archives are kept until an operator removes them: a node may need an old version again.
+	obj := jetstream.ObjectStoreConfig{Bucket: n.Archives(), Description: "mesh: host archives, fetched by digest", MaxBytes: -1, Storage: jetstream.FileStorage}
 	if _, err := js.CreateObjectStore(ctx, obj); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 		return fmt.Errorf("init: create object store %s: %w", obj.Bucket, err)
 	}
@@ -37,6 +59,10 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 		Description:       "mesh: each node's last heartbeat",
 		Subjects:          []string{n.HeartbeatWildcard()},
 		MaxMsgsPerSubject: 1,
+		MaxMsgSize:        wire.MaxHeartbeatBytes,
+		MaxAge:            HeartbeatMaxAge,
+		MaxBytes:          HeartbeatMaxBytes,
+		MaxMsgs:           -1,
 		Storage:           jetstream.FileStorage,
 		Discard:           jetstream.DiscardOld,
 		AllowDirect:       true,

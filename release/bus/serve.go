@@ -27,6 +27,9 @@ type ServeOptions struct {
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for the server to accept clients. Default 10s.
 	ReadyTimeout time.Duration
+	// MaxPayload is the largest message the server accepts, in bytes; 0 is the server's
+	// default, 1 MiB.
+	MaxPayload int32
 }
 
 // Server is a running embedded NATS server with JetStream.
@@ -70,7 +73,8 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      opts.Logger == nil,
 		// A server on a laptop or in the lab must not also listen for monitoring or clustering.
-		HTTPPort: 0,
+		HTTPPort:   0,
+		MaxPayload: opts.MaxPayload,
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {

@@ -217,3 +217,58 @@ func TestFleetViewKeepsTheNewestEntry(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestFleetTableCellsArePrintableAndBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	es := []Entry{
+		{Node: "a", Heard: now, Heartbeat: wire.Heartbeat{Node: "a", State: "running", Running: "v1\x1b[2J", KnownGood: "v0\u009b1m", Target: strings.Repeat("v", 10_000),
+			LastReconcile: &wire.LastReconcile{Error: "line one\nline\ttwo \u202egnp.exe " + strings.Repeat("e", 10_000)}}},
+		{Node: "b\x1b[31m", Heard: now, Err: errString("heartbeat: " + strings.Repeat("x", 10_000))},
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, Rows(es, now, 0), 0); err != nil {
+		t.Fatal(err)
+	}
+	text := buf.String()
+	for _, want := range []string{`v1\x1b[2J`, `v0\x9b1m`, `failed: line one line two \u202egnp.exe eee`, `b\x1b[31m`, "…[cut "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("table lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.ContainsAny(text, "\x1b\t\r\u009b\u202e") {
+		t.Errorf("table carries a control character:\n%q", text)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if len(line) > 400 {
+			t.Errorf("a line of %d bytes", len(line))
+		}
+	}
+}
+
+// encoding/json writes C0 controls as \u00XX but DEL, C1 controls and bidi overrides raw;
+// WriteJSON escapes those too, and the values still decode as sent.
+func TestFleetJSONHasNoRawTerminalControlAndKeepsTheValues(t *testing.T) {
+	sent := "v1\x1b[2J\x7f\u009b31m\u202e\u2028é"
+	rows := []Row{{Node: "a", Running: sent, Heartbeat: &wire.Heartbeat{Running: sent}}}
+	for name, write := range map[string]func(*bytes.Buffer) error{
+		"indented": func(b *bytes.Buffer) error { return WriteJSON(b, rows) },
+		"one line": func(b *bytes.Buffer) error { return WriteJSONLine(b, rows) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := write(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if strings.ContainsAny(buf.String(), "\x1b\x7f\u009b\u202e\u2028") {
+				t.Fatalf("raw control in %q", buf.String())
+			}
+			if !strings.Contains(buf.String(), "é") {
+				t.Errorf("printable text was escaped: %s", buf.String())
+			}
+			var back []Row
+			if err := json.Unmarshal(buf.Bytes(), &back); err != nil || back[0].Running != sent || back[0].Heartbeat.Running != sent {
+				t.Fatalf("decoded %+v, %v", back, err)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // Row is one node as the fleet view shows it.
@@ -93,7 +95,8 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 				state += " (was " + r.State + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, state, dash(r.Running), dash(r.KnownGood), dash(r.Target),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), cell(state, maxIDCell),
+			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)),
 			ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
 	}
 	if err := tw.Flush(); err != nil {
@@ -106,21 +109,30 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 func reconcileText(r Row) string {
 	switch {
 	case r.Problem != "":
-		return oneLine(r.Problem)
+		return cell(r.Problem, maxTextCell)
 	case r.ReconcileOK == nil:
 		return "-"
 	case *r.ReconcileOK:
 		return "ok"
 	}
-	return "failed: " + oneLine(r.ReconcileError)
+	return "failed: " + cell(r.ReconcileError, maxTextCell)
 }
 
-func oneLine(s string) string {
+// Every text in a row came from the bus, where any node (or anyone who can publish on its
+// subject) could have written it: each is made printable and bounded before it reaches the
+// operator's terminal, so no escape sequence, carriage return or tab from a heartbeat is
+// printed, and each node stays one line.
+const (
+	maxIDCell   = 48  // node, state, versions
+	maxTextCell = 120 // the reconcile error or the problem
+)
+
+// cell is s as one bounded, printable table cell: runs of white space (newlines and tabs too)
+// joined into one space, other control characters escaped (rollback.Printable), cut to max
+// bytes (rollback.Cut).
+func cell(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 80 {
-		s = s[:77] + "..."
-	}
-	return s
+	return rollback.Cut(rollback.Printable(s), max)
 }
 
 func dash(s string) string {
@@ -144,9 +156,44 @@ func ago(d time.Duration) string {
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
 
-// WriteJSON writes rows as one JSON array.
+// WriteJSON writes rows as one indented JSON array. The values are what the nodes sent, but no
+// character a terminal could act on is written raw (see terminalSafe).
 func WriteJSON(w io.Writer, rows []Row) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rows)
+	b, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(terminalSafe(b), '\n'))
+	return err
+}
+
+// WriteJSONLine writes rows as a JSON array on one line, terminal-safe like WriteJSON.
+func WriteJSONLine(w io.Writer, rows []Row) error {
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(terminalSafe(b), '\n'))
+	return err
+}
+
+// terminalSafe rewrites JSON so that every character rollback.Printable would escape is
+// written as a \u escape. encoding/json already escapes C0 controls and U+2028/U+2029 but
+// writes DEL, C1 controls (U+009B is CSI on some terminals) and bidirectional overrides raw.
+// Outside strings JSON is plain ASCII, so this changes only string contents, and every value
+// decodes as before.
+func terminalSafe(b []byte) []byte {
+	if rollback.Printable(string(b)) == string(b) {
+		return b
+	}
+	var out bytes.Buffer
+	out.Grow(len(b) + 64)
+	for _, r := range string(b) {
+		if r != '\n' && rollback.Printable(string(r)) != string(r) {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.Bytes()
 }

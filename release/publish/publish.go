@@ -153,7 +153,7 @@ func bucketErr(kind, name string, err error) error {
 // It returns the keys it set.
 func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, version string, nodes []string, fleet bool) ([]string, error) {
 	if !wire.ValidVersion(version) {
-		return nil, fmt.Errorf("version %q is not a semantic version like v1.4.0", version)
+		return nil, fmt.Errorf("version %q is not %s", version, wire.VersionRule)
 	}
 	var keys []string
 	switch {

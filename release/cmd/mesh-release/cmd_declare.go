@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
 )
 
 func runDeclare(ctx context.Context, args []string) error {
@@ -18,8 +19,9 @@ func runDeclare(ctx context.Context, args []string) error {
 
 func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	var b busFlags
-	fs := newFlagSet("declare", "[--nats URL] [--creds FILE] [--prefix mesh] NODE FILE   (FILE - reads stdin)")
+	fs := newFlagSet("declare", "[--nats URL] [--creds FILE] [--prefix mesh] [--max-bytes 1048576] NODE FILE   (FILE - reads stdin)")
 	b.register(fs)
+	maxBytes := fs.Int64("max-bytes", wire.DefaultMaxDeclarationBytes, "refuse a declaration larger than this many `bytes` (hosts refuse one over their max_declaration_bytes)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -28,21 +30,32 @@ func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer)
 		fs.Usage()
 		return errors.New("want a node id and a declaration file")
 	}
+	if *maxBytes <= 0 {
+		return fmt.Errorf("--max-bytes is %d; it must be a positive number of bytes", *maxBytes)
+	}
 	node, file := pos[0], pos[1]
 	if err := wire.ValidNode(node); err != nil {
 		return err
 	}
-	var data []byte
-	if file == "-" {
-		data, err = io.ReadAll(in)
-	} else {
-		data, err = os.ReadFile(file)
+	src := in
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return fmt.Errorf("read the declaration: %w", err)
+		}
+		defer f.Close()
+		src = f
 	}
+	data, size, err := readUpTo(src, *maxBytes)
 	if err != nil {
-		return fmt.Errorf("read the declaration: %w", err)
+		return fmt.Errorf("read the declaration %s: %w", file, err)
+	}
+	if err := wire.CheckDeclarationSize(size, *maxBytes); err != nil {
+		return fmt.Errorf("%s: %w; split it, or raise --max-bytes if the hosts' max_declaration_bytes and the bucket's max value size allow it (nothing was put)", file, err)
 	}
 	if _, err := wire.ParseDeclaration(data, node); err != nil {
-		return fmt.Errorf("%s: %w (nothing was put)", file, err)
+		// The error quotes the file; bounded, so a huge key does not flood the terminal.
+		return fmt.Errorf("%s: %s (nothing was put)", file, rollback.Cut(err.Error(), wire.MaxErrorBytes))
 	}
 	c, err := b.connect(ctx)
 	if err != nil {
@@ -63,4 +76,22 @@ func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer)
 	}
 	fmt.Fprintln(out, rev)
 	return nil
+}
+
+// readUpTo reads r, keeping at most max bytes in memory; size is how long r was, counted to its
+// end even past max so that a refusal can say it.
+func readUpTo(r io.Reader, max int64) (data []byte, size int64, err error) {
+	data, err = io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	size = int64(len(data))
+	if size > max {
+		rest, err := io.Copy(io.Discard, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		size += rest
+	}
+	return data, size, nil
 }

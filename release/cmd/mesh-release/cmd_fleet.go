@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +41,7 @@ func fleetCmd(ctx context.Context, args []string, out io.Writer, tty bool) error
 	render := func(rows []fleet.Row) error {
 		if *asJSON {
 			if *watch {
-				return json.NewEncoder(out).Encode(rows) // one line per render
+				return fleet.WriteJSONLine(out, rows) // one line per render
 			}
 			return fleet.WriteJSON(out, rows)
 		}

@@ -1,0 +1,139 @@
+package link
+
+import (
+	"fmt"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/rollback"
+)
+
+// A heartbeat that is over the largest message the host may send is never dropped: a node that
+// cannot say anything is silent, and silence means it is down. It is cut instead, by fixed
+// steps in a fixed order (docs/wire.md, "Heartbeat size"), least useful first, until it fits.
+// The identity — schema, node, state, running, standing_aside_for, known_good, uptime_s,
+// sent_at — is never cut.
+
+// Sizes the steps cut texts to.
+const (
+	fitOutputBytes = 512 // rollbacks[].output, first
+	fitReasonBytes = 256 // rollbacks[].reason
+	fitErrorBytes  = 512 // last_reconcile.error, refused.error, fetch.error, first
+	fitErrorLast   = 64  // the same, second
+)
+
+// fitStep changes hb by one step and reports whether it may change more when applied again
+// (steps that drop list entries drop one at a time, so as little as needed goes).
+type fitStep func(hb *wire.Heartbeat) (again bool)
+
+// fitSteps are the steps in the order docs/wire.md lists them.
+func fitSteps() []fitStep {
+	return []fitStep{
+		// cut rollback outputs to 512 bytes
+		func(hb *wire.Heartbeat) bool {
+			for i := range hb.Rollbacks {
+				hb.Rollbacks[i].Output = rollback.Cut(hb.Rollbacks[i].Output, fitOutputBytes)
+			}
+			return false
+		},
+		// empty rollback outputs
+		func(hb *wire.Heartbeat) bool {
+			for i := range hb.Rollbacks {
+				hb.Rollbacks[i].Output = ""
+			}
+			return false
+		},
+		// cut rollback reasons to 256 bytes
+		func(hb *wire.Heartbeat) bool {
+			for i := range hb.Rollbacks {
+				hb.Rollbacks[i].Reason = rollback.Cut(hb.Rollbacks[i].Reason, fitReasonBytes)
+			}
+			return false
+		},
+		// drop the oldest rollback
+		func(hb *wire.Heartbeat) bool {
+			if len(hb.Rollbacks) > 0 {
+				hb.Rollbacks = hb.Rollbacks[:len(hb.Rollbacks)-1] // newest first
+			}
+			return len(hb.Rollbacks) > 0
+		},
+		// cut errors to 512 bytes
+		func(hb *wire.Heartbeat) bool { cutErrors(hb, fitErrorBytes); return false },
+		// cut errors to 64 bytes
+		func(hb *wire.Heartbeat) bool { cutErrors(hb, fitErrorLast); return false },
+		// drop the oldest staged version
+		func(hb *wire.Heartbeat) bool {
+			if len(hb.Staged) > 0 {
+				hb.Staged = hb.Staged[:len(hb.Staged)-1] // newest first
+			}
+			return len(hb.Staged) > 0
+		},
+		// drop fetch
+		func(hb *wire.Heartbeat) bool { hb.Fetch = nil; return false },
+		// drop refused
+		func(hb *wire.Heartbeat) bool { hb.Refused = nil; return false },
+		// empty last_reconcile.error
+		func(hb *wire.Heartbeat) bool {
+			if hb.LastReconcile != nil {
+				hb.LastReconcile.Error = ""
+			}
+			return false
+		},
+		// empty target
+		func(hb *wire.Heartbeat) bool { hb.Target = ""; return false },
+	}
+}
+
+func cutErrors(hb *wire.Heartbeat, max int) {
+	if hb.LastReconcile != nil {
+		hb.LastReconcile.Error = rollback.Cut(hb.LastReconcile.Error, max)
+	}
+	if hb.Refused != nil {
+		hb.Refused.Error = rollback.Cut(hb.Refused.Error, max)
+	}
+	if hb.Fetch != nil {
+		hb.Fetch.Error = rollback.Cut(hb.Fetch.Error, max)
+	}
+}
+
+// FitHeartbeat returns hb's JSON in at most max bytes. A heartbeat that fits is sent as it is;
+// one that does not gets "truncated": true and is cut by fitSteps until it fits. It fails only
+// when even the identity is over max. max <= 0 means no limit is known.
+func FitHeartbeat(hb wire.Heartbeat, max int) (b []byte, truncated bool, err error) {
+	b = hb.Marshal()
+	if max <= 0 || len(b) <= max {
+		return b, false, nil
+	}
+	hb = copyHeartbeat(hb)
+	hb.Truncated = true
+	for _, step := range fitSteps() {
+		for {
+			again := step(&hb)
+			if b = hb.Marshal(); len(b) <= max {
+				return b, true, nil
+			}
+			if !again {
+				break
+			}
+		}
+	}
+	return nil, true, fmt.Errorf("a heartbeat cut to its identity is still %d bytes, over the %d bytes the server accepts; raise the server's max_payload", len(b), max)
+}
+
+// copyHeartbeat copies what the steps change, so the caller's heartbeat is left as it was.
+func copyHeartbeat(hb wire.Heartbeat) wire.Heartbeat {
+	hb.Staged = append([]string(nil), hb.Staged...)
+	hb.Rollbacks = append([]wire.Rollback(nil), hb.Rollbacks...)
+	if hb.LastReconcile != nil {
+		lr := *hb.LastReconcile
+		hb.LastReconcile = &lr
+	}
+	if hb.Refused != nil {
+		r := *hb.Refused
+		hb.Refused = &r
+	}
+	if hb.Fetch != nil {
+		f := *hb.Fetch
+		hb.Fetch = &f
+	}
+	return hb
+}

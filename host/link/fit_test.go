@@ -1,0 +1,163 @@
+package link
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/bus"
+)
+
+// hugeHeartbeat is a heartbeat of about 3 MB: five rollbacks with 500 KB of output each, and
+// long errors. (A host bounds these texts before it sends; the cutting must not rely on it.)
+func hugeHeartbeat() wire.Heartbeat {
+	at := time.Date(2026, 11, 29, 7, 12, 3, 0, time.UTC)
+	hb := wire.Heartbeat{
+		Node: "web-01", State: wire.StateStandingAside, Running: "v1.4.0", StandingAsideFor: "v1.5.0",
+		KnownGood: "v1.3.0", Staged: []string{"v1.6.0", "v1.5.0"}, Target: "v1.6.0", DeclarationRevision: 42,
+		LastReconcile: &wire.LastReconcile{At: at, Trigger: wire.TriggerTimer, Error: strings.Repeat("e", 300_000), DurationMS: 7},
+		Refused:       &wire.Refusal{What: "declaration", Revision: 43, Error: strings.Repeat("r", 300_000), At: at},
+		Fetch:         &wire.Fetch{State: "failed", Version: "v1.6.0", Error: strings.Repeat("f", 100_000)},
+		UptimeS:       86400, SentAt: at,
+	}
+	for i := 0; i < 5; i++ {
+		hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: fmt.Sprintf("v1.%d.1", i), To: "v1.3.0", At: at,
+			Reason: strings.Repeat("why ", 1000), Output: strings.Repeat("panic: ", 500_000/7)})
+	}
+	return hb
+}
+
+func TestFitHeartbeatCutsAThreeMegabyteHeartbeatToFitAndKeepsItsIdentity(t *testing.T) {
+	in := hugeHeartbeat()
+	if n := len(in.Marshal()); n < 3_000_000 {
+		t.Fatalf("the heartbeat is %d bytes; the test wants about 3 MB", n)
+	}
+	for _, max := range []int{1 << 20, 64 << 10, 4 << 10, 1 << 10} {
+		t.Run(fmt.Sprint(max), func(t *testing.T) {
+			b, truncated, err := FitHeartbeat(in, max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > max || !truncated {
+				t.Fatalf("%d bytes, truncated=%v; want at most %d, truncated", len(b), truncated, max)
+			}
+			out, err := wire.ParseHeartbeat(b)
+			if err != nil {
+				t.Fatalf("the cut heartbeat does not parse: %v", err)
+			}
+			if !out.Truncated || out.Node != in.Node || out.State != in.State || out.Running != in.Running ||
+				out.KnownGood != in.KnownGood || out.StandingAsideFor != in.StandingAsideFor || !out.SentAt.Equal(in.SentAt) || out.UptimeS != in.UptimeS {
+				t.Fatalf("identity lost: %+v", out)
+			}
+			again, _, _ := FitHeartbeat(in, max)
+			if !bytes.Equal(b, again) {
+				t.Fatal("cutting the same heartbeat twice gave different bytes")
+			}
+		})
+	}
+	if len(in.Rollbacks[0].Output) < 400_000 || in.LastReconcile.Error == "" {
+		t.Fatal("FitHeartbeat changed the caller's heartbeat")
+	}
+}
+
+// The steps run in the documented order: what is cut first goes first, and only as much as needed.
+func TestFitHeartbeatCutsInTheDocumentedOrder(t *testing.T) {
+	in := hugeHeartbeat()
+	fit := func(max int) wire.Heartbeat {
+		t.Helper()
+		b, _, err := FitHeartbeat(in, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := wire.ParseHeartbeat(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// 1 MiB: the outputs are cut to 512 bytes; all five rollbacks stay; errors are not touched.
+	out := fit(1 << 20)
+	if len(out.Rollbacks) != 5 || len(out.Rollbacks[0].Output) > 512 || out.Rollbacks[0].Output == "" || len(out.LastReconcile.Error) != 300_000 {
+		t.Errorf("1 MiB: %d rollbacks, output %d bytes, error %d bytes", len(out.Rollbacks), len(out.Rollbacks[0].Output), len(out.LastReconcile.Error))
+	}
+	// 64 KiB: no rollbacks are left (the errors alone are 700 KB); the newest went last, so the
+	// errors are cut only after every rollback is gone.
+	out = fit(64 << 10)
+	if len(out.Rollbacks) != 0 || len(out.LastReconcile.Error) > 512 || len(out.Staged) != 2 || out.Refused == nil || out.Fetch == nil {
+		t.Errorf("64 KiB: %+v", out)
+	}
+	// Just under what the identity and one rollback need: the newest rollback stays.
+	small := in
+	small.LastReconcile, small.Refused, small.Fetch = nil, nil, nil
+	withOne := small
+	withOne.Rollbacks = []wire.Rollback{{From: in.Rollbacks[0].From, To: in.Rollbacks[0].To, At: in.Rollbacks[0].At, Reason: in.Rollbacks[0].Reason[:256]}}
+	withOne.Truncated = true
+	b, _, err := FitHeartbeat(small, len(withOne.Marshal())+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := wire.ParseHeartbeat(b)
+	if len(got.Rollbacks) != 1 || got.Rollbacks[0].From != in.Rollbacks[0].From {
+		t.Errorf("the newest rollback should stay: %+v", got.Rollbacks)
+	}
+}
+
+func TestFitHeartbeatLeavesAHeartbeatThatFitsAlone(t *testing.T) {
+	in := wire.Heartbeat{Node: "n1", State: wire.StateRunning, Running: "v1.0.0", Rollbacks: []wire.Rollback{{Output: "x"}}}
+	b, truncated, err := FitHeartbeat(in, 1<<20)
+	if err != nil || truncated || !bytes.Equal(b, in.Marshal()) || bytes.Contains(b, []byte("truncated")) {
+		t.Fatalf("got %s, truncated=%v, %v", b, truncated, err)
+	}
+}
+
+func TestFitHeartbeatSaysWhenEvenTheIdentityIsTooBig(t *testing.T) {
+	_, _, err := FitHeartbeat(hugeHeartbeat(), 100)
+	if err == nil || !strings.Contains(err.Error(), "max_payload") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Through a real server whose max_payload is 8 KiB: a heartbeat of about 3 MB is published,
+// cut, and stored as the node's last word.
+func TestLinkPublishesAHeartbeatOverTheServersMaxPayloadCutToFit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const maxPayload = 8 << 10
+	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxPayload: maxPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	c, err := bus.Connect(ctx, srv.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := bus.Init(ctx, c.JS, names); err != nil {
+		t.Fatal(err)
+	}
+	l := openLink(t, srv.ClientURL(), "web-01")
+	waitFor[Connected](t, l, "connected", nil)
+	if err := l.PublishHeartbeat(ctx, hugeHeartbeat()); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	st, err := c.JS.Stream(ctx, names.HeartbeatStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, names.Heartbeat("web-01"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := wire.ParseHeartbeat(m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > maxPayload || !hb.Truncated || hb.Running != "v1.4.0" || hb.KnownGood != "v1.3.0" {
+		t.Fatalf("stored %d bytes: %+v", len(m.Data), hb)
+	}
+}

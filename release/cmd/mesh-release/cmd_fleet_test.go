@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/release/bus"
+)
+
+// The issue: `fleet` printed heartbeat fields raw, so a spoofed "running" put terminal escape
+// sequences on the operator's terminal. Heartbeats are published as raw bytes to the real bus;
+// neither the table nor the JSON may carry a control byte, and the table stays one line a node.
+func TestFleetPrintsNoTerminalControlFromHeartbeats(t *testing.T) {
+	url := startServe(t, t.TempDir())
+	ctx := context.Background()
+	c, err := bus.Connect(ctx, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := wire.NamesFor("")
+	raw := map[string]string{
+		"evil1": `{"schema":1,"node":"evil1","state":"running","running":"v1\u001b[2J\u001b]0;pwned\u0007","known_good":"v0\u009b31m","target":"v2\r\nfake-node  running","sent_at":"2026-11-29T07:12:03Z",` +
+			`"last_reconcile":{"at":"2026-11-29T07:12:03Z","trigger":"timer","ok":false,"error":"bad\u001b[31m red\ttab\u202eevil` + strings.Repeat("x", 5000) + `","duration_ms":1}}`,
+		"evil2": `{"schema":2,"node":"evil2","state":"\u001b[2J"}`,
+		"evil3": "{\"schema\":1,\"node\":\"evil3\",\"state\":\"running\",\"running\":\"\x1b[2J raw\x7f\"}",
+	}
+	for node, body := range raw {
+		if _, err := c.JS.Publish(ctx, n.Heartbeat(node), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := fleetCmd(ctx, []string{"--nats", url}, &out, false); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if bad := controlBytes(text); bad != "" {
+		t.Errorf("the table carries %s:\n%q", bad, text)
+	}
+	if lines := strings.Count(text, "\n"); lines != 5 { // header, 3 nodes, summary
+		t.Errorf("%d lines, want 5 (one a node):\n%s", lines, text)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if len(line) > 400 {
+			t.Errorf("a line of %d bytes: %.120s…", len(line), line)
+		}
+	}
+	if !strings.Contains(text, `v1\x1b[2J`) {
+		t.Errorf("the spoofed version is not shown escaped:\n%s", text)
+	}
+
+	out.Reset()
+	if err := fleetCmd(ctx, []string{"--nats", url, "--json"}, &out, false); err != nil {
+		t.Fatal(err)
+	}
+	if bad := controlBytes(out.String()); bad != "" {
+		t.Errorf("the JSON carries %s:\n%s", bad, out.String())
+	}
+	var rows []struct {
+		Node    string `json:"node"`
+		Running string `json:"running"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range rows {
+		if r.Node == "evil1" {
+			found = r.Running == "v1\x1b[2J\x1b]0;pwned\x07" // JSON escapes it; the value is kept as sent
+		}
+	}
+	if !found {
+		t.Errorf("the JSON does not keep evil1's running as sent: %s", out.String())
+	}
+}
+
+// controlBytes names the first character in s other than a newline that a terminal could act
+// on (C0 and C1 controls, DEL, bidirectional overrides, line separators), or "".
+func controlBytes(s string) string {
+	for _, r := range s {
+		switch {
+		case r == '\n':
+		case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0, r == 0x2028, r == 0x2029, r >= 0x202a && r <= 0x202e:
+			return fmt.Sprintf("U+%04X", r)
+		}
+	}
+	return ""
+}
