@@ -36,7 +36,7 @@ bench:
 	$(BENCH) -bench FleetOfHosts -benchtime 20x ./lab/
 	$(BENCH) -bench FleetRead -benchtime 20x ./release/fleet/
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
-	$(BENCH) -bench . -benchtime 5x ./host/deliver/archive/
+	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
 
 clean:

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // BenchmarkDeclarationToAppliedHeartbeat measures, on loopback with a real server, the time from

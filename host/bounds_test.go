@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // The reproduction: a valid 429 KB declaration of 11,000 file resources. The reconcile

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/novox/mesh-host/host/deliver"
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // delivery is the host fetching and staging the version its target names: one at a time, the

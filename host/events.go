@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/novox/mesh-host/host/link"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // readEvents handles what the link reports, at all times (also during a reconcile, so the

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // testBus is a real NATS server with JetStream, embedded in the test process on loopback.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/link"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 	"golang.org/x/mod/semver"
 )
 

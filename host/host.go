@@ -18,8 +18,8 @@ import (
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/store"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Options are what one host needs besides its Config.

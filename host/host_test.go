@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/wire"
 )
 
 // 1. A declaration put reaches the host and is reconciled; the heartbeat shows its revision.

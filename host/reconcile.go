@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // errStopped ends a reconcile between steps when the host is asked to stop.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/wire"
 )
 
 // PkgCrashRun passes preflight and exits 1 when run: a bad release only rollback catches.

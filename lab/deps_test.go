@@ -24,3 +24,35 @@ func TestLauncherLinksNoNetworkCode(t *testing.T) {
 		}
 	}
 }
+
+// Each top-level directory has one job and the arrows run one way: the bus contract lives in
+// wire/, which both sides import, so the release side needs nothing of the host's; the host and
+// the launcher talk only through disk (rollback/).
+func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		pkgs   string
+		banned []string
+	}{
+		{"./release/...", []string{"/mesh-host/host", "/mesh-host/launcher"}},
+		{"./wire/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "github.com/nats-io/"}},
+		{"./host/...", []string{"/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab"}},
+		{"./launcher/...", []string{"/mesh-host/host", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire"}},
+		{"./rollback/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire"}},
+	} {
+		t.Run(tc.pkgs, func(t *testing.T) {
+			cmd := exec.Command("go", "list", "-deps", tc.pkgs)
+			cmd.Dir = bins.Src
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list: %v\n%s", err, out)
+			}
+			for _, dep := range strings.Fields(string(out)) {
+				for _, banned := range tc.banned {
+					if strings.Contains(dep, banned) {
+						t.Errorf("%s depends on %s", tc.pkgs, dep)
+					}
+				}
+			}
+		})
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Reproduced against main: a valid 429 KB declaration of 11,000 file resources made the host

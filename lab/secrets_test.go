@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 const (

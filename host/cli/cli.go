@@ -19,8 +19,8 @@ import (
 	"github.com/novox/mesh-host/host"
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/store"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Main runs the command line args (args[0] is the program) of a host stamped with version and

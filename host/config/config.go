@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // DefaultRoot is where everything the host and launcher keep lives unless --root or

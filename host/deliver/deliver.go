@@ -37,9 +37,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/host/deliver/archive"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 // Layout under the root, as the rollback package defines it.

@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/host/deliver/archive"
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 const v1 = "v1.0.0"

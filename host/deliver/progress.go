@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Progress states: the heartbeat's fetch states (wire.Fetch).

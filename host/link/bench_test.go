@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 // BenchmarkDeclarationPutToEvent measures the link's share of "declaration put → heartbeat

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // An unreachable or refusing bus must not be silent: every failed connection attempt is logged

@@ -20,7 +20,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
 )
 
 const testPassword = "S3cretPassw0rd"

@@ -3,8 +3,8 @@ package link
 import (
 	"fmt"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // A heartbeat that is over the largest message the host may send is never dropped: a node that

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // hugeHeartbeat is a heartbeat of about 3 MB: five rollbacks with 500 KB of output each, and

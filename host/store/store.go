@@ -14,8 +14,8 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // FileName is the store's file name under the host's root.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/host/deliver/archive"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 // BenchmarkHostArchive builds the real host (./host/cmd/mesh-host, stripped, as releases are

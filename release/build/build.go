@@ -19,8 +19,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/host/deliver/archive"
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 // ManifestFile is the manifest's name in the output directory.

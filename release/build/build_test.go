@@ -16,8 +16,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/host/deliver/archive"
-	"github.com/novox/mesh-host/host/wire"
+	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 // tinyBinaries builds testdata/tiny once per architecture for the whole test binary.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // BenchmarkFleetRead measures reading every node's last heartbeat (what `mesh-release fleet`

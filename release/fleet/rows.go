@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Row is one node as the fleet view shows it.

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/host/deliver/archive"
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 // startBus runs the mesh's embedded bus (bus.Serve, as `mesh-release serve` does) on a free

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // The issue: `fleet` printed heartbeat fields raw, so a spoofed "running" put terminal escape

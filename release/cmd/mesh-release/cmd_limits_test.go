@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // bigDeclaration is a valid declaration for node of at least size bytes.

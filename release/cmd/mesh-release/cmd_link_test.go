@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // startServe runs `serve` on a free loopback port and returns its client URL.

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // defaultDataDir is where `serve` keeps the bus's JetStream data unless --data says otherwise.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"flag"
 
-	"github.com/novox/mesh-host/host/wire"
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
 )
 
 // busFlags are the flags every command that uses an existing bus takes.
