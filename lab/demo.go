@@ -115,6 +115,10 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 		return err
 	}
 	launcherPID := n.PID()
+	// mesh-release declares only for a node it has heard from (a typo is refused, not stored).
+	if _, err := beat("node-1 heartbeats on the bus", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" }); err != nil {
+		return err
+	}
 
 	say("mesh-release declare node-1: an empty declaration, pushed to the host over its watch")
 	declFile := filepath.Join(work, "node-1.json")
