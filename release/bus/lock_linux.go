@@ -39,8 +39,8 @@ func lockData(dir string) (*dataLock, error) {
 				who = fmt.Sprintf("another process (pid %d)", pid)
 			}
 		}
-		return nil, fmt.Errorf("serve: %s already serves from %s (it holds %s); stop it, or give this one another --data: %w",
-			who, dir, path, ErrDataInUse)
+		return nil, fmt.Errorf("serve: %w: %s already serves from %s (it holds %s); stop it, or give this one another --data",
+			ErrDataInUse, who, dir, path)
 	}
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

@@ -16,10 +16,7 @@ import (
 
 // neverHeard refuses node ids no heartbeat was ever stored for: most likely a typo, or a node
 // whose id is not what the operator thinks, so declare and target act on them only with --force.
-type neverHeard struct {
-	nodes []string
-	text  string
-}
+type neverHeard struct{ text string }
 
 func (e *neverHeard) Error() string { return e.text }
 
@@ -74,7 +71,7 @@ func neverHeardError(ctx context.Context, js jetstream.JetStream, n wire.Names, 
 		b.WriteString(".\n")
 	}
 	b.WriteString("To go ahead for a node that has not started yet, add --force.")
-	return &neverHeard{nodes: never, text: b.String()}
+	return &neverHeard{text: b.String()}
 }
 
 // nearest orders nodes by how long a prefix they share with want, then by name, so a typo's
