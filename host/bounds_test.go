@@ -90,6 +90,9 @@ func TestReconcileErrorNamesTheFirstFailuresAndCountsTheRest(t *testing.T) {
 	if got, want := fail(2, 5), `2 of 5 resources failed: resources[0] file "/f0": no; resources[1] file "/f1": no`; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+	if got, want := fail(1, 1), `1 of 1 resource failed: resources[0] file "/f0": no`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
 	if got := fail(maxFailuresNamed, 20); strings.Contains(got, "more") {
 		t.Errorf("exactly %d failures: %q", maxFailuresNamed, got)
 	}

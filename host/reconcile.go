@@ -119,7 +119,11 @@ func (f *failures) err() error {
 	if f.count == 0 {
 		return nil
 	}
-	text := fmt.Sprintf("%d of %d resources failed: %s", f.count, f.total, strings.Join(f.named, "; "))
+	noun := "resources" // "1 of 1 resource", "1 of 3 resources"
+	if f.total == 1 {
+		noun = "resource"
+	}
+	text := fmt.Sprintf("%d of %d %s failed: %s", f.count, f.total, noun, strings.Join(f.named, "; "))
 	if more := f.count - len(f.named); more > 0 {
 		text += fmt.Sprintf("; and %d more", more)
 	}

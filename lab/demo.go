@@ -115,6 +115,10 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 		return err
 	}
 	launcherPID := n.PID()
+	// mesh-release declares only for a node it has heard from (a typo is refused, not stored).
+	if _, err := beat("node-1 heartbeats on the bus", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" }); err != nil {
+		return err
+	}
 
 	say("mesh-release declare node-1: an empty declaration, pushed to the host over its watch")
 	declFile := filepath.Join(work, "node-1.json")
@@ -125,7 +129,7 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 	if err != nil {
 		return fail(err)
 	}
-	indent("revision " + strings.TrimSpace(out))
+	indent(strings.TrimSpace(out)) // "declaration for node-1 stored, revision N"
 	if _, err := beat("the heartbeat shows the declaration reconciled", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration" && hb.LastReconcile.OK
 	}); err != nil {

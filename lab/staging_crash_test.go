@@ -33,7 +33,8 @@ func TestKillingTheHostWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 	if err := rel.Ship(ctx, "v1.1.0", build(t, PkgHost, "v1.1.0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := rel.Target(ctx, "v1.1.0", "lab"); err != nil {
+	// The node has not started yet, so it has never heartbeated: pre-declare its target.
+	if _, err := rel.Run(ctx, "target", "--force", "lab", "v1.1.0", "--nats", rel.NATS); err != nil {
 		t.Fatal(err)
 	}
 	manifest, err := os.ReadFile(filepath.Join(rel.Out, "v1.1.0", "manifest.json"))

@@ -173,9 +173,9 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		}
 		return nil
 	case rollback.RollBack:
-		reason := fmt.Sprintf("%s failed %d times without confirming (last: %s)", version, s.Failures, why)
+		reason := fmt.Sprintf("%s failed %d %s without confirming (last: %s)", version, s.Failures, plural(s.Failures, "time", "times"), why)
 		if s.Deadline() {
-			reason = fmt.Sprintf("%s did not confirm within the confirm deadline (%s), its chance to prove itself (%d failures)", version, l.cfg.ConfirmDeadline, s.Failures)
+			reason = fmt.Sprintf("%s did not confirm within the confirm deadline (%s), its chance to prove itself (%d %s)", version, l.cfg.ConfirmDeadline, s.Failures, plural(s.Failures, "failure", "failures"))
 		}
 		if err := l.records.MarkBad(ctx, version, reason); err != nil {
 			return err
@@ -191,7 +191,7 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=rolled back from %s to %s", version, choice.Version))
 		return nil
 	case rollback.StopRolledBack:
-		reason := fmt.Sprintf("%s, the version rolled back to, failed %d times too (last: %s): the machine is the problem, not the release", version, s.Failures, why)
+		reason := fmt.Sprintf("%s, the version rolled back to, failed %d %s too (last: %s): the machine is the problem, not the release", version, s.Failures, plural(s.Failures, "time", "times"), why)
 		// What made the rollback target fail probably made the release it replaced fail as
 		// well: the machine or its input, which never marks a release bad (decision 0003).
 		if rbs, err := l.records.Rollbacks(ctx, 1); err != nil {
@@ -207,7 +207,7 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		}
 		return errFailedState{reason: reason + "; fix the machine and restart mesh-launcher"}
 	default:
-		return errFailedState{reason: fmt.Sprintf("%s failed %d times without ever confirming (last: %s) and there is no known-good version to roll back to; fix the machine or stage a working version, then restart mesh-launcher", version, s.Failures, why)}
+		return errFailedState{reason: fmt.Sprintf("%s failed %d %s without ever confirming (last: %s) and there is no known-good version to roll back to; fix the machine or stage a working version, then restart mesh-launcher", version, s.Failures, plural(s.Failures, "time", "times"), why)}
 	}
 }
 

@@ -132,7 +132,7 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 	written := make(chan struct{})
 	sayDropped := func() {
 		if n := dropped.Swap(0); n > 0 {
-			fmt.Fprintf(out, "[mesh-launcher: %d lines of the host's output were dropped: the log could not keep up]\n", n)
+			fmt.Fprintf(out, "[mesh-launcher: %d %s dropped: the log could not keep up]\n", n, plural(int(n), "line of the host's output was", "lines of the host's output were"))
 		}
 	}
 	go func() {

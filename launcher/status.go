@@ -191,7 +191,7 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 			}
 		}
 		if n := len(rep.Rollbacks); n > 1 {
-			fmt.Fprintf(w, "  (%d earlier rollbacks; --json lists them)\n", n-1)
+			fmt.Fprintf(w, "  (%d earlier %s; --json lists them)\n", n-1, plural(n-1, "rollback", "rollbacks"))
 		}
 	}
 	return nil

@@ -82,7 +82,7 @@ func TestWriteTextShowsEverythingAPersonNeeds(t *testing.T) {
 		"last output of v1.2.0:",
 		"| loading\n",
 		"| panic: boom\n",
-		"(1 earlier rollbacks; --json lists them)",
+		"(1 earlier rollback; --json lists them)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)

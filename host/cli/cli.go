@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,45 +24,117 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
+// exitUsage is a bad flag or argument, as for every mesh command.
+const exitUsage = 2
+
 // Main runs the command line args (args[0] is the program) of a host stamped with version and
 // returns the exit status.
 func Main(version string, args []string) int {
-	if len(args) < 2 {
-		usage()
-		return 2
+	if len(args) == 0 {
+		args = []string{"mesh-host"}
 	}
-	switch args[1] {
+	return command(version, args[1:], os.Stdout, os.Stderr)
+}
+
+func command(version string, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, version)
+		return 0
 	case "version":
-		fmt.Println(version)
+		fs := newFlagSet("version", "Print this binary's version.")
+		if code, ok := parse(fs, args[1:], stdout, stderr); !ok {
+			return code
+		}
+		fmt.Fprintln(stdout, version)
 		return 0
 	case "run":
-		return run(version, args[2:])
+		return run(version, args[1:], stdout, stderr)
 	case "preflight":
-		return preflight(version, args[2:])
-	default:
-		usage()
-		return 2
+		return preflight(version, args[1:], stdout, stderr)
 	}
+	what := "command"
+	if args[0] != "" && args[0][0] == '-' {
+		what = "flag"
+	}
+	fmt.Fprintf(stderr, "mesh-host: unknown %s %q\nrun `mesh-host --help` for the commands\n", what, args[0])
+	return exitUsage
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, `usage:
-  mesh-host run [--root DIR] [--config FILE]     (started by mesh-launcher)
-  mesh-host preflight [--root DIR] [--config FILE]
-  mesh-host version`)
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: mesh-host <command> [flags]
+
+commands:
+  run        hold this node in its declared state (started by mesh-launcher, never by hand)
+  preflight  print the version, then check this binary can read the node's config and records
+  version    print this binary's version
+
+Run `+"`mesh-host <command> --help`"+` for a command's flags. Every host.json setting is also a
+MESH_HOST_* variable (MESH_HOST_ROOT, MESH_HOST_NODE, MESH_HOST_NATS_URL, …).`)
 }
 
-func flags(name string, args []string) (root, cfgPath string) {
-	fs := flag.NewFlagSet(name, flag.ExitOnError)
-	fs.StringVar(&root, "root", "", "the root (MESH_HOST_ROOT; default /var/lib/mesh-host)")
-	fs.StringVar(&cfgPath, "config", "", "the config file (default ROOT/host.json)")
-	fs.Parse(args)
+// newFlagSet is a flag set that prints nothing itself: parse says each thing once.
+func newFlagSet(name, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: mesh-host %s", name)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprint(w, " [flags]")
+		}
+		fmt.Fprintf(w, "\n\n%s\n", about)
+		if n > 0 {
+			fmt.Fprintln(w, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parse parses args: --help prints the usage on stdout (exit 0); a bad flag or any argument is
+// said once on stderr (exit 2). ok is false when the command should stop with code.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q; this command takes flags only", fs.Arg(0))
+	}
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "mesh-host %s: %v\nrun `mesh-host %s --help` for usage\n", fs.Name(), err, fs.Name())
+	return exitUsage, false
+}
+
+// rootFlags registers the flags run and preflight share.
+func rootFlags(fs *flag.FlagSet) (root, cfgPath *string) {
+	root = fs.String("root", "", "the root (MESH_HOST_ROOT; default /var/lib/mesh-host)")
+	cfgPath = fs.String("config", "", "the config file (default ROOT/host.json)")
 	return root, cfgPath
 }
 
-func run(version string, args []string) int {
-	root, cfgPath := flags("run", args)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "host")
+func run(version string, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run", "Hold this node in its declared state: link to the bus, reconcile, heartbeat, and stand aside\nfor a newer version. Started by mesh-launcher, which sets MESH_HOST_VERSION; it refuses to run\nwithout it. The node id is host.json's \"node\" or MESH_HOST_NODE, else the short hostname\n(up to the first dot).")
+	rootFlag, cfgFlag := rootFlags(fs)
+	if code, ok := parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	root, cfgPath := *rootFlag, *cfgFlag
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "host")
 	if want := os.Getenv("MESH_HOST_VERSION"); want != version {
 		log.Error("refusing to run: this binary is not the version it was started as (a misplaced binary?); mesh-host runs under mesh-launcher, which sets MESH_HOST_VERSION",
 			"binary_version", version, "MESH_HOST_VERSION", want)
@@ -109,31 +182,36 @@ func run(version string, args []string) int {
 
 // preflight prints the version first, then checks that this binary can read the node's
 // config and records; the stager compares the printed version with the manifest's.
-func preflight(version string, args []string) int {
-	root, cfgPath := flags("preflight", args)
-	fmt.Println(version)
+func preflight(version string, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("preflight", "Print this binary's version, then check that it can read the node's config, records and\nstore. A host runs it on a staged version before standing aside for it; exit 0 means it can run.")
+	rootFlag, cfgFlag := rootFlags(fs)
+	if code, ok := parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	root, cfgPath := *rootFlag, *cfgFlag
+	fmt.Fprintln(stdout, version)
 	cfg, err := config.Load(root, cfgPath, os.Getenv)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "preflight: %v\n", err)
+		fmt.Fprintf(stderr, "preflight: %v\n", err)
 		return 1
 	}
 	ctx := context.Background()
 	r, err := rollback.OpenForHost(ctx, cfg.Root)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "preflight: %v\n", err)
+		fmt.Fprintf(stderr, "preflight: %v\n", err)
 		return 1
 	}
 	defer r.Close()
 	if _, err := r.KnownGood(ctx, cfg.Root); err != nil {
-		fmt.Fprintf(os.Stderr, "preflight: %v\n", err)
+		fmt.Fprintf(stderr, "preflight: %v\n", err)
 		return 1
 	}
 	if err := store.Check(ctx, filepath.Join(cfg.Root, store.FileName)); err != nil {
-		fmt.Fprintf(os.Stderr, "preflight: %v\n", err)
+		fmt.Fprintf(stderr, "preflight: %v\n", err)
 		return 1
 	}
 	if _, err := wire.ParseTrustedKeys(cfg.TrustedKeys); err != nil {
-		fmt.Fprintf(os.Stderr, "preflight: trusted_keys: %v\n", err)
+		fmt.Fprintf(stderr, "preflight: trusted_keys: %v\n", err)
 		return 1
 	}
 	return 0

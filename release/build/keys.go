@@ -74,8 +74,12 @@ func LoadKey(path string) (ed25519.PrivateKey, error) {
 		}
 		return k, nil
 	}
-	return nil, fmt.Errorf("release key %s holds %d bytes; an ed25519 key is a %d-byte seed (or %d bytes with its public key)",
-		path, len(raw), ed25519.SeedSize, ed25519.PrivateKeySize)
+	bytes := "bytes"
+	if len(raw) == 1 {
+		bytes = "byte"
+	}
+	return nil, fmt.Errorf("release key %s holds %d %s; an ed25519 key is a %d-byte seed (or %d bytes with its public key)",
+		path, len(raw), bytes, ed25519.SeedSize, ed25519.PrivateKeySize)
 }
 
 // PublicKeyString is the trusted_keys form of a key: standard base64 of its 32 bytes.

@@ -4,9 +4,7 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -46,12 +44,9 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 	if ready == nil {
 		ready = func() {}
 	}
-	st, err := js.Stream(ctx, n.HeartbeatStream())
+	st, err := heartbeatStream(ctx, js, n)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("fleet: stream %s does not exist; run `mesh-release init` (or serve): %w", n.HeartbeatStream(), err)
-		}
-		return fmt.Errorf("fleet: stream %s: %w", n.HeartbeatStream(), err)
+		return err
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
@@ -104,7 +99,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 }
 
 func entryOf(n wire.Names, subject string, heard time.Time, data []byte) Entry {
-	node := strings.TrimSuffix(strings.TrimPrefix(subject, n.Prefix+".node."), ".heartbeat")
+	node := nodeOf(n, subject)
 	e := Entry{Node: node, Heard: heard}
 	hb, err := wire.ParseHeartbeat(data)
 	switch {

@@ -102,7 +102,11 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d nodes, %d silent (silent after %s unheard)\n", len(rows), silent, silentAfter)
+	nodes := "nodes"
+	if len(rows) == 1 {
+		nodes = "node"
+	}
+	_, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)\n", len(rows), nodes, silent, silentAfter)
 	return err
 }
 

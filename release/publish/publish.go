@@ -150,8 +150,9 @@ func bucketErr(kind, name string, err error) error {
 // Target sets the version nodes should run: key node.<id> in KV names.Targets() for each
 // node, or the fleet key when fleet is true (exactly one of the two). The version must be
 // published; a target naming a version with no manifest is refused with ErrNotPublished.
-// It returns the keys it set.
-func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, version string, nodes []string, fleet bool) ([]string, error) {
+// It returns the keys it set and their revisions, in the order given; on an error, those set
+// before it.
+func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, version string, nodes []string, fleet bool) ([]Set, error) {
 	if !wire.ValidVersion(version) {
 		return nil, fmt.Errorf("version %q is not %s", version, wire.VersionRule)
 	}
@@ -190,10 +191,19 @@ func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, versi
 		return nil, bucketErr("KV", names.Targets(), err)
 	}
 	val := wire.Target{Version: version}.Marshal()
-	for i, k := range keys {
-		if _, err := tgt.Put(ctx, k, val); err != nil {
-			return keys[:i], fmt.Errorf("set %s in %s: %w", k, names.Targets(), err)
+	set := make([]Set, 0, len(keys))
+	for _, k := range keys {
+		rev, err := tgt.Put(ctx, k, val)
+		if err != nil {
+			return set, fmt.Errorf("set %s in %s: %w", k, names.Targets(), err)
 		}
+		set = append(set, Set{Key: k, Revision: rev})
 	}
-	return keys, nil
+	return set, nil
+}
+
+// Set is one target key Target put, and the revision the bucket gave it.
+type Set struct {
+	Key      string
+	Revision uint64
 }

@@ -206,9 +206,9 @@ func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 	if _, err := Publish(ctx, js, names, dir); err != nil {
 		t.Fatal(err)
 	}
-	keys, err := Target(ctx, js, names, "v1.0.0", []string{"node-a", "node_b"}, false)
-	if err != nil || len(keys) != 2 {
-		t.Fatalf("%v, %v", keys, err)
+	set, err := Target(ctx, js, names, "v1.0.0", []string{"node-a", "node_b"}, false)
+	if err != nil || len(set) != 2 || set[0].Key != "node.node-a" || set[1].Revision <= set[0].Revision {
+		t.Fatalf("%+v, %v; want node.node-a and node.node_b with rising revisions", set, err)
 	}
 	if _, err := Target(ctx, js, names, "v1.0.0", nil, true); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,15 +14,87 @@ import (
 	"github.com/novox/mesh-host/lab"
 )
 
+// version is stamped by `make build VERSION=…`.
+var version = "v0.0.0-dev"
+
+const exitUsage = 2
+
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: mesh-lab demo    (run from inside the mesh-host source tree; it builds what it runs)")
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := lab.Demo(ctx, os.Stdout, "."); err != nil {
-		fmt.Fprintf(os.Stderr, "mesh-lab demo: %v\n", err)
-		os.Exit(1)
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr, lab.Demo)
+	stop()
+	os.Exit(code)
+}
+
+// cli runs the command line args (without the program name) and returns the exit status; demo
+// is lab.Demo, replaced in tests.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer, demo func(context.Context, io.Writer, string) error) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
 	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, version)
+		return 0
+	case "version":
+		if code, ok := parse("version", "usage: mesh-lab version\n\nPrint this tool's version.", args[1:], stdout, stderr); !ok {
+			return code
+		}
+		fmt.Fprintln(stdout, version)
+		return 0
+	case "demo":
+		if code, ok := parse("demo", demoUsage, args[1:], stdout, stderr); !ok {
+			return code
+		}
+		if err := demo(ctx, stdout, "."); err != nil {
+			fmt.Fprintf(stderr, "mesh-lab demo: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "mesh-lab: unknown command %q\nrun `mesh-lab --help` for the commands\n", args[0])
+	return exitUsage
+}
+
+// parse parses the args of a command that takes no flags or arguments: --help prints its usage
+// on stdout (exit 0), anything else is said once on stderr (exit 2). ok is false when the
+// command should stop with code.
+func parse(name, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q; %s takes none", fs.Arg(0), name)
+	}
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, usage)
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "mesh-lab %s: %v\nrun `mesh-lab %s --help` for usage\n", name, err, name)
+	return exitUsage, false
+}
+
+const demoUsage = `usage: mesh-lab demo
+
+Tell the whole story on one node with real processes and a real bus: v1.0.0 confirms, a
+declaration is reconciled, v1.1.0 is built, signed, published and targeted with mesh-release
+and takes over, a broken v1.2.0 is rolled back. Run it from inside the mesh-host source tree:
+it builds what it runs (needs Go). Exit 1 if any step does not happen.`
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: mesh-lab <command>
+
+commands:
+  demo     run the narrated demo (from inside the mesh-host source tree)
+  version  print this tool's version
+
+Run `+"`mesh-lab demo --help`"+` for what the demo does.`)
 }

@@ -4,8 +4,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -19,43 +21,107 @@ import (
 // version is stamped by `make build VERSION=…`.
 var version = "v0.0.0-dev"
 
-func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+// exitUsage is a bad flag or argument, as for every mesh command; `status` uses 1, 3 and 4 for
+// what it finds.
+const exitUsage = 2
+
+func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv)) }
+
+// cli runs the command line args (without the program name) and returns the exit status.
+func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
 	}
-	switch os.Args[1] {
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, version)
+		return 0
 	case "run":
-		os.Exit(run(os.Args[2:]))
+		return run(args[1:], stdout, stderr, getenv)
 	case "status":
-		os.Exit(status(os.Args[2:]))
+		return status(args[1:], stdout, stderr, getenv)
 	case "version":
-		fmt.Println(version)
-	default:
-		usage()
-		os.Exit(2)
+		fs := newFlagSet("version", "print this launcher's version")
+		if code, ok := parse(fs, args[1:], stdout, stderr); !ok {
+			return code
+		}
+		fmt.Fprintln(stdout, version)
+		return 0
 	}
+	what := "command"
+	if args[0] != "" && args[0][0] == '-' {
+		what = "flag"
+	}
+	fmt.Fprintf(stderr, "mesh-launcher: unknown %s %q\nrun `mesh-launcher --help` for the commands\n", what, args[0])
+	return exitUsage
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, `usage:
-  mesh-launcher run [--root DIR] [--failure-limit 3] [--failure-interval 120s]
-                    [--confirm-deadline 10m] [--liveness-limit 60s] [--backoff-max 60s]
-  mesh-launcher status [--root DIR] [--json] [--failure-interval 120s]
-      exit status: 0 healthy, 4 degraded, 3 failed, 1 error
-  mesh-launcher version`)
+func usage(w io.Writer) {
+	fmt.Fprintln(w, `usage: mesh-launcher <command> [flags]
+
+commands:
+  run      run the newest good mesh-host under ROOT/versions (the systemd unit's command)
+  status   show the versions, the running one, failures and the last rollback
+  version  print this launcher's version
+
+Run `+"`mesh-launcher <command> --help`"+` for a command's flags. ROOT is --root, else
+MESH_HOST_ROOT, else /var/lib/mesh-host.`)
 }
 
-func defaultRoot() string {
-	if v := os.Getenv("MESH_HOST_ROOT"); v != "" {
+// newFlagSet is a flag set that prints nothing itself: parse says each thing once.
+func newFlagSet(name, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: mesh-launcher %s", name)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprint(w, " [flags]")
+		}
+		fmt.Fprintf(w, "\n\n%s\n", about)
+		if n > 0 {
+			fmt.Fprintln(w, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parse parses args: --help prints the usage on stdout (exit 0); a bad flag or any argument is
+// said once on stderr (exit 2). ok is false when the command should stop with code.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q; this command takes flags only", fs.Arg(0))
+	}
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "mesh-launcher %s: %v\nrun `mesh-launcher %s --help` for usage\n", fs.Name(), err, fs.Name())
+	return exitUsage, false
+}
+
+func defaultRoot(getenv func(string) string) string {
+	if v := getenv("MESH_HOST_ROOT"); v != "" {
 		return v
 	}
 	return "/var/lib/mesh-host"
 }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	root := fs.String("root", defaultRoot(), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
+func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := newFlagSet("run", "Run the newest good version of mesh-host under ROOT/versions, judge how each run ends, and roll\nback once to the known-good predecessor. Exit 3 is the failed state (the unit's\nRestartPreventExitStatus).")
+	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	limit := fs.Int("failure-limit", rollback.DefaultPolicy.Limit, "failures that judge a version")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count toward its backoff")
 	deadline := fs.Duration("confirm-deadline", 10*time.Minute, "an unconfirmed version must complete a reconcile within this, or it is rolled back")
@@ -63,16 +129,18 @@ func run(args []string) int {
 	backoffMax := fs.Duration("backoff-max", rollback.DefaultPolicy.BackoffMax, "the longest wait before restarting a failed host")
 	backoffMin := fs.Duration("backoff-min", rollback.DefaultPolicy.BackoffMin, "the first wait before restarting a failed host")
 	stopTimeout := fs.Duration("stop-timeout", 90*time.Second, "how long a stopping host may take before it is killed")
-	fs.Parse(args)
+	if code, ok := parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
 	if *limit < 1 {
-		fmt.Fprintln(os.Stderr, "mesh-launcher: --failure-limit must be at least 1")
-		return 2
+		fmt.Fprintln(stderr, "mesh-launcher run: --failure-limit must be at least 1")
+		return exitUsage
 	}
 	if *liveness <= 0 || *deadline <= 0 {
-		fmt.Fprintln(os.Stderr, "mesh-launcher: --liveness-limit and --confirm-deadline must be positive")
-		return 2
+		fmt.Fprintln(stderr, "mesh-launcher run: --liveness-limit and --confirm-deadline must be positive")
+		return exitUsage
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "launcher", "launcher_version", version)
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "launcher", "launcher_version", version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := launcher.Run(ctx, launcher.Config{
@@ -90,23 +158,25 @@ func run(args []string) int {
 	return code
 }
 
-func status(args []string) int {
-	fs := flag.NewFlagSet("status", flag.ExitOnError)
-	root := fs.String("root", defaultRoot(), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
+func status(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := newFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error.")
+	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count (as given to run)")
-	fs.Parse(args)
+	if code, ok := parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
 	p := rollback.DefaultPolicy
 	p.Interval = *interval
 	rep, err := launcher.ReadStatus(context.Background(), *root, p)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "mesh-launcher status: %v\n", err)
+		fmt.Fprintf(stderr, "mesh-launcher status: %v\n", err)
 		return 1
 	}
 	if *asJSON {
-		rep.WriteJSON(os.Stdout)
+		rep.WriteJSON(stdout)
 	} else {
-		rep.WriteText(os.Stdout, time.Now())
+		rep.WriteText(stdout, time.Now())
 	}
 	return rep.ExitCode()
 }

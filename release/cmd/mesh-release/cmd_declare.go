@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,31 +14,32 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
-func runDeclare(ctx context.Context, args []string) error {
-	return declareCmd(ctx, args, os.Stdin, os.Stdout)
-}
+const declareAbout = `NODE is the node's id; FILE is the declaration (- reads stdin). The declaration is
+validated as its host would (addressed to NODE, known fields, within --max-bytes) before
+anything is sent. It is stored only for a node that has heartbeated on this bus, so that a
+mistyped id is not stored silently; --force stores it for a node not yet started.
+Prints "declaration for NODE stored, revision N"; the host reports that revision.`
 
-func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
+func declareCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	var b busFlags
-	fs := newFlagSet("declare", "[--nats URL] [--creds FILE] [--prefix mesh] [--max-bytes 1048576] NODE FILE   (FILE - reads stdin)")
-	b.register(fs)
+	b.register(fs, s.getenv)
 	maxBytes := fs.Int64("max-bytes", wire.DefaultMaxDeclarationBytes, "refuse a declaration larger than this many `bytes` (hosts refuse one over their max_declaration_bytes)")
+	force := fs.Bool("force", false, "store it even if NODE has never heartbeated (pre-declare a node not yet started)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 2 {
-		fs.Usage()
-		return errors.New("want a node id and a declaration file")
+		return usagef("want NODE and FILE, got %d %s", len(pos), plural(len(pos), "argument", "arguments"))
 	}
 	if *maxBytes <= 0 {
-		return fmt.Errorf("--max-bytes is %d; it must be a positive number of bytes", *maxBytes)
+		return usagef("--max-bytes is %d; it must be a positive number of bytes", *maxBytes)
 	}
 	node, file := pos[0], pos[1]
 	if err := wire.ValidNode(node); err != nil {
 		return err
 	}
-	src := in
+	src := s.in
 	if file != "-" {
 		f, err := os.Open(file)
 		if err != nil {
@@ -63,6 +65,13 @@ func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer)
 	}
 	defer c.Close()
 	n := b.names()
+	never, err := unheard(ctx, c.JS, n, []string{node}, *force)
+	if err != nil {
+		return err
+	}
+	if len(never) > 0 && !*force {
+		return neverHeardError(ctx, c.JS, n, never, "nothing was stored.")
+	}
 	kv, err := c.JS.KeyValue(ctx, n.Declarations())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -74,7 +83,11 @@ func declareCmd(ctx context.Context, args []string, in io.Reader, out io.Writer)
 	if err != nil {
 		return fmt.Errorf("put the declaration for %s: %w", node, err)
 	}
-	fmt.Fprintln(out, rev)
+	s.printf("declaration for %s stored, revision %d", node, rev)
+	if len(never) > 0 {
+		s.printf(" (pre-declared: %s has not heartbeated yet; its host takes it when it starts)", node)
+	}
+	s.println()
 	return nil
 }
 

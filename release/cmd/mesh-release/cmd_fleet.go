@@ -2,37 +2,27 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
-	"io"
-	"os"
 	"time"
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
 )
 
-func runFleet(ctx context.Context, args []string) error {
-	return fleetCmd(ctx, args, os.Stdout, isTerminal(os.Stdout))
-}
-
-func fleetCmd(ctx context.Context, args []string, out io.Writer, tty bool) error {
+func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	var b busFlags
-	fs := newFlagSet("fleet", "[--json] [--watch] [--silent-after 90s] [--nats URL] [--creds FILE] [--prefix mesh]")
-	b.register(fs)
+	b.register(fs, s.getenv)
 	asJSON := fs.Bool("json", false, "write JSON instead of a table")
 	watch := fs.Bool("watch", false, "keep showing the fleet as heartbeats arrive")
 	silentAfter := fs.Duration("silent-after", fleet.DefaultSilentAfter, "mark a node SILENT when unheard for this long (3× its heartbeat interval)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	if len(pos) != 0 {
-		return fmt.Errorf("unexpected arguments %q", pos)
-	}
 	if *silentAfter <= 0 {
-		return errors.New("--silent-after must be positive")
+		return usagef("--silent-after must be positive")
 	}
+	out := s.out
 	c, err := b.connect(ctx)
 	if err != nil {
 		return err
@@ -45,7 +35,7 @@ func fleetCmd(ctx context.Context, args []string, out io.Writer, tty bool) error
 			}
 			return fleet.WriteJSON(out, rows)
 		}
-		if *watch && tty {
+		if *watch && s.tty {
 			fmt.Fprint(out, "\x1b[H\x1b[2J")
 		} else if *watch {
 			fmt.Fprintf(out, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
@@ -113,9 +103,4 @@ func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, silentAfter time.D
 		case <-tick.C:
 		}
 	}
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -36,7 +36,7 @@ func TestFleetPrintsNoTerminalControlFromHeartbeats(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := fleetCmd(ctx, []string{"--nats", url}, &out, false); err != nil {
+	if err := execCmd(ctx, "fleet", nil, &out, "--nats", url); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()
@@ -56,7 +56,7 @@ func TestFleetPrintsNoTerminalControlFromHeartbeats(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := fleetCmd(ctx, []string{"--nats", url, "--json"}, &out, false); err != nil {
+	if err := execCmd(ctx, "fleet", nil, &out, "--nats", url, "--json"); err != nil {
 		t.Fatal(err)
 	}
 	if bad := controlBytes(out.String()); bad != "" {

@@ -46,7 +46,7 @@ func TestDeclareRefusesADeclarationOverTheLimitByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := bigDeclaration("n1", 1_500_000)
-	err = declareCmd(ctx, []string{"--nats", srv.ClientURL(), "n1", "-"}, bytes.NewReader(big), &bytes.Buffer{})
+	err = execCmd(ctx, "declare", bytes.NewReader(big), &bytes.Buffer{}, "--nats", srv.ClientURL(), "n1", "-")
 	want := fmt.Sprintf("declaration is %s bytes, over the 1,048,576-byte limit", commas(len(big)))
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--max-bytes") || !strings.Contains(err.Error(), "nothing was put") {
 		t.Fatalf("err = %v, want it to say %q and name --max-bytes", err, want)
@@ -64,7 +64,7 @@ func TestDeclareRefusesADeclarationOverTheLimitByName(t *testing.T) {
 		max string
 		ok  bool
 	}{{"1000", false}, {fmt.Sprint(len(small)), true}} {
-		err := declareCmd(ctx, []string{"--nats", srv.ClientURL(), "--max-bytes", tc.max, "n1", "-"}, bytes.NewReader(small), &bytes.Buffer{})
+		err := execCmd(ctx, "declare", bytes.NewReader(small), &bytes.Buffer{}, "--nats", srv.ClientURL(), "--force", "--max-bytes", tc.max, "n1", "-")
 		if (err == nil) != tc.ok {
 			t.Errorf("--max-bytes %s with %d bytes: %v, want ok=%v", tc.max, len(small), err, tc.ok)
 		}

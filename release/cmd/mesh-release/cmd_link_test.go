@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
@@ -22,7 +26,7 @@ func startServe(t *testing.T, data string) string {
 	urlc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- serveCmd(ctx, []string{"--data", data, "--listen", "127.0.0.1:0"}, &bytes.Buffer{}, func(u string) { urlc <- u })
+		errc <- serveCmd(ctx, testIO(nil, &bytes.Buffer{}), flagSetFor("serve"), []string{"--data", data, "--listen", "127.0.0.1:0"}, func(u string) { urlc <- u })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -41,33 +45,74 @@ func startServe(t *testing.T, data string) string {
 	return ""
 }
 
-func TestDeclarePutsAValidDeclarationAndPrintsTheRevision(t *testing.T) {
+// The issue: declare printed a bare number, and stored a declaration for a node id no host
+// has, silently. It says what it did; a node that never heartbeated is refused by name (with
+// how node ids are made, the nodes heard, and --force), and --force pre-declares it.
+func TestDeclareStoresForAHeardNodeAndRefusesAnUnheardOneWithoutForce(t *testing.T) {
 	url := startServe(t, t.TempDir())
 	ctx := context.Background()
-	file := filepath.Join(t.TempDir(), "n1.json")
-	if err := os.WriteFile(file, []byte(`{"version":1,"node":"n1","resources":[{"type":"file","id":"/etc/motd","spec":{}}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := declareCmd(ctx, []string{"n1", file, "--nats", url}, nil, &out); err != nil {
-		t.Fatal(err)
-	}
-	rev, err := strconv.ParseUint(strings.TrimSpace(out.String()), 10, 64)
-	if err != nil || rev == 0 {
-		t.Fatalf("printed %q, want a revision", out.String())
-	}
 	c, err := bus.Connect(ctx, url, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	heartbeat(t, c, "n1")
 	kv, err := c.JS.KeyValue(ctx, wire.NamesFor("").Declarations())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, "n1")
-	if err != nil || e.Revision() != rev {
-		t.Fatalf("get = %v, %v", e, err)
+	for _, tc := range []struct {
+		name, node string
+		force      bool
+		want       string // in the output, or in the error when refused
+		stored     bool
+	}{
+		{"Heard", "n1", false, `^declaration for n1 stored, revision (\d+)\n$`, true},
+		{"NeverHeard", "n2", false, `(?s)node "n2" has never heartbeated on this bus.*nothing was stored.*short hostname.*MESH_HOST_NODE.*Heard from 1 node: n1\..*--force`, false},
+		{"NeverHeardForced", "n2", true, `^declaration for n2 stored, revision (\d+) \(pre-declared: n2 has not heartbeated yet; its host takes it when it starts\)\n$`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), tc.node+".json")
+			if err := os.WriteFile(file, []byte(`{"version":1,"node":"`+tc.node+`","resources":[{"type":"file","id":"/etc/motd","spec":{}}]}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{tc.node, file, "--nats", url}
+			if tc.force {
+				args = append(args, "--force")
+			}
+			var out bytes.Buffer
+			err := execCmd(ctx, "declare", nil, &out, args...)
+			if !tc.stored {
+				var nh *neverHeard
+				if !errors.As(err, &nh) || !regexp.MustCompile(tc.want).MatchString(err.Error()) {
+					t.Fatalf("err = %v, want a refusal matching %s", err, tc.want)
+				}
+				if _, err := kv.Get(ctx, tc.node); !errors.Is(err, jetstream.ErrKeyNotFound) {
+					t.Fatalf("the refused declaration was stored: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := regexp.MustCompile(tc.want).FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("printed %q, want %s", out.String(), tc.want)
+			}
+			rev, _ := strconv.ParseUint(m[1], 10, 64)
+			if e, err := kv.Get(ctx, tc.node); err != nil || e.Revision() != rev {
+				t.Fatalf("get = %v, %v; want revision %d", e, err, rev)
+			}
+		})
+	}
+}
+
+// heartbeat stores a heartbeat from node, as its host would.
+func heartbeat(t *testing.T, c *bus.Conn, node string) {
+	t.Helper()
+	hb := wire.Heartbeat{Node: node, State: wire.StateRunning, Running: "v1.0.0", SentAt: time.Now().UTC()}
+	if _, err := c.JS.Publish(context.Background(), wire.NamesFor("").Heartbeat(node), hb.Marshal()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -79,7 +124,7 @@ func TestDeclareRefusesAnInvalidDeclarationAndPutsNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// No server: validation must fail before any connection is tried.
-			err := declareCmd(context.Background(), []string{"--nats", "nats://127.0.0.1:1", tc.node, "-"}, strings.NewReader(tc.body), &bytes.Buffer{})
+			err := execCmd(context.Background(), "declare", strings.NewReader(tc.body), &bytes.Buffer{}, "--nats", "nats://127.0.0.1:1", tc.node, "-")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -91,7 +136,7 @@ func TestInitIsIdempotentOnAServedBus(t *testing.T) {
 	url := startServe(t, t.TempDir())
 	for i := 0; i < 2; i++ {
 		var out bytes.Buffer
-		if err := initCmd(context.Background(), []string{"--nats", url}, &out); err != nil {
+		if err := execCmd(context.Background(), "init", nil, &out, "--nats", url); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(out.String(), "MESH_HEARTBEATS") {
@@ -116,14 +161,14 @@ func TestFleetListsNodesAsTextAndJSON(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := fleetCmd(ctx, []string{"--nats", url}, &out, false); err != nil {
+	if err := execCmd(ctx, "fleet", nil, &out, "--nats", url); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "n1") || !strings.Contains(out.String(), "2 nodes, 0 silent") {
 		t.Fatalf("fleet:\n%s", out.String())
 	}
 	out.Reset()
-	if err := fleetCmd(ctx, []string{"--nats", url, "--json"}, &out, false); err != nil {
+	if err := execCmd(ctx, "fleet", nil, &out, "--nats", url, "--json"); err != nil {
 		t.Fatal(err)
 	}
 	var rows []map[string]any

@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"io"
+	"flag"
 	"log/slog"
-	"os"
+	"net"
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
@@ -14,25 +13,28 @@ import (
 // defaultDataDir is where `serve` keeps the bus's JetStream data unless --data says otherwise.
 const defaultDataDir = "/var/lib/mesh-release"
 
-func runServe(ctx context.Context, args []string) error {
-	return serveCmd(ctx, args, os.Stdout, nil)
-}
+const serveAbout = `It serves until interrupted, and creates the mesh's buckets and stream as init does. By
+default it listens on loopback only, for this machine; nodes on other machines need --listen
+on an address they can reach (this server has no TLS or authentication: use it only on a
+network you trust, or run your own NATS and use init). One serve per --data directory: it is
+locked (DIR/serve.lock), and a listen address in use fails at once.`
 
 // serveCmd runs an embedded bus until ctx ends. ready, when not nil, receives the client URL
 // once the server and the mesh's buckets are ready.
-func serveCmd(ctx context.Context, args []string, out io.Writer, ready func(url string)) error {
-	fs := newFlagSet("serve", "[--data DIR] [--listen 127.0.0.1:4222] [--prefix mesh]")
+func serveCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, ready func(url string)) error {
 	data := fs.String("data", defaultDataDir, "`DIR` for the bus's JetStream data")
 	listen := fs.String("listen", bus.DefaultListen, "`HOST:PORT` to accept clients on (port 0 picks a free one)")
 	prefix := fs.String("prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	verbose := fs.Bool("verbose", false, "log the NATS server's notices too, not only its warnings and errors")
+	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	if len(pos) != 0 {
-		return fmt.Errorf("unexpected arguments %q", pos)
+	level := slog.LevelWarn // the server's start-up banner is a page of notices
+	if *verbose {
+		level = slog.LevelInfo
 	}
-	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: *data, Listen: *listen, Logger: slog.Default().With("component", "nats")})
+	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})).With("component", "nats")
+	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: *data, Listen: *listen, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -47,11 +49,19 @@ func serveCmd(ctx context.Context, args []string, out io.Writer, ready func(url 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "serving the mesh bus on %s (data in %s, prefix %s)\n", srv.ClientURL(), *data, n.Prefix)
+	s.printf("serving the mesh bus on %s (data in %s, prefix %s)\n", srv.ClientURL(), *data, n.Prefix)
+	if loopback(srv.Addr()) {
+		s.printf("only this machine can connect; nodes elsewhere need --listen on an address they reach (no TLS or auth: a trusted network only)\n")
+	}
 	if ready != nil {
 		ready(srv.ClientURL())
 	}
 	<-ctx.Done()
-	slog.Info("serve: stopping")
+	s.printf("stopping; the data stays in %s\n", *data)
 	return nil
+}
+
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }

@@ -2,37 +2,63 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
 )
 
+// The environment a bus command reads when its flag is not given, so that an operator sets the
+// bus once per shell instead of on every command.
+const (
+	envNATSURL   = "MESH_NATS_URL"
+	envNATSCreds = "MESH_NATS_CREDS"
+)
+
 // busFlags are the flags every command that uses an existing bus takes.
 type busFlags struct {
 	url, creds, prefix string
+	getenv             func(string) string
 }
 
-func (b *busFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.url, "nats", bus.DefaultURL, "NATS `URL` (comma-separated for a cluster)")
-	fs.StringVar(&b.creds, "creds", "", "NATS credentials `FILE` (.creds)")
+// register adds --nats, --creds and --prefix to fs. Their defaults are empty so that help never
+// prints a URL or path taken from the environment (a URL may carry a password); connect applies
+// flag, then environment, then default.
+func (b *busFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	b.getenv = getenv
+	fs.StringVar(&b.url, "nats", "", "NATS `URL`, comma-separated for a cluster (default $"+envNATSURL+", else "+bus.DefaultURL+")")
+	fs.StringVar(&b.creds, "creds", "", "NATS credentials `FILE` (.creds) (default $"+envNATSCreds+")")
 	fs.StringVar(&b.prefix, "prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
 }
 
 func (b *busFlags) names() wire.Names { return wire.NamesFor(b.prefix) }
 
-// connect dials the bus the flags name.
+// connect dials the bus the flags (or the environment) name.
 func (b *busFlags) connect(ctx context.Context) (*bus.Conn, error) {
-	return bus.Connect(ctx, b.url, b.creds)
+	url, creds := b.url, b.creds
+	if b.getenv != nil {
+		if url == "" {
+			url = b.getenv(envNATSURL)
+		}
+		if creds == "" {
+			creds = b.getenv(envNATSCreds)
+		}
+	}
+	return bus.Connect(ctx, url, creds)
 }
 
 // parseArgs parses flags wherever they appear among the positional arguments, so that both
-// `declare --nats URL n1 f.json` and `declare n1 f.json --nats URL` work.
+// `declare --nats URL n1 f.json` and `declare n1 f.json --nats URL` work. It returns
+// flag.ErrHelp for -h and --help, and a usageError for a bad flag.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -43,4 +69,24 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		pos, args = append(pos, args[0]), args[1:]
 	}
+}
+
+// noArgs parses args for a command that takes flags only.
+func noArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("unexpected %s %q; this command takes flags only", plural(len(pos), "argument", "arguments"), pos)
+	}
+	return nil
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

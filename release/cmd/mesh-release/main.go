@@ -4,8 +4,7 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
+	"flag"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,51 +13,46 @@ import (
 // version is stamped by `make build VERSION=…`.
 var version = "v0.0.0-dev"
 
+// command is one mesh-release command. Main makes its flag set (so that --help and a bad flag
+// are answered the same way for every command); run registers its flags and parses args with
+// parseArgs.
 type command struct {
 	name    string
+	args    string // the positional arguments, as the usage line names them
 	summary string
-	run     func(ctx context.Context, args []string) error
+	about   string // more for --help: what the arguments are, what it prints
+	run     func(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error
 }
 
-// commands is the whole command set, in the order `mesh-release help` lists it. Each command
+// commands is the whole command set, in the order `mesh-release --help` lists it. Each command
 // lives in its own cmd_<name>.go file.
 var commands = []command{
-	{"serve", "run an embedded NATS server with JetStream and the mesh buckets", runServe},
-	{"init", "create the mesh buckets and stream on an existing NATS (idempotent)", runInit},
-	{"declare", "validate a declaration file and put it for a node", runDeclare},
-	{"fleet", "show every node's last heartbeat; silent nodes stand out", runFleet},
-	{"keygen", "make an ed25519 release key pair", runKeygen},
-	{"build", "build and sign a host archive and its manifest", runBuild},
-	{"publish", "put a built archive and manifest on the bus", runPublish},
-	{"target", "set which version nodes (or the fleet) should run", runTarget},
-	{"version", "print this tool's version", func(context.Context, []string) error { fmt.Println(version); return nil }},
+	{"serve", "", "run an embedded NATS server with JetStream and the mesh buckets", serveAbout,
+		func(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
+			return serveCmd(ctx, s, fs, args, nil)
+		}},
+	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent)", "", initCmd},
+	{"declare", "NODE FILE", "validate a declaration file and store it for a node", declareAbout, declareCmd},
+	{"fleet", "", "show every node's last heartbeat; silent nodes stand out", "", fleetCmd},
+	{"keygen", "", "make an ed25519 release key pair", "", keygenCmd},
+	{"build", "", "build and sign a host archive and its manifest", "", buildCmd},
+	{"publish", "DIR", "put a built archive and manifest on the bus", "DIR is the -o directory of `mesh-release build`.", publishCmd},
+	{"target", "(NODE… | --fleet) VERSION", "set which version nodes (or the fleet) should run", targetAbout, targetCmd},
+	{"version", "", "print this tool's version", "", versionCmd},
 }
 
 func main() {
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
-		usage()
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	for _, c := range commands {
-		if c.name == os.Args[1] {
-			if err := c.run(ctx, os.Args[2:]); err != nil {
-				fmt.Fprintf(os.Stderr, "mesh-release %s: %v\n", c.name, err)
-				os.Exit(1)
-			}
-			return
-		}
-	}
-	fmt.Fprintf(os.Stderr, "mesh-release: unknown command %q\n", os.Args[1])
-	usage()
-	os.Exit(2)
+	code := run(ctx, &stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, getenv: os.Getenv, tty: isTerminal(os.Stdout)}, os.Args[1:])
+	stop()
+	os.Exit(code)
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mesh-release <command> [flags]")
-	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+func versionCmd(_ context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
+	if err := noArgs(fs, args); err != nil {
+		return err
 	}
+	s.println(version)
+	return nil
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// One way for every command: help on stdout with exit 0, a bad flag said once with exit 2,
+// unknown commands named, the version both ways. (lab/cli_test.go runs the built binary.)
+func TestTheCommandLineAnswersLikeEveryMeshCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		out, err string // prefixes; "" means empty
+	}{
+		{[]string{"--help"}, 0, "usage: mesh-launcher <command>", ""},
+		{[]string{"run", "-h"}, 0, "usage: mesh-launcher run [flags]", ""},
+		{[]string{"status", "--help"}, 0, "usage: mesh-launcher status [flags]", ""},
+		{[]string{"version", "--help"}, 0, "usage: mesh-launcher version\n", ""},
+		{[]string{"--version"}, 0, version + "\n", ""},
+		{[]string{"version"}, 0, version + "\n", ""},
+		{nil, 2, "", "usage: mesh-launcher <command>"},
+		{[]string{"start"}, 2, "", "mesh-launcher: unknown command \"start\"\nrun `mesh-launcher --help` for the commands\n"},
+		{[]string{"run", "--bogus"}, 2, "", "mesh-launcher run: flag provided but not defined: -bogus\nrun `mesh-launcher run --help` for usage\n"},
+		{[]string{"status", "extra"}, 2, "", "mesh-launcher status: unexpected argument \"extra\"; this command takes flags only\n"},
+		{[]string{"run", "--failure-limit", "0"}, 2, "", "mesh-launcher run: --failure-limit must be at least 1\n"},
+	} {
+		var out, errOut bytes.Buffer
+		code := cli(tc.args, &out, &errOut, func(string) string { return "" })
+		if code != tc.code || !prefixed(out.String(), tc.out) || !prefixed(errOut.String(), tc.err) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stdout %q…, stderr %q…", tc.args, code, out.String(), errOut.String(), tc.code, tc.out, tc.err)
+		}
+	}
+}
+
+func prefixed(s, prefix string) bool {
+	if prefix == "" {
+		return s == ""
+	}
+	return strings.HasPrefix(s, prefix)
+}

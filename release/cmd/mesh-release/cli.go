@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// How every mesh-release command answers, in one place: --help prints the command's usage on
+// stdout and exits 0; a bad flag or argument is said once, with a pointer to --help, and exits
+// 2; a failure exits 1; no arguments at all print the usage on stderr and exit 2.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// stdio is what a command reads and writes besides the bus: main passes the process's, tests
+// their own.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+	getenv   func(string) string
+	tty      bool // out is a terminal
+}
+
+func (s *stdio) printf(format string, args ...any) { fmt.Fprintf(s.out, format, args...) }
+func (s *stdio) println(args ...any)               { fmt.Fprintln(s.out, args...) }
+
+// usageError is a bad flag or argument: exit 2, said once, with a pointer to --help.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run runs the command line args (without the program name) and returns the exit status.
+func run(ctx context.Context, s *stdio, args []string) int {
+	if len(args) == 0 {
+		usage(s.err)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(s.out)
+		return exitOK
+	case "help":
+		if len(args) == 1 {
+			usage(s.out)
+			return exitOK
+		}
+		return run(ctx, s, []string{args[1], "--help"})
+	case "-version", "--version":
+		s.println(version)
+		return exitOK
+	}
+	c, ok := lookup(args[0])
+	if !ok {
+		return unknown(s, args[0])
+	}
+	fs := c.flagSet()
+	err := c.run(ctx, s, fs, args[1:])
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		c.usage(s.out, fs)
+		return exitOK
+	case errors.As(err, &ue) && len(args) == 1:
+		// Nothing but the command: show it all, as for the program alone.
+		fmt.Fprintf(s.err, "mesh-release %s: %v\n", c.name, err)
+		c.usage(s.err, fs)
+		return exitUsage
+	case errors.As(err, &ue):
+		fmt.Fprintf(s.err, "mesh-release %s: %v\nrun `mesh-release %s --help` for usage\n", c.name, err, c.name)
+		return exitUsage
+	}
+	fmt.Fprintf(s.err, "mesh-release %s: %v\n", c.name, err)
+	return exitError
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func unknown(s *stdio, name string) int {
+	what := "command"
+	if strings.HasPrefix(name, "-") {
+		what = "flag" // before any command: flags belong after one
+	}
+	fmt.Fprintf(s.err, "mesh-release: unknown %s %q\nrun `mesh-release --help` for the commands\n", what, name)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: mesh-release <command> [flags] [arguments]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, `
+Run `+"`mesh-release <command> --help`"+` for a command's flags and arguments.
+Commands that use a bus take --nats URL and --creds FILE, or read %s and %s.
+`, envNATSURL, envNATSCreds)
+}
+
+// flagSet is c's empty flag set: it prints nothing itself, so that run says each thing once.
+func (c command) flagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// usage prints c's help: the usage line naming its arguments, what it does, its flags and the
+// environment it reads.
+func (c command) usage(w io.Writer, fs *flag.FlagSet) {
+	line := "mesh-release " + c.name
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		line += " [flags]"
+	}
+	if c.args != "" {
+		line += " " + c.args
+	}
+	fmt.Fprintf(w, "usage: %s\n\n%s.\n", line, strings.ToUpper(c.summary[:1])+c.summary[1:])
+	if c.about != "" {
+		fmt.Fprintf(w, "%s\n", c.about)
+	}
+	if hasFlags {
+		fmt.Fprintln(w, "\nflags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if fs.Lookup("nats") != nil {
+		fmt.Fprintf(w, "\nenvironment (the flags win):\n  %-16s the bus URL when --nats is not given\n  %-16s the credentials file when --creds is not given\n", envNATSURL, envNATSCreds)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
