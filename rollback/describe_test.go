@@ -6,7 +6,7 @@ import (
 )
 
 func TestDescribeSaysHowAStartEnded(t *testing.T) {
-	long := strings.Repeat("x", 300)
+	long := strings.Repeat("x", 600)
 	tests := []struct {
 		name string
 		end  End
@@ -20,7 +20,7 @@ func TestDescribeSaysHowAStartEnded(t *testing.T) {
 		{"last output line appended", End{Outcome: OutcomeFailed, ExitCode: 1, Output: "starting\nloading\npanic: boom\n\n"}, "exited with status 1: panic: boom"},
 		{"deadline with output", End{Outcome: OutcomeDeadline, ExitCode: -1, Signal: "killed", Output: "waiting for the bus"}, "did not confirm within the confirm deadline: waiting for the bus"},
 		{"blank output adds nothing", End{Outcome: OutcomeFailed, ExitCode: 1, Output: " \n\t\n"}, "exited with status 1"},
-		{"long last line is cut", End{Outcome: OutcomeFailed, ExitCode: 1, Output: long}, "exited with status 1: " + Cut(long, 200)},
+		{"long last line is cut", End{Outcome: OutcomeFailed, ExitCode: 1, Output: long}, "exited with status 1: " + Cut(long, maxDescribedLine)},
 		{"hung", End{Outcome: OutcomeHung, ExitCode: -1, Signal: "killed"}, "showed no sign of life for the liveness limit (hung)"},
 	}
 	for _, tt := range tests {

@@ -122,6 +122,10 @@ type Failure struct {
 	End
 }
 
+// maxDescribedLine bounds the output line a description carries: enough for a whole log line
+// with its reason, small enough for a status line and a heartbeat.
+const maxDescribedLine = 512
+
 // Describe says how a start ended in a few words, with its last output line, bounded.
 func (e End) Describe() string {
 	var s string
@@ -142,7 +146,7 @@ func (e End) Describe() string {
 		out = out[i+1:]
 	}
 	if out != "" {
-		s += ": " + Cut(out, 200)
+		s += ": " + Cut(out, maxDescribedLine)
 	}
 	return s
 }

@@ -136,8 +136,10 @@ func run(version string, args []string, stdout, stderr io.Writer) int {
 	root, cfgPath := *rootFlag, *cfgFlag
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "host")
 	if want := os.Getenv("MESH_HOST_VERSION"); want != version {
-		log.Error("refusing to run: this binary is not the version it was started as (a misplaced binary?); mesh-host runs under mesh-launcher, which sets MESH_HOST_VERSION",
-			"binary_version", version, "MESH_HOST_VERSION", want)
+		// The versions lead: the launcher keeps this line as the reason a version failed, and
+		// status shows its start.
+		log.Error(fmt.Sprintf("refusing to run: this binary is %s but was started as %s; a binary placed by hand must be stamped with its directory's version (make build VERSION=%s), and mesh-host runs under mesh-launcher, which sets MESH_HOST_VERSION",
+			version, want, want))
 		return 1
 	}
 	cfg, err := config.Load(root, cfgPath, os.Getenv)
