@@ -74,7 +74,7 @@ type Config struct {
 	PreflightTimeout time.Duration // default 30 s
 
 	MaxArchive  int64   // largest archive fetched; default 128 MiB
-	MaxBinary   int64   // largest binary extracted; default 128 MiB
+	MaxBinary   int64   // largest binary extracted; default archive.DefaultMaxBinary (256 MiB), as a build accepts
 	SpaceMargin int64   // free space left after staging (archive + binary); default 4 MiB
 	Backoff     Backoff // retry policy for failures that may pass
 
@@ -127,7 +127,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.MaxArchive = 128 << 20
 	}
 	if cfg.MaxBinary <= 0 {
-		cfg.MaxBinary = 128 << 20
+		cfg.MaxBinary = archive.DefaultMaxBinary
 	}
 	if cfg.SpaceMargin <= 0 {
 		cfg.SpaceMargin = 4 << 20

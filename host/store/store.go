@@ -65,7 +65,7 @@ type Store struct {
 // Reconcile is one reconcile as recorded. Ended is zero while it runs.
 type Reconcile struct {
 	ID      int64
-	Trigger string
+	Trigger wire.Trigger
 	Started time.Time
 	Ended   time.Time
 	OK      bool
@@ -244,10 +244,8 @@ func (s *Store) LastRefusal(ctx context.Context) (r Refusal, ok bool, err error)
 
 // BeginReconcile records that a reconcile started for trigger and returns its id for
 // EndReconcile.
-func (s *Store) BeginReconcile(ctx context.Context, trigger string) (int64, error) {
-	switch trigger {
-	case wire.TriggerStart, wire.TriggerDeclaration, wire.TriggerReconnect, wire.TriggerTimer:
-	default:
+func (s *Store) BeginReconcile(ctx context.Context, trigger wire.Trigger) (int64, error) {
+	if !trigger.Known() {
 		return 0, fmt.Errorf("store: unknown reconcile trigger %q", trigger)
 	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO reconciles (trigger, started_at) VALUES (?, ?)`, trigger, s.now().UnixMilli())
