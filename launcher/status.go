@@ -54,7 +54,7 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 	if _, err := os.Stat(rollback.RecordsPath(root)); errors.Is(err, os.ErrNotExist) {
 		return rep, fmt.Errorf("no records at %s: mesh-launcher has never run on this root (is --root right?)", rollback.RecordsPath(root))
 	}
-	r, err := rollback.OpenForStatus(ctx, root)
+	r, err := rollback.OpenForHost(ctx, root)
 	if err != nil {
 		return rep, statusErr(err)
 	}

@@ -21,7 +21,7 @@ var ErrLocked = errors.New("lock held by another process")
 
 // LockLauncher takes ROOT/launcher.lock without waiting.
 func LockLauncher(root string) (*Lock, error) {
-	if err := PrepareRoot(root); err != nil {
+	if err := prepareRoot(root); err != nil {
 		return nil, err
 	}
 	// A short wait rides out `status` peeking at the lock at the same moment.
@@ -41,16 +41,16 @@ func LauncherRunning(root string) int {
 }
 
 func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(filepath.Dir(path), RootMode); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), rootMode); err != nil {
 		return nil, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
 	if err := tightenFile(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("make lock %s private (mode %#o): %w", path, FileMode, err)
+		return nil, fmt.Errorf("make lock %s private (mode %#o): %w", path, fileMode, err)
 	}
 	deadline := time.Now().Add(wait)
 	for {
