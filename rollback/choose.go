@@ -20,11 +20,11 @@ type Candidate struct {
 	Mismatch string // non-empty: why its binary cannot be trusted (changed since first seen, missing)
 }
 
-// Choose names the version to run: the newest candidate that is not marked bad and whose binary
+// choose names the version to run: the newest candidate that is not marked bad and whose binary
 // still matches the digest recorded for it. Candidates are newest first (ScanVersions' order).
 // It returns "" when there is none. This is the rule; the launcher and host both call it through
 // Records.Choose.
-func Choose(candidates []Candidate) string {
+func choose(candidates []Candidate) string {
 	for _, c := range candidates {
 		if !c.Bad && c.Mismatch == "" {
 			return c.Version
@@ -56,7 +56,7 @@ func (r *Records) Choose(ctx context.Context, root string) (Choice, error) {
 		if err != nil {
 			return Choice{}, err
 		}
-		if Choose([]Candidate{c}) != "" {
+		if choose([]Candidate{c}) != "" {
 			ch.Version = c.Version
 			return ch, nil
 		}

@@ -16,8 +16,8 @@ import (
 // root. The kernel drops it when the process dies, however it dies.
 type Lock struct{ f *os.File }
 
-// ErrLocked is returned when another process holds the lock.
-var ErrLocked = errors.New("lock held by another process")
+// errLocked is returned when another process holds the lock.
+var errLocked = errors.New("lock held by another process")
 
 // LockLauncher takes ROOT/launcher.lock without waiting.
 func LockLauncher(root string) (*Lock, error) {
@@ -65,7 +65,7 @@ func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, err
 		if time.Now().After(deadline) {
 			pid := holder(path)
 			f.Close()
-			return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, ErrLocked)
+			return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, errLocked)
 		}
 		select {
 		case <-ctx.Done():

@@ -76,7 +76,7 @@ type Records struct {
 	db   *sql.DB
 	path string
 	now  func() time.Time // the wall clock: times in the records are for people
-	boot func() Boot      // the boot clock: what failure counting compares
+	boot func() bootTime  // the boot clock: what failure counting compares
 
 	mu     sync.Mutex
 	hashes map[fileKey]string // binary digests by file identity, so Choose hashes each file once
@@ -155,9 +155,6 @@ func wrap(path, what string, err error) error {
 
 // Close closes the database.
 func (r *Records) Close() error { return r.db.Close() }
-
-// Path is the records file's path.
-func (r *Records) Path() string { return r.path }
 
 func us(t time.Time) int64 { return t.UnixMicro() }
 
