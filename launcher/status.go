@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -118,10 +117,6 @@ func statusErr(err error) error {
 		return fmt.Errorf("%w\nthe versions directory is intact; `mesh-launcher run` moves the corrupt file aside and starts fresh records (confirmations and bad marks are forgotten)", err)
 	}
 	return err
-}
-
-func alive(pid int) bool {
-	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
 
 // WriteJSON prints the report as one JSON object.

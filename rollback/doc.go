@@ -7,4 +7,8 @@
 // The launcher owns the records' schema and is the only one that migrates it (OpenForLauncher);
 // the host and `mesh-launcher status` open what the launcher made (OpenForHost), and the host only
 // adds rows, so an older launcher and a newer host can share the file.
+//
+// The locks (flock) and the boot clock are Linux's (flock_linux.go, clock_linux.go); off Linux
+// the package builds, so the release side that shares its text rules does too, but the locks
+// refuse, and a binary is hashed each time it is checked (fileid_other.go).
 package rollback

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -54,13 +53,13 @@ func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, err
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+		busy, err := tryLock(f)
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !busy {
+			break
 		}
 		if time.Now().After(deadline) {
 			pid := holder(path)
@@ -88,9 +87,7 @@ func holder(path string) int {
 		return 0
 	}
 	defer f.Close()
-	// A shared lock succeeds only when nobody holds the exclusive one; release it at once.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if !heldElsewhere(f) {
 		return 0
 	}
 	b, _ := os.ReadFile(path)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -14,7 +13,6 @@ import (
 var schema = []string{`CREATE TABLE a (x INTEGER)`, `ALTER TABLE a ADD COLUMN y TEXT`}
 
 func TestCreateMakesAPrivateFileAndMigratesItOnce(t *testing.T) {
-	defer syscall.Umask(syscall.Umask(0o022))
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "state.db")
 	db, found, err := Create(ctx, path, schema)
