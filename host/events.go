@@ -20,7 +20,7 @@ func (h *Host) readEvents(ctx context.Context) {
 			h.heartbeatSoon()
 		case link.Reconnected:
 			h.log.Info("linked to the bus again", "url", ev.URL)
-			h.triggers.kick(TriggerReconnect)
+			h.triggers.kick(wire.TriggerReconnect)
 			h.heartbeatSoon()
 		case link.Disconnected:
 			h.log.Warn("lost the bus; reconciling from the store until it returns", "err", ev.Err)
@@ -54,7 +54,7 @@ func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrive
 		return
 	}
 	log.Info("declaration arrived")
-	h.triggers.kick(TriggerDeclaration)
+	h.triggers.kick(wire.TriggerDeclaration)
 }
 
 func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {

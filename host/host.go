@@ -173,7 +173,7 @@ func (h *Host) openStore(ctx context.Context) (*store.Store, error) {
 // loop is the reconcile loop: one reconcile at a time, triggers coalesced, the stand-aside check
 // after every completed reconcile.
 func (h *Host) loop(ctx context.Context) (Result, error) {
-	h.triggers.kick(TriggerStart)
+	h.triggers.kick(wire.TriggerStart)
 	interval := h.opts.Config.ReconcileInterval.Std()
 	drift := time.NewTimer(interval)
 	defer drift.Stop()
@@ -188,7 +188,7 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 			h.log.Info("stopping")
 			return Result{}, nil
 		case <-drift.C:
-			h.triggers.kick(TriggerTimer)
+			h.triggers.kick(wire.TriggerTimer)
 		case <-h.triggers.ready:
 		case <-h.recheck:
 			// A version was staged while no reconcile ran: this is between reconciles.

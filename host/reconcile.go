@@ -16,9 +16,9 @@ var errStopped = errors.New("stopped between steps")
 
 // reconcile runs one reconcile, records it in the store and, the first time one completes,
 // confirms this version.
-func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger Trigger) {
+func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger wire.Trigger) {
 	began := time.Now()
-	id, err := h.store.BeginReconcile(ctx, string(trigger))
+	id, err := h.store.BeginReconcile(ctx, trigger)
 	if err != nil {
 		h.log.Error("could not record the reconcile's start; reconciling anyway", "err", err)
 	}

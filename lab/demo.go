@@ -131,7 +131,7 @@ func Demo(ctx context.Context, w io.Writer, src string) error {
 	}
 	indent(strings.TrimSpace(out)) // "declaration for node-1 stored, revision N"
 	if _, err := beat("the heartbeat shows the declaration reconciled", func(hb wire.Heartbeat) bool {
-		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration" && hb.LastReconcile.OK
+		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == wire.TriggerDeclaration && hb.LastReconcile.OK
 	}); err != nil {
 		return err
 	}

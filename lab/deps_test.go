@@ -27,7 +27,7 @@ func TestLauncherLinksNoNetworkCode(t *testing.T) {
 
 // Each top-level directory has one job and the arrows run one way: the bus contract lives in
 // wire/, which both sides import, so the release side needs nothing of the host's; the host and
-// the launcher talk only through disk (rollback/).
+// the launcher talk only through disk (rollback/); internal/ holds the leaves both sides share.
 func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 	for _, tc := range []struct {
 		pkgs   string
@@ -38,6 +38,9 @@ func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 		{"./host/...", []string{"/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab"}},
 		{"./launcher/...", []string{"/mesh-host/host", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire"}},
 		{"./rollback/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire"}},
+		// The leaves everyone shares (the version rule, the SQLite and atomic-write plumbing)
+		// carry no weight: nothing of the module above them, and no network code.
+		{"./internal/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire", "/mesh-host/rollback", "github.com/nats-io/", "net/http"}},
 	} {
 		t.Run(tc.pkgs, func(t *testing.T) {
 			cmd := exec.Command("go", "list", "-deps", tc.pkgs)

@@ -32,7 +32,7 @@ func confirmedNode(t *testing.T, ctx context.Context, pkg string, args ...string
 // starts reads the records' starts of a version: how the launcher ran it.
 func starts(t testing.TB, root, version string) []rollback.Start {
 	t.Helper()
-	r, err := rollback.OpenForStatus(context.Background(), root)
+	r, err := rollback.OpenForHost(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestCleanExitWithNothingNewerCountsAsFailure(t *testing.T) {
 	if err != nil || code != launcher.ExitFailed {
 		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
 	}
-	r, err := rollback.OpenForStatus(ctx, n.Root)
+	r, err := rollback.OpenForHost(ctx, n.Root)
 	if err != nil {
 		t.Fatal(err)
 	}

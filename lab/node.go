@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
@@ -34,43 +35,41 @@ type Node struct {
 // PlaceVersion installs binary as versions/<v>/mesh-host the way a stager does: copied into a
 // staging directory, fsynced, and renamed into place, so a launcher never sees half a version.
 func (n *Node) PlaceVersion(version, binary string) error {
-	staging, err := os.MkdirTemp(rollback.VersionsDir(n.Root), rollback.StagingPrefix+"lab-")
+	versions := rollback.VersionsDir(n.Root)
+	if err := os.MkdirAll(versions, 0o755); err != nil {
+		return err
+	}
+	staging, err := os.MkdirTemp(versions, rollback.StagingPrefix+"lab-")
 	if err != nil {
-		if err := os.MkdirAll(rollback.VersionsDir(n.Root), 0o755); err != nil {
-			return err
-		}
-		if staging, err = os.MkdirTemp(rollback.VersionsDir(n.Root), rollback.StagingPrefix+"lab-"); err != nil {
-			return err
-		}
+		return err
 	}
 	if err := copyFile(binary, filepath.Join(staging, rollback.BinaryName), 0o755); err != nil {
+		os.RemoveAll(staging)
 		return err
 	}
 	if err := os.Chmod(staging, 0o755); err != nil {
+		os.RemoveAll(staging)
 		return err
 	}
-	return os.Rename(staging, rollback.VersionDir(n.Root, version))
+	return atomicfile.Rename(staging, rollback.VersionDir(n.Root, version))
 }
 
+// copyFile copies src to dst with mode, atomically.
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	out, err := atomicfile.Create(filepath.Dir(dst), mode)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		out.Abort()
 		return err
 	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return out.Commit(dst)
 }
 
 // Start runs `mesh-launcher run --root ROOT args…` in the background.

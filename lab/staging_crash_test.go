@@ -98,7 +98,7 @@ func TestKillingTheHostWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 		t.Errorf("staging directories left after a clean start: %v", n)
 	}
 	checkVersions(t, root, m.BinaryDigest.String())
-	r, err := rollback.OpenForStatus(context.Background(), root)
+	r, err := rollback.OpenForHost(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func checkVersions(t *testing.T, root, want string) {
 	if err != nil || len(entries) != 1 || entries[0].Name() != rollback.BinaryName {
 		t.Fatalf("versions/v1.1.0 is not whole: %v %v", entries, err)
 	}
-	r, err := rollback.OpenForStatus(context.Background(), root)
+	r, err := rollback.OpenForHost(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}

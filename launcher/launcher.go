@@ -1,6 +1,9 @@
 // Package launcher is mesh-launcher's whole job: lock the root, choose a version, run it, judge
 // how it ended, and roll back once. It has no network code; what it knows it reads from the
 // versions directory and records.db, through the rollback package the host shares.
+//
+// It runs hosts on Linux only, where the kernel kills a host whose launcher died (Pdeathsig,
+// process_linux.go); elsewhere it builds and reads status, and refuses to start a host.
 package launcher
 
 import (
@@ -23,13 +26,20 @@ const ExitFailed = 3
 // crash-looping, was killed as hung, or is not running.
 const ExitDegraded = 4
 
+// The launcher's defaults, for Config.Defaults and the command's flags alike.
+const (
+	DefaultConfirmDeadline = 10 * time.Minute // DESIGN.md's confirm deadline
+	DefaultLivenessLimit   = 60 * time.Second
+	DefaultStopTimeout     = 90 * time.Second
+)
+
 // Config is the launcher's settings; Defaults fills what is left zero.
 type Config struct {
 	Root            string
 	Policy          rollback.Policy
-	ConfirmDeadline time.Duration // an unconfirmed version must confirm within this (10m)
-	LivenessLimit   time.Duration // a host silent on its liveness pipe this long is killed as hung (60s)
-	StopTimeout     time.Duration // how long a stopping host may take before SIGKILL (90s)
+	ConfirmDeadline time.Duration // an unconfirmed version must confirm within this (DefaultConfirmDeadline)
+	LivenessLimit   time.Duration // a host silent on its liveness pipe this long is killed as hung (DefaultLivenessLimit)
+	StopTimeout     time.Duration // how long a stopping host may take before SIGKILL (DefaultStopTimeout)
 	Logger          *slog.Logger
 	Notifier        Notifier // systemd notifications; NopNotifier outside systemd
 	Stderr          *os.File // where the host's stderr is passed through (os.Stderr)
@@ -52,13 +62,13 @@ func (c Config) Defaults() Config {
 		c.Policy.BackoffMax = d.BackoffMax
 	}
 	if c.ConfirmDeadline == 0 {
-		c.ConfirmDeadline = 10 * time.Minute
+		c.ConfirmDeadline = DefaultConfirmDeadline
 	}
 	if c.LivenessLimit == 0 {
-		c.LivenessLimit = 60 * time.Second
+		c.LivenessLimit = DefaultLivenessLimit
 	}
 	if c.StopTimeout == 0 {
-		c.StopTimeout = 90 * time.Second
+		c.StopTimeout = DefaultStopTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -51,6 +51,10 @@ type hostProcess struct {
 // and the write end of a pipe the host shows it is alive on. The host dies with the launcher
 // (Pdeathsig), so killing the launcher never leaves it behind.
 func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) {
+	attr, err := diesWithLauncher()
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(rollback.BinaryPath(l.cfg.Root, version), "run")
 	cmd.Env = append(hostEnv(os.Environ()),
 		"MESH_HOST_ROOT="+l.cfg.Root,
@@ -60,7 +64,7 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 		"MESH_HOST_ALIVE_INTERVAL="+l.pulseInterval().String(),
 	)
 	cmd.Stdout = l.cfg.Stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = attr
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pipe for the host's stderr: %w", err)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -54,7 +53,7 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 	if _, err := os.Stat(rollback.RecordsPath(root)); errors.Is(err, os.ErrNotExist) {
 		return rep, fmt.Errorf("no records at %s: mesh-launcher has never run on this root (is --root right?)", rollback.RecordsPath(root))
 	}
-	r, err := rollback.OpenForStatus(ctx, root)
+	r, err := rollback.OpenForHost(ctx, root)
 	if err != nil {
 		return rep, statusErr(err)
 	}
@@ -118,10 +117,6 @@ func statusErr(err error) error {
 		return fmt.Errorf("%w\nthe versions directory is intact; `mesh-launcher run` moves the corrupt file aside and starts fresh records (confirmations and bad marks are forgotten)", err)
 	}
 	return err
-}
-
-func alive(pid int) bool {
-	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
 
 // WriteJSON prints the report as one JSON object.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/layout"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -91,7 +92,7 @@ func TestWriteTextShowsEverythingAPersonNeeds(t *testing.T) {
 	// Versions are listed in the report's order, each on its own line with failures and a short digest.
 	var order []string
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && rollback.IsVersion(f[0]) && strings.HasPrefix(line, f[0]) {
+		if f := strings.Fields(line); len(f) > 0 && layout.ValidVersion(f[0]) && strings.HasPrefix(line, f[0]) {
 			order = append(order, f[0])
 			if len(f) < 3 || !strings.HasPrefix(f[2], "sha256:") || !strings.HasSuffix(f[2], "…") || len(f[2]) > 19+len("…") {
 				t.Errorf("version line %q lacks a short digest", line)

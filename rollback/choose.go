@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -20,11 +19,11 @@ type Candidate struct {
 	Mismatch string // non-empty: why its binary cannot be trusted (changed since first seen, missing)
 }
 
-// Choose names the version to run: the newest candidate that is not marked bad and whose binary
+// choose names the version to run: the newest candidate that is not marked bad and whose binary
 // still matches the digest recorded for it. Candidates are newest first (ScanVersions' order).
 // It returns "" when there is none. This is the rule; the launcher and host both call it through
 // Records.Choose.
-func Choose(candidates []Candidate) string {
+func choose(candidates []Candidate) string {
 	for _, c := range candidates {
 		if !c.Bad && c.Mismatch == "" {
 			return c.Version
@@ -56,7 +55,7 @@ func (r *Records) Choose(ctx context.Context, root string) (Choice, error) {
 		if err != nil {
 			return Choice{}, err
 		}
-		if Choose([]Candidate{c}) != "" {
+		if choose([]Candidate{c}) != "" {
 			ch.Version = c.Version
 			return ch, nil
 		}
@@ -110,6 +109,8 @@ func (r *Records) RecordDigest(ctx context.Context, version string, d digest.Dig
 	return nil
 }
 
+// fileKey tells a file apart from every other, and from itself changed: device, inode, size
+// and change times (fileIdentity reads it, where the platform allows).
 type fileKey struct {
 	dev, ino     uint64
 	size         int64
@@ -131,9 +132,8 @@ func (r *Records) BinaryDigest(path string) (digest.Digest, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s is not a regular file", path)
 	}
-	var key fileKey
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		key = fileKey{uint64(st.Dev), st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano()}
+	key, known := fileIdentity(fi)
+	if known {
 		r.mu.Lock()
 		d, hit := r.hashes[key]
 		r.mu.Unlock()
@@ -146,7 +146,7 @@ func (r *Records) BinaryDigest(path string) (digest.Digest, error) {
 		return "", fmt.Errorf("hash %s: %w", path, err)
 	}
 	d := dg.Digest()
-	if key != (fileKey{}) {
+	if known {
 		r.mu.Lock()
 		r.hashes[key] = d.String()
 		r.mu.Unlock()

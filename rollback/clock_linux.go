@@ -10,14 +10,14 @@ import (
 
 // bootClock returns a function reading the boot clock; the boot id is read once, since it
 // cannot change while a process lives.
-func bootClock() func() Boot {
+func bootClock() func() bootTime {
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	id := strings.TrimSpace(string(b))
-	return func() Boot {
+	return func() bootTime {
 		var ts unix.Timespec
 		if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-			return Boot{}
+			return bootTime{}
 		}
-		return Boot{ID: id, Since: time.Duration(ts.Nano())}
+		return bootTime{ID: id, Since: time.Duration(ts.Nano())}
 	}
 }

@@ -33,7 +33,7 @@ func (r *Records) Confirm(ctx context.Context, root, version string, start int64
 	if err := tx.Commit(); err != nil {
 		return nil, r.wrap("confirm "+version, err)
 	}
-	return r.Retire(ctx, root, version)
+	return r.retire(ctx, root, version)
 }
 
 // versionRow is what the records say about one version.
@@ -71,9 +71,9 @@ func (r *Records) KnownGood(ctx context.Context, root string) (string, error) {
 	return r.newestGoodBelow(ctx, root, "")
 }
 
-// Predecessor is the newest known-good version on disk older than version; "" if none. It is
+// predecessor is the newest known-good version on disk older than version; "" if none. It is
 // what an unconfirmed version rolls back to, and what retiring keeps.
-func (r *Records) Predecessor(ctx context.Context, root, version string) (string, error) {
+func (r *Records) predecessor(ctx context.Context, root, version string) (string, error) {
 	return r.newestGoodBelow(ctx, root, version)
 }
 
@@ -99,15 +99,15 @@ func (r *Records) newestGoodBelow(ctx context.Context, root, below string) (stri
 	return "", nil
 }
 
-// Retire removes, after version confirmed, the directories of versions older than its
+// retire removes, after version confirmed, the directories of versions older than its
 // predecessor and of versions marked bad. Their records stay, so a bad version is never staged
 // again. Newer versions that are not bad (staged, not yet run) are never touched.
-func (r *Records) Retire(ctx context.Context, root, version string) ([]string, error) {
+func (r *Records) retire(ctx context.Context, root, version string) ([]string, error) {
 	recs, err := r.versionRows(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pred, err := r.Predecessor(ctx, root, version)
+	pred, err := r.predecessor(ctx, root, version)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,14 @@
 // Package rollback is the one library the launcher and the host share: the versions kept side by
 // side under ROOT/versions, the records about them in ROOT/records.db, and the rules both
-// processes follow — Choose, Confirm, MarkBad, Retire and the failure policy. Both processes
-// call the same Choose; that single function is what keeps them from looping against each other.
+// processes follow — Choose, Confirm (which retires what is no longer needed), MarkBad and the
+// failure policy. Both processes call the same Choose; that single function is what keeps them
+// from looping against each other.
 //
 // The launcher owns the records' schema and is the only one that migrates it (OpenForLauncher);
-// the host opens what the launcher made (OpenForHost) and only adds rows, so an older launcher
-// and a newer host can share the file.
+// the host and `mesh-launcher status` open what the launcher made (OpenForHost), and the host only
+// adds rows, so an older launcher and a newer host can share the file.
+//
+// The locks (flock) and the boot clock are Linux's (flock_linux.go, clock_linux.go); off Linux
+// the package builds, so the release side that shares its text rules does too, but the locks
+// refuse, and a binary is hashed each time it is checked (fileid_other.go).
 package rollback

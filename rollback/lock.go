@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -16,12 +15,12 @@ import (
 // root. The kernel drops it when the process dies, however it dies.
 type Lock struct{ f *os.File }
 
-// ErrLocked is returned when another process holds the lock.
-var ErrLocked = errors.New("lock held by another process")
+// errLocked is returned when another process holds the lock.
+var errLocked = errors.New("lock held by another process")
 
 // LockLauncher takes ROOT/launcher.lock without waiting.
 func LockLauncher(root string) (*Lock, error) {
-	if err := PrepareRoot(root); err != nil {
+	if err := prepareRoot(root); err != nil {
 		return nil, err
 	}
 	// A short wait rides out `status` peeking at the lock at the same moment.
@@ -41,31 +40,31 @@ func LauncherRunning(root string) int {
 }
 
 func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(filepath.Dir(path), RootMode); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), rootMode); err != nil {
 		return nil, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
 	if err := tightenFile(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("make lock %s private (mode %#o): %w", path, FileMode, err)
+		return nil, fmt.Errorf("make lock %s private (mode %#o): %w", path, fileMode, err)
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+		busy, err := tryLock(f)
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !busy {
+			break
 		}
 		if time.Now().After(deadline) {
 			pid := holder(path)
 			f.Close()
-			return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, ErrLocked)
+			return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, errLocked)
 		}
 		select {
 		case <-ctx.Done():
@@ -88,9 +87,7 @@ func holder(path string) int {
 		return 0
 	}
 	defer f.Close()
-	// A shared lock succeeds only when nobody holds the exclusive one; release it at once.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if !heldElsewhere(f) {
 		return 0
 	}
 	b, _ := os.ReadFile(path)

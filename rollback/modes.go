@@ -9,18 +9,19 @@ import (
 
 // What lives under the root is the service's alone: the records keep the host's output, the
 // store keeps what the host applied (file contents among it), host.json may name the bus's
-// credentials, and the lock files name pids. So the root is 0700 and each state file 0600,
-// whatever the umask, also on a node upgraded from a version that made them 0755 and 0644.
+// credentials, and the lock files name pids. So the root is 0700 and each state file 0600
+// (the databases: sqlitefile.FileMode), whatever the umask, also on a node upgraded from a
+// version that made them 0755 and 0644.
 const (
-	RootMode os.FileMode = 0o700
-	FileMode os.FileMode = 0o600
+	rootMode os.FileMode = 0o700
+	fileMode os.FileMode = 0o600
 )
 
-// PrepareRoot creates the root (and any missing parents) with RootMode, or takes group and other
+// prepareRoot creates the root (and any missing parents) with rootMode, or takes group and other
 // access off an existing root. The launcher, which owns the root, calls it; a root it does not
 // own and cannot change is left as it is (the files in it are private all the same).
-func PrepareRoot(root string) error {
-	if err := os.MkdirAll(root, RootMode); err != nil {
+func prepareRoot(root string) error {
+	if err := os.MkdirAll(root, rootMode); err != nil {
 		return fmt.Errorf("create the root %s: %w", root, err)
 	}
 	fi, err := os.Stat(root)
@@ -31,32 +32,7 @@ func PrepareRoot(root string) error {
 		return fmt.Errorf("the root %s is not a directory; point --root or MESH_HOST_ROOT at a directory", root)
 	}
 	if err := tighten(root, fi.Mode()); err != nil && !errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("make the root %s private (mode %#o): %w", root, RootMode, err)
-	}
-	return nil
-}
-
-// PrivateDB makes the SQLite database at path private before it is opened: a missing file is
-// created empty with FileMode (SQLite treats an empty file as a new database, and gives the -wal
-// and -shm it creates the main file's mode — the umask does not get a say), and an existing file,
-// -wal or -shm readable by group or others is tightened.
-func PrivateDB(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	f.Close()
-	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		fi, err := os.Stat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err == nil {
-			err = tighten(p, fi.Mode())
-		}
-		if err != nil {
-			return fmt.Errorf("make %s private (mode %#o): %w", p, FileMode, err)
-		}
+		return fmt.Errorf("make the root %s private (mode %#o): %w", root, rootMode, err)
 	}
 	return nil
 }

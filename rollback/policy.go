@@ -67,11 +67,11 @@ func (p Policy) Judge(s Standing) Verdict {
 	judged := s.Failures >= p.Limit || s.Deadline() && !s.Confirmed
 	switch {
 	case !judged:
-		return Verdict{Action: Restart, Delay: p.Backoff(s.Failures)}
+		return Verdict{Action: Restart, Delay: p.backoff(s.Failures)}
 	case s.RollbackTarget:
 		return Verdict{Action: StopRolledBack}
 	case s.Confirmed:
-		return Verdict{Action: Restart, Delay: p.Backoff(s.Failures)}
+		return Verdict{Action: Restart, Delay: p.backoff(s.Failures)}
 	case s.HasKnownGood:
 		return Verdict{Action: RollBack}
 	default:
@@ -79,9 +79,9 @@ func (p Policy) Judge(s Standing) Verdict {
 	}
 }
 
-// Backoff is the delay before restarting after the nth counted failure: BackoffMin doubling,
+// backoff is the delay before restarting after the nth counted failure: BackoffMin doubling,
 // capped at BackoffMax. Never zero, so a failing version is never restarted hot.
-func (p Policy) Backoff(n int) time.Duration {
+func (p Policy) backoff(n int) time.Duration {
 	d := p.BackoffMin
 	if d <= 0 {
 		d = DefaultPolicy.BackoffMin
@@ -151,7 +151,7 @@ func (r *Records) Standing(ctx context.Context, root, version string, p Policy) 
 	if len(fails) > 0 {
 		s.Last = fails[len(fails)-1]
 	}
-	pred, err := r.Predecessor(ctx, root, version)
+	pred, err := r.predecessor(ctx, root, version)
 	if err != nil {
 		return s, err
 	}
@@ -159,8 +159,8 @@ func (r *Records) Standing(ctx context.Context, root, version string, p Policy) 
 	return s, nil
 }
 
-// LastOutput is the stderr tail of the version's most recent ended start.
-func (r *Records) LastOutput(ctx context.Context, version string) (string, error) {
+// lastOutput is the stderr tail of the version's most recent ended start.
+func (r *Records) lastOutput(ctx context.Context, version string) (string, error) {
 	var out sql.NullString
 	err := r.db.QueryRowContext(ctx, `SELECT output FROM starts WHERE version = ? AND ended_at IS NOT NULL ORDER BY id DESC LIMIT 1`, version).Scan(&out)
 	if err != nil && err != sql.ErrNoRows {

@@ -5,20 +5,20 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"sync"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/novox/mesh-host/internal/sqlitefile"
 )
 
-// SchemaVersion is the records schema this build knows. Changes are additive only: a newer
-// host reads a file an older launcher made, and never migrates it.
-const SchemaVersion = 2
+// recordsSchema is the records schema this build knows. Changes are additive only: a newer host
+// reads a file an older launcher made, and never migrates it; a launcher uses a file a newer one
+// made as far as it knows it.
+const recordsSchema = 2
 
 // migrations[i] takes the schema from version i to i+1.
-var migrations = []string{
+var migrations = [recordsSchema]string{
 	`CREATE TABLE versions (
 		version       TEXT PRIMARY KEY,
 		digest        TEXT NOT NULL,      -- sha256:… of versions/<v>/mesh-host when first seen
@@ -76,7 +76,7 @@ type Records struct {
 	db   *sql.DB
 	path string
 	now  func() time.Time // the wall clock: times in the records are for people
-	boot func() Boot      // the boot clock: what failure counting compares
+	boot func() bootTime  // the boot clock: what failure counting compares
 
 	mu     sync.Mutex
 	hashes map[fileKey]string // binary digests by file identity, so Choose hashes each file once
@@ -90,137 +90,71 @@ var ErrCorrupt = errors.New("records database is corrupt")
 // returned note says so (it is also kept in the records), and nothing under versions/ is touched.
 func OpenForLauncher(ctx context.Context, root string) (r *Records, note string, err error) {
 	path := RecordsPath(root)
-	if err := PrepareRoot(root); err != nil {
+	if err := prepareRoot(root); err != nil {
 		return nil, "", err
 	}
-	if err := PrivateDB(path); err != nil {
-		return nil, "", fmt.Errorf("records: %w", err)
-	}
-	r, err = open(ctx, path)
-	if err == nil {
-		err = r.migrate(ctx)
-		if err != nil {
-			r.Close()
-		}
-	}
+	r, err = create(ctx, path)
 	if err == nil || !errors.Is(err, ErrCorrupt) {
 		return r, "", err
 	}
-	aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000"))
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if rerr := os.Rename(path+suffix, aside+suffix); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			return nil, "", fmt.Errorf("%w; moving it aside also failed: %v — move %s away by hand; the versions under %s are intact", err, rerr, path, VersionsDir(root))
-		}
+	aside, merr := sqlitefile.MoveAside(path, time.Now())
+	if merr != nil {
+		return nil, "", fmt.Errorf("%w; %w — move %s away by hand; the versions under %s are intact", err, merr, path, VersionsDir(root))
 	}
 	note = fmt.Sprintf("%s was not a readable SQLite database (moved aside to %s); versions are intact, but which were confirmed or bad is forgotten, so the newest version runs on trial", path, aside)
-	if err := PrivateDB(path); err != nil {
-		return nil, "", fmt.Errorf("after moving a corrupt records.db aside: records: %w", err)
-	}
-	r, err = open(ctx, path)
-	if err == nil {
-		err = r.migrate(ctx)
-	}
-	if err != nil {
+	if r, err = create(ctx, path); err != nil {
 		return nil, "", fmt.Errorf("after moving a corrupt records.db aside: %w", err)
 	}
 	if _, err := r.db.ExecContext(ctx, `UPDATE launcher SET note = ? WHERE id = 1`, note); err != nil {
+		r.Close()
 		return nil, "", fmt.Errorf("record recovery note in %s: %w", path, err)
 	}
 	return r, note, nil
 }
 
-// OpenForHost opens the records the launcher made, without migrating them.
+// create opens the records at path as their owner, making or migrating the schema.
+func create(ctx context.Context, path string) (*Records, error) {
+	db, _, err := sqlitefile.Create(ctx, path, migrations[:])
+	if err != nil {
+		return nil, wrap(path, "open", err)
+	}
+	return newRecords(db, path), nil
+}
+
+// OpenForHost opens the records the launcher made, to read them or add rows, without creating
+// or migrating anything: the host and `mesh-launcher status` use it.
 func OpenForHost(ctx context.Context, root string) (*Records, error) {
 	path := RecordsPath(root)
-	if _, err := os.Stat(path); err != nil {
+	db, v, err := sqlitefile.Open(ctx, path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("records %s: %w (mesh-launcher creates it: run mesh-host through mesh-launcher)", path, err)
 	}
-	r, err := open(ctx, path)
 	if err != nil {
-		return nil, err
-	}
-	v, err := r.schemaVersion(ctx)
-	if err != nil {
-		r.Close()
-		return nil, err
+		return nil, wrap(path, "open", err)
 	}
 	if v < 1 {
-		r.Close()
+		db.Close()
 		return nil, fmt.Errorf("records %s has no schema yet (mesh-launcher creates it: run mesh-host through mesh-launcher)", path)
 	}
-	return r, nil
+	return newRecords(db, path), nil
 }
 
-// OpenForStatus opens the records to read them; it never creates or migrates anything.
-func OpenForStatus(ctx context.Context, root string) (*Records, error) { return OpenForHost(ctx, root) }
-
-func open(ctx context.Context, path string) (*Records, error) {
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("open records %s: %w", path, err)
-	}
-	r := &Records{db: db, path: path, now: time.Now, boot: bootClock(), hashes: map[fileKey]string{}}
-	if _, err := r.schemaVersion(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return r, nil
-}
-
-func (r *Records) schemaVersion(ctx context.Context) (int, error) {
-	var v int
-	if err := r.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return 0, r.wrap("read schema version", err)
-	}
-	return v, nil
-}
-
-func (r *Records) migrate(ctx context.Context) error {
-	v, err := r.schemaVersion(ctx)
-	if err != nil {
-		return err
-	}
-	if v > SchemaVersion {
-		return nil // a newer launcher made it; additive, so this one can use what it knows
-	}
-	for ; v < SchemaVersion; v++ {
-		tx, err := r.db.BeginTx(ctx, nil)
-		if err != nil {
-			return r.wrap("migrate", err)
-		}
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			tx.Rollback()
-			return r.wrap(fmt.Sprintf("migrate schema %d→%d", v, v+1), err)
-		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
-			tx.Rollback()
-			return r.wrap("migrate", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return r.wrap("migrate", err)
-		}
-	}
-	return nil
+func newRecords(db *sql.DB, path string) *Records {
+	return &Records{db: db, path: path, now: time.Now, boot: bootClock(), hashes: map[fileKey]string{}}
 }
 
 // wrap names the file in every database error, and marks corruption so the launcher can recover.
-func (r *Records) wrap(what string, err error) error {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
-			return fmt.Errorf("records %s: %s: %w: %w", r.path, what, ErrCorrupt, err)
-		}
+func (r *Records) wrap(what string, err error) error { return wrap(r.path, what, err) }
+
+func wrap(path, what string, err error) error {
+	if sqlitefile.IsCorrupt(err) {
+		return fmt.Errorf("records %s: %s: %w: %w", path, what, ErrCorrupt, err)
 	}
-	return fmt.Errorf("records %s: %s: %w", r.path, what, err)
+	return fmt.Errorf("records %s: %s: %w", path, what, err)
 }
 
 // Close closes the database.
 func (r *Records) Close() error { return r.db.Close() }
-
-// Path is the records file's path.
-func (r *Records) Path() string { return r.path }
 
 func us(t time.Time) int64 { return t.UnixMicro() }
 

@@ -10,11 +10,11 @@ import (
 // carry it off the machine. Redact is the one rule for all of them; it lives here because the
 // launcher, the host and the release side all use this package.
 
-// Redacted replaces a URL's password, or its whole user part when there is no password (for
+// redacted replaces a URL's password, or its whole user part when there is no password (for
 // NATS that is a token).
-const Redacted = "xxxxx"
+const redacted = "xxxxx"
 
-// Redact returns s with the credentials of every URL in it replaced by Redacted:
+// Redact returns s with the credentials of every URL in it replaced by "xxxxx":
 // "nats://mesh:secret@h:4222" becomes "nats://mesh:xxxxx@h:4222" and "nats://token@h" becomes
 // "nats://xxxxx@h". The user name before a password stays, to say who was refused. s may be a
 // URL, a comma-separated list of them, or any text; text without "://" is returned as is.
@@ -48,9 +48,9 @@ func Redact(s string) string {
 			continue
 		}
 		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
-			b.WriteString(user + ":" + Redacted)
+			b.WriteString(user + ":" + redacted)
 		} else {
-			b.WriteString(Redacted)
+			b.WriteString(redacted)
 		}
 		rest = rest[at:]
 	}

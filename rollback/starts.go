@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -22,11 +21,8 @@ const (
 )
 
 // failureRule is the outcomes that count toward a version's failure limit: the failure rule,
-// written once; CountsAsFailure and the queries over starts.outcome both read it.
+// written once; the queries over starts.outcome read it.
 var failureRule = []Outcome{OutcomeFailed, OutcomeDeadline, OutcomeHung}
-
-// CountsAsFailure reports whether the outcome counts toward a version's failure limit.
-func (o Outcome) CountsAsFailure() bool { return slices.Contains(failureRule, o) }
 
 // failureOutcomes is the failure rule as an SQL list, for queries over starts.outcome.
 func failureOutcomes() string {

@@ -136,7 +136,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 		ref = st.Running.Version
 	}
 	if ref != "" {
-		if st.Predecessor, err = r.Predecessor(ctx, root, ref); err != nil {
+		if st.Predecessor, err = r.predecessor(ctx, root, ref); err != nil {
 			return st, err
 		}
 	}
@@ -166,7 +166,7 @@ func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec 
 		}
 	}
 	if rec.Bad {
-		out, _ := r.LastOutput(ctx, v)
+		out, _ := r.lastOutput(ctx, v)
 		vs.LastOutput = Redact(out)
 	}
 	return vs, nil

@@ -10,12 +10,14 @@ import (
 	"strings"
 
 	"golang.org/x/mod/semver"
+
+	"github.com/novox/mesh-host/internal/layout"
 )
 
 // Dir is one entry of ROOT/versions as found on disk.
 type Dir struct {
 	Name    string // directory name; for a version, its semantic version
-	Version bool   // the name is a canonical semantic version ("v1.4.0", "v2.0.0-rc.1")
+	Version bool   // the name is a version (layout.ValidVersion: "v1.4.0", "v2.0.0-rc.1")
 	Staging bool   // a leftover .staging-* directory
 }
 
@@ -35,7 +37,7 @@ func ScanVersions(root string) ([]Dir, error) {
 		switch {
 		case strings.HasPrefix(name, StagingPrefix):
 			other = append(other, Dir{Name: name, Staging: true})
-		case e.IsDir() && IsVersion(name):
+		case e.IsDir() && layout.ValidVersion(name):
 			versions = append(versions, Dir{Name: name, Version: true})
 		default:
 			other = append(other, Dir{Name: name})
@@ -43,12 +45,6 @@ func ScanVersions(root string) ([]Dir, error) {
 	}
 	sort.Slice(versions, func(i, j int) bool { return semver.Compare(versions[i].Name, versions[j].Name) > 0 })
 	return append(versions, other...), nil
-}
-
-// IsVersion reports whether name is a semantic version as directories are named: valid and
-// canonical ("v1.4.0", not "v1.4" or "1.4.0"), so one version has exactly one directory.
-func IsVersion(name string) bool {
-	return semver.IsValid(name) && semver.Canonical(name) == name
 }
 
 // CleanStaging removes ROOT/versions/.staging-* directories left behind by a crash while

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestIsVersionAcceptsOnlyCanonicalSemver(t *testing.T) {
+func TestScanVersionsTakesOnlyCanonicalSemverDirectoriesForVersions(t *testing.T) {
 	tests := []struct {
 		name string
 		want bool
@@ -25,11 +25,24 @@ func TestIsVersionAcceptsOnlyCanonicalSemver(t *testing.T) {
 		{"v1.2.0+build.5", false},
 		{"V1.2.0", false},
 		{"v01.2.0", false},
-		{"", false},
+	}
+	root := newRoot(t)
+	for _, tt := range tests {
+		if err := os.Mkdir(filepath.Join(VersionsDir(root), tt.name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs, err := ScanVersions(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isVersion := map[string]bool{}
+	for _, d := range dirs {
+		isVersion[d.Name] = d.Version
 	}
 	for _, tt := range tests {
-		if got := IsVersion(tt.name); got != tt.want {
-			t.Errorf("IsVersion(%q) = %v, want %v", tt.name, got, tt.want)
+		if got := isVersion[tt.name]; got != tt.want {
+			t.Errorf("directory %q taken for a version: %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

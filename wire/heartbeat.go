@@ -16,13 +16,26 @@ const (
 	StateStopping      = "stopping"
 )
 
-// Reconcile triggers (DESIGN.md, "Reconcile").
+// Trigger is why a reconcile ran (DESIGN.md, "Reconcile"): the host's start, a declaration
+// arriving, a reconnect to the bus, or the drift timer.
+type Trigger string
+
+// The reconcile triggers: these four and no others.
 const (
-	TriggerStart       = "start"
-	TriggerDeclaration = "declaration"
-	TriggerReconnect   = "reconnect"
-	TriggerTimer       = "timer"
+	TriggerStart       Trigger = "start"
+	TriggerDeclaration Trigger = "declaration"
+	TriggerReconnect   Trigger = "reconnect"
+	TriggerTimer       Trigger = "timer"
 )
+
+// Known reports whether t is one of the four triggers.
+func (t Trigger) Known() bool {
+	switch t {
+	case TriggerStart, TriggerDeclaration, TriggerReconnect, TriggerTimer:
+		return true
+	}
+	return false
+}
 
 // Limits on the texts a heartbeat carries, which a host builds from input (a declaration, a
 // failing version's output): it cuts each to its limit before sending (docs/wire.md, "Heartbeat
@@ -67,7 +80,7 @@ type Heartbeat struct {
 // LastReconcile is the most recent completed reconcile. Error is empty when OK.
 type LastReconcile struct {
 	At         time.Time `json:"at"`
-	Trigger    string    `json:"trigger"`
+	Trigger    Trigger   `json:"trigger"`
 	OK         bool      `json:"ok"`
 	Error      string    `json:"error"`
 	DurationMS int64     `json:"duration_ms"`

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/mod/semver"
+
+	"github.com/novox/mesh-host/internal/layout"
 )
 
 // ManifestSchema is the only manifest schema this code reads and writes.
@@ -70,19 +71,16 @@ func ObjectName(version, goos, goarch string) string {
 
 // ValidVersion reports whether v can name a release: a semantic version like v1.4.0 or
 // v1.5.0-rc.1 in canonical form, without +build metadata (it is a KV key, where '+' is not
-// allowed), and at most MaxVersionBytes long (semver bounds no part; a version read from the bus
-// ends up in logs, heartbeats and directory names). It is the one version rule: manifests,
-// targets, builds and deliveries all use it, and rollback.IsVersion, which names directories,
-// agrees on every version it accepts.
-func ValidVersion(v string) bool {
-	return len(v) <= MaxVersionBytes && semver.IsValid(v) && semver.Canonical(v) == v
-}
+// allowed), and at most MaxVersionBytes long. It is the one version rule: manifests, targets,
+// builds, deliveries and the version directories on a node all use it. It is defined in
+// internal/layout, which the node's side shares without importing the bus contract.
+func ValidVersion(v string) bool { return layout.ValidVersion(v) }
 
 // MaxVersionBytes is the longest version ValidVersion accepts.
-const MaxVersionBytes = 128
+const MaxVersionBytes = layout.MaxVersionBytes
 
 // VersionRule says ValidVersion's rule in an error message.
-const VersionRule = "a canonical semantic version like v1.4.0 or v1.5.0-rc.1 (no +build metadata, at most 128 characters)"
+const VersionRule = layout.VersionRule
 
 // ParseManifest decodes a manifest strictly (unknown fields and trailing data are refused)
 // and validates every field. It does not check the signature: that is Verify.

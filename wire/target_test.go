@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -42,13 +43,27 @@ func TestParseTargetUsesTheManifestsVersionRule(t *testing.T) {
 	}
 }
 
-// The launcher names version directories by rollback.IsVersion; it must be the same rule, or a
-// version could be targeted that no directory can hold.
+// The launcher names version directories by the same rule (rollback.ScanVersions), or a version
+// could be targeted that no directory can hold.
 func TestValidVersionIsTheRuleVersionDirectoriesUse(t *testing.T) {
-	for _, v := range []string{"v1.4.0", "v1.5.0-rc.1", "v1.4.0+b", "v1.4", "1.4.0", "", "v01.4.0", "v1.4.0-", "v1.0.0-" + strings.Repeat("a", MaxVersionBytes-7)} {
-		if ValidVersion(v) != rollback.IsVersion(v) {
-			t.Errorf("%q: wire.ValidVersion %v, rollback.IsVersion %v", v, ValidVersion(v), rollback.IsVersion(v))
+	root := t.TempDir()
+	names := []string{"v1.4.0", "v1.5.0-rc.1", "v1.4.0+b", "v1.4", "1.4.0", "v01.4.0", "v1.4.0-", "v1.0.0-" + strings.Repeat("a", MaxVersionBytes-7)}
+	for _, v := range names {
+		if err := os.MkdirAll(rollback.VersionDir(root, v), 0o755); err != nil {
+			t.Fatal(err)
 		}
+	}
+	dirs, err := rollback.ScanVersions(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if ValidVersion(d.Name) != d.Version {
+			t.Errorf("%q: wire.ValidVersion %v, a version directory %v", d.Name, ValidVersion(d.Name), d.Version)
+		}
+	}
+	if len(dirs) != len(names) {
+		t.Errorf("ScanVersions listed %d entries, want %d", len(dirs), len(names))
 	}
 }
 

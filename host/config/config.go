@@ -13,12 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
-
-// DefaultRoot is where everything the host and launcher keep lives unless --root or
-// MESH_HOST_ROOT moves it.
-const DefaultRoot = "/var/lib/mesh-host"
 
 // Config is every host setting. The JSON names are the host.json fields; each has a
 // MESH_HOST_* variable named in envNames.
@@ -84,7 +81,7 @@ func Load(root, path string, getenv Env) (Config, error) {
 		root = v
 	}
 	if root == "" {
-		root = DefaultRoot
+		root = rollback.DefaultRoot
 	}
 	c := Config{Root: root}
 	file, named := path, path != ""
@@ -114,7 +111,7 @@ func Load(root, path string, getenv Env) (Config, error) {
 		c.Node, _, _ = strings.Cut(h, ".")
 	}
 	if c.Prefix == "" {
-		c.Prefix = "mesh"
+		c.Prefix = wire.DefaultPrefix
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = Duration(10 * time.Minute)

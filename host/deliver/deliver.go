@@ -37,15 +37,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
 
-// Layout under the root, as the rollback package defines it.
-const (
-	downloadName = "download.tar.zst"
-)
+// downloadName is the archive's name in the staging directory while it is fetched.
+const downloadName = "download.tar.zst"
 
 // Records is what delivery needs from this node's records (rollback.Records satisfies it).
 type Records interface {
@@ -74,7 +73,7 @@ type Config struct {
 	PreflightTimeout time.Duration // default 30 s
 
 	MaxArchive  int64   // largest archive fetched; default 128 MiB
-	MaxBinary   int64   // largest binary extracted; default 128 MiB
+	MaxBinary   int64   // largest binary extracted; default archive.DefaultMaxBinary (256 MiB), as a build accepts
 	SpaceMargin int64   // free space left after staging (archive + binary); default 4 MiB
 	Backoff     Backoff // retry policy for failures that may pass
 
@@ -127,7 +126,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.MaxArchive = 128 << 20
 	}
 	if cfg.MaxBinary <= 0 {
-		cfg.MaxBinary = 128 << 20
+		cfg.MaxBinary = archive.DefaultMaxBinary
 	}
 	if cfg.SpaceMargin <= 0 {
 		cfg.SpaceMargin = 4 << 20
@@ -341,7 +340,9 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	if err := d.preflight(ctx, version, bin.Path); err != nil {
 		return err
 	}
-	if err := syncDir(staging); err != nil {
+	// Not atomicfile.Rename: a rename that fails because another process staged the version
+	// meanwhile is told apart below, and the syncs around it are the same.
+	if err := atomicfile.SyncDir(staging); err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	// Recorded before the directory appears: Choose never sees this version without the digest
@@ -358,7 +359,7 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		}
 		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("rename %s into place: %w", staging, err)}
 	}
-	if err := syncDir(versions); err != nil {
+	if err := atomicfile.SyncDir(versions); err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	progress(Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100})
@@ -475,18 +476,6 @@ func sizeCheck(m wire.Manifest, n int64, what string) error {
 		return refuse(m.Version, KindSizeMismatch, "%s more than the %d bytes of %s the manifest signed; republish the release", what, m.Size, m.Object)
 	case n < m.Size:
 		return refuse(m.Version, KindTruncated, "%s %d of the %d bytes of %s the manifest signed (truncated); republish the release", what, n, m.Size, m.Object)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }

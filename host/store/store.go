@@ -8,27 +8,24 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
-
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/sqlitefile"
 	"github.com/novox/mesh-host/wire"
 )
 
 // FileName is the store's file name under the host's root.
 const FileName = "store.db"
 
-// SchemaVersion is the newest schema this package writes (PRAGMA user_version).
-const SchemaVersion = 1
-
 // keepHistory is how many reconciles and refusals are kept; older rows are pruned.
 const keepHistory = 1000
 
+// SchemaVersion is the newest schema this package writes (PRAGMA user_version): one per
+// migration.
+const SchemaVersion = 1
+
 // migrations[v] moves the schema from version v to v+1.
-var migrations = []string{
+var migrations = [SchemaVersion]string{
 	`CREATE TABLE held (
 		id          INTEGER PRIMARY KEY CHECK (id = 1),
 		declaration BLOB    NOT NULL,
@@ -65,7 +62,7 @@ type Store struct {
 // Reconcile is one reconcile as recorded. Ended is zero while it runs.
 type Reconcile struct {
 	ID      int64
-	Trigger string
+	Trigger wire.Trigger
 	Started time.Time
 	Ended   time.Time
 	OK      bool
@@ -102,20 +99,17 @@ func (r Refusal) Wire() *wire.Refusal {
 // that stopped mid-way is closed as failed ("interrupted"). A file that is not a SQLite
 // database yields an error wrapping ErrCorrupt that names the file and the fix.
 func Open(ctx context.Context, path string) (*Store, error) {
-	// The store keeps what the host applied, file contents among it: 0600, with its -wal and -shm.
-	if err := rollback.PrivateDB(path); err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	// The store keeps what the host applied, file contents among it: Create makes it 0600, with
+	// its -wal and -shm.
+	db, found, err := sqlitefile.Create(ctx, path, migrations[:])
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, wrap(path, "open", err)
+	}
+	if found > SchemaVersion {
+		db.Close()
+		return nil, fmt.Errorf("store %s has schema version %d, newer than this host understands (%d): run the newer mesh-host, or move the file aside to start with an empty store (the declaration is fetched from the bus again)", path, found, SchemaVersion)
 	}
 	s := &Store{db: db, path: path, now: time.Now}
-	if err := s.migrate(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
 	if _, err := db.ExecContext(ctx, `UPDATE reconciles SET ended_at = started_at, ok = 0,
 		error = 'interrupted: the host stopped during this reconcile' WHERE ended_at IS NULL`); err != nil {
 		db.Close()
@@ -124,55 +118,23 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) migrate(ctx context.Context) error {
-	var v int
-	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return s.wrap("read schema version", err)
-	}
-	if v > SchemaVersion {
-		return fmt.Errorf("store %s has schema version %d, newer than this host understands (%d): run the newer mesh-host, or move the file aside to start with an empty store (the declaration is fetched from the bus again)", s.path, v, SchemaVersion)
-	}
-	for ; v < SchemaVersion; v++ {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return s.wrap("migrate", err)
-		}
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			tx.Rollback()
-			return s.wrap(fmt.Sprintf("migrate schema %d→%d", v, v+1), err)
-		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1)); err != nil {
-			tx.Rollback()
-			return s.wrap("migrate", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return s.wrap("migrate", err)
-		}
-	}
-	return nil
-}
-
 // wrap names the file in every database error, and marks corruption with the fix.
-func (s *Store) wrap(what string, err error) error {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
-			return fmt.Errorf("store %s is not a readable SQLite database (%s): %w: %w — stop the host and move %s aside (store.MoveAside does it); the host then starts with an empty store and takes its declaration from the bus again",
-				s.path, what, ErrCorrupt, err, s.path)
-		}
+func (s *Store) wrap(what string, err error) error { return wrap(s.path, what, err) }
+
+func wrap(path, what string, err error) error {
+	if sqlitefile.IsCorrupt(err) {
+		return fmt.Errorf("store %s is not a readable SQLite database (%s): %w: %w — stop the host and move %s aside (store.MoveAside does it); the host then starts with an empty store and takes its declaration from the bus again",
+			path, what, ErrCorrupt, err, path)
 	}
-	return fmt.Errorf("store %s: %s: %w", s.path, what, err)
+	return fmt.Errorf("store %s: %s: %w", path, what, err)
 }
 
 // MoveAside renames a corrupt store at path (and its -wal and -shm files) to
 // <path>.corrupt-<UTC time> and returns the new name, so that Open makes a fresh one.
 func MoveAside(path string, now time.Time) (string, error) {
-	aside := fmt.Sprintf("%s.corrupt-%s", path, now.UTC().Format("20060102T150405"))
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if err := os.Rename(path+suffix, aside+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("move %s aside: %w; move it away by hand", path+suffix, err)
-		}
+	aside, err := sqlitefile.MoveAside(path, now)
+	if err != nil {
+		return "", fmt.Errorf("%w; move it away by hand", err)
 	}
 	return aside, nil
 }
@@ -244,10 +206,8 @@ func (s *Store) LastRefusal(ctx context.Context) (r Refusal, ok bool, err error)
 
 // BeginReconcile records that a reconcile started for trigger and returns its id for
 // EndReconcile.
-func (s *Store) BeginReconcile(ctx context.Context, trigger string) (int64, error) {
-	switch trigger {
-	case wire.TriggerStart, wire.TriggerDeclaration, wire.TriggerReconnect, wire.TriggerTimer:
-	default:
+func (s *Store) BeginReconcile(ctx context.Context, trigger wire.Trigger) (int64, error) {
+	if !trigger.Known() {
 		return 0, fmt.Errorf("store: unknown reconcile trigger %q", trigger)
 	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO reconciles (trigger, started_at) VALUES (?, ?)`, trigger, s.now().UnixMilli())

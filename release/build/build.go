@@ -19,6 +19,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
@@ -80,7 +81,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	}
 	var (
 		m   wire.Manifest
-		tmp *atomicFile
+		tmp *atomicfile.File
 		err error
 	)
 	switch {
@@ -100,22 +101,22 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	m.Object = wire.ObjectName(m.Version, m.OS, m.Arch)
 	m.Created = o.Now().UTC().Format(time.RFC3339)
 	if err := m.Sign(o.Key); err != nil {
-		tmp.abort()
+		tmp.Abort()
 		return Result{}, err
 	}
-	tmp.path = filepath.Join(o.OutDir, m.Object)
-	if err := tmp.commit(); err != nil {
+	ap := filepath.Join(o.OutDir, m.Object)
+	if err := tmp.Commit(ap); err != nil {
 		return Result{}, fmt.Errorf("write the archive: %w", err)
 	}
 	mp := filepath.Join(o.OutDir, ManifestFile)
-	if err := writeFileAtomic(mp, m.Marshal(), 0o644); err != nil {
+	if err := atomicfile.WriteFile(mp, m.Marshal(), 0o644); err != nil {
 		return Result{}, fmt.Errorf("write the manifest: %w", err)
 	}
-	return Result{Manifest: m, ArchivePath: tmp.path, ManifestPath: mp}, nil
+	return Result{Manifest: m, ArchivePath: ap, ManifestPath: mp}, nil
 }
 
 // buildAndPack builds HostPackage into a temporary directory and packs it.
-func buildAndPack(ctx context.Context, o Options) (wire.Manifest, *atomicFile, error) {
+func buildAndPack(ctx context.Context, o Options) (wire.Manifest, *atomicfile.File, error) {
 	dir, err := os.MkdirTemp(o.OutDir, ".build-*")
 	if err != nil {
 		return wire.Manifest{}, nil, err
@@ -130,7 +131,7 @@ func buildAndPack(ctx context.Context, o Options) (wire.Manifest, *atomicFile, e
 
 // packBinary packs bin into a temporary archive in OutDir, hashing the binary and the archive
 // while they are copied.
-func packBinary(bin string, o Options) (wire.Manifest, *atomicFile, error) {
+func packBinary(bin string, o Options) (wire.Manifest, *atomicfile.File, error) {
 	arch, err := archive.ArchOf(bin)
 	if err != nil {
 		return wire.Manifest{}, nil, err
@@ -147,13 +148,13 @@ func packBinary(bin string, o Options) (wire.Manifest, *atomicFile, error) {
 	if !fi.Mode().IsRegular() {
 		return wire.Manifest{}, nil, fmt.Errorf("binary %s is not a regular file", bin)
 	}
-	tmp, err := newAtomicFile(filepath.Join(o.OutDir, "archive"), 0o644)
+	tmp, err := atomicfile.Create(o.OutDir, 0o644)
 	if err != nil {
 		return wire.Manifest{}, nil, fmt.Errorf("write the archive: %w", err)
 	}
 	bh, ah, n := sha256.New(), sha256.New(), &counter{}
-	if err := archive.Pack(io.MultiWriter(tmp.f, ah, n), io.TeeReader(f, bh), fi.Size()); err != nil {
-		tmp.abort()
+	if err := archive.Pack(io.MultiWriter(tmp, ah, n), io.TeeReader(f, bh), fi.Size()); err != nil {
+		tmp.Abort()
 		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", bin, err)
 	}
 	return wire.Manifest{
@@ -167,7 +168,7 @@ func packBinary(bin string, o Options) (wire.Manifest, *atomicFile, error) {
 // adoptArchive copies an archive made elsewhere into OutDir unchanged, extracting it with the
 // strict extractor in the same pass to validate it and learn the binary's digest and
 // architecture.
-func adoptArchive(ctx context.Context, o Options) (wire.Manifest, *atomicFile, error) {
+func adoptArchive(ctx context.Context, o Options) (wire.Manifest, *atomicfile.File, error) {
 	f, err := os.Open(o.Archive)
 	if err != nil {
 		return wire.Manifest{}, nil, fmt.Errorf("archive: %w", err)
@@ -178,23 +179,23 @@ func adoptArchive(ctx context.Context, o Options) (wire.Manifest, *atomicFile, e
 		return wire.Manifest{}, nil, err
 	}
 	defer os.RemoveAll(dir)
-	tmp, err := newAtomicFile(filepath.Join(o.OutDir, "archive"), 0o644)
+	tmp, err := atomicfile.Create(o.OutDir, 0o644)
 	if err != nil {
 		return wire.Manifest{}, nil, fmt.Errorf("write the archive: %w", err)
 	}
 	ah, n := sha256.New(), &counter{}
-	tee := io.TeeReader(f, io.MultiWriter(tmp.f, ah, n))
+	tee := io.TeeReader(f, io.MultiWriter(tmp, ah, n))
 	bin, err := archive.Extract(ctx, tee, dir, archive.Limits{MaxBinary: o.MaxBinary})
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the archive is copied whole, whatever the decoder left
 	}
 	if err != nil {
-		tmp.abort()
+		tmp.Abort()
 		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", o.Archive, err)
 	}
 	arch, err := archive.ArchOf(bin.Path)
 	if err != nil {
-		tmp.abort()
+		tmp.Abort()
 		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", o.Archive, err)
 	}
 	return wire.Manifest{Arch: arch, Size: n.n, Digest: digest.NewDigestFromBytes(digest.SHA256, ah.Sum(nil)), BinaryDigest: bin.Digest}, tmp, nil

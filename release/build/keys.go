@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -44,10 +45,10 @@ func Keygen(dir string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("make the release key: %w", err)
 	}
 	seed := base64.StdEncoding.EncodeToString(priv.Seed()) + "\n"
-	if err := writeFileAtomic(filepath.Join(dir, KeyFile), []byte(seed), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, KeyFile), []byte(seed), 0o600); err != nil {
 		return nil, fmt.Errorf("make the release key: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, PubFile), []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, PubFile), []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("make the release key: %w", err)
 	}
 	return pub, nil

@@ -17,10 +17,13 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/novox/mesh-host/internal/layout"
 )
 
-// BinaryName is the one entry a host archive holds.
-const BinaryName = "mesh-host"
+// BinaryName is the one entry a host archive holds: the host binary, named as it is in a
+// version's directory on a node.
+const BinaryName = layout.BinaryName
 
 // Mode is the file mode of the packed and of the extracted binary.
 const Mode = 0o755
