@@ -122,7 +122,7 @@ func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int,
 
 // rootFlags registers the flags run and preflight share.
 func rootFlags(fs *flag.FlagSet) (root, cfgPath *string) {
-	root = fs.String("root", "", "the root (MESH_HOST_ROOT; default /var/lib/mesh-host)")
+	root = fs.String("root", "", "the root (MESH_HOST_ROOT; default "+rollback.DefaultRoot+")")
 	cfgPath = fs.String("config", "", "the config file (default ROOT/host.json)")
 	return root, cfgPath
 }

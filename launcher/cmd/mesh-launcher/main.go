@@ -116,7 +116,7 @@ func defaultRoot(getenv func(string) string) string {
 	if v := getenv("MESH_HOST_ROOT"); v != "" {
 		return v
 	}
-	return "/var/lib/mesh-host"
+	return rollback.DefaultRoot
 }
 
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -124,11 +124,11 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	limit := fs.Int("failure-limit", rollback.DefaultPolicy.Limit, "failures that judge a version")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count toward its backoff")
-	deadline := fs.Duration("confirm-deadline", 10*time.Minute, "an unconfirmed version must complete a reconcile within this, or it is rolled back")
-	liveness := fs.Duration("liveness-limit", 60*time.Second, "a host that shows no sign of life this long is killed as hung")
+	deadline := fs.Duration("confirm-deadline", launcher.DefaultConfirmDeadline, "an unconfirmed version must complete a reconcile within this, or it is rolled back")
+	liveness := fs.Duration("liveness-limit", launcher.DefaultLivenessLimit, "a host that shows no sign of life this long is killed as hung")
 	backoffMax := fs.Duration("backoff-max", rollback.DefaultPolicy.BackoffMax, "the longest wait before restarting a failed host")
 	backoffMin := fs.Duration("backoff-min", rollback.DefaultPolicy.BackoffMin, "the first wait before restarting a failed host")
-	stopTimeout := fs.Duration("stop-timeout", 90*time.Second, "how long a stopping host may take before it is killed")
+	stopTimeout := fs.Duration("stop-timeout", launcher.DefaultStopTimeout, "how long a stopping host may take before it is killed")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
