@@ -28,7 +28,7 @@ const ExitDegraded = 4
 
 // The launcher's defaults, for Config.Defaults and the command's flags alike.
 const (
-	DefaultConfirmDeadline = 10 * time.Minute // DESIGN.md's confirm deadline
+	DefaultConfirmDeadline = 10 * time.Minute // the confirm deadline (docs/design.md)
 	DefaultLivenessLimit   = 60 * time.Second
 	DefaultStopTimeout     = 90 * time.Second
 )

@@ -138,7 +138,7 @@ wait:
 	return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
 }
 
-// judgeExit is DESIGN.md's "run what is on disk": a clean exit while Choose names another version
+// judgeExit is docs/design.md's "run what is on disk": a clean exit while Choose names another version
 // is standing aside; a clean exit while it still names this one, or any other exit, is a failure.
 func (l *Launcher) judgeExit(ctx context.Context, version string, end rollback.End) (rollback.Outcome, error) {
 	if end.ExitCode != 0 {

@@ -16,7 +16,7 @@ type Policy struct {
 	BackoffMax time.Duration // the cap on the restart delay (60s)
 }
 
-// DefaultPolicy is DESIGN.md's: 3 failures in 120 s, backoff from 500 ms capped at 60 s.
+// DefaultPolicy is docs/design.md's: 3 failures in 120 s, backoff from 500 ms capped at 60 s.
 var DefaultPolicy = Policy{Limit: 3, Interval: 120 * time.Second, BackoffMin: 500 * time.Millisecond, BackoffMax: 60 * time.Second}
 
 // Standing is what the records say about a version that has just failed.
@@ -52,7 +52,7 @@ type Verdict struct {
 	Delay  time.Duration // for Restart
 }
 
-// Judge applies DESIGN.md's failure rules to a version that has just failed. It is the table
+// Judge applies docs/design.md's failure rules to a version that has just failed. It is the table
 // below, in order; the first row that matches decides. A version is judged when it reaches
 // the limit, or — unconfirmed — when it reached the confirm deadline: it ran that long without
 // completing a reconcile and has had its chance (decision 0001).

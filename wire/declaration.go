@@ -13,7 +13,7 @@ import (
 const DeclarationVersion = 1
 
 // Resource kinds a declaration may name. KindAction is valid only in a local bundle: the link
-// refuses it (DESIGN.md, "Reconcile").
+// refuses it (docs/design.md, "The host").
 const (
 	KindDirectory = "directory"
 	KindFile      = "file"
@@ -53,7 +53,7 @@ func thousands(n int64) string {
 	return s
 }
 
-// kinds is every resource kind, in the order DESIGN.md lists them.
+// kinds is every resource kind, in the order the design lists them (docs/design.md).
 var kinds = []string{KindDirectory, KindFile, KindArchive, KindService, KindPackage, KindContainer, KindAction}
 
 // Declaration is the value under KV mesh_declarations, key = node id: what one node should hold.

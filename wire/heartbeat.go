@@ -16,7 +16,7 @@ const (
 	StateStopping      = "stopping"
 )
 
-// Trigger is why a reconcile ran (DESIGN.md, "Reconcile"): the host's start, a declaration
+// Trigger is why a reconcile ran (docs/design.md, "The host"): the host's start, a declaration
 // arriving, a reconnect to the bus, or the drift timer.
 type Trigger string
 
