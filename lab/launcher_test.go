@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
@@ -110,14 +111,12 @@ func TestHostDoesNotStandAsideWhenUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := rep.Running.PID
-	// Wait until the host has reconciled at least five more times on its 200ms timer.
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(n.Log(), `trigger=timer`) < 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the host did not reconcile on its timer:\n%s", n.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Wait until the host has reconciled at least five more times on its 200ms timer, as its
+	// store records.
+	before := meshtest.ReadReconciles(t, n.Root).Count("timer")
+	meshtest.Eventually(t, "five more reconciles on the host's timer", func() bool {
+		return meshtest.ReadReconciles(t, n.Root).Count("timer") >= before+5
+	})
 	rep, _, err = n.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
