@@ -15,9 +15,7 @@ import (
 // heartbeat after it failed with "maximum payload exceeded": the node went silent. Now the error
 // names the first failures and counts the rest, and the heartbeat keeps coming.
 func TestHostWithElevenThousandFailingResourcesKeepsHeartbeatingWithABoundedError(t *testing.T) {
-	b := meshtest.StartBus(t)
-	hbs := b.Heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL())
+	b, hbs, th := linkedHost(t)
 	const n = 11000
 	res := make([]string, n)
 	for i := range res {
@@ -54,9 +52,7 @@ func TestHostWithElevenThousandFailingResourcesKeepsHeartbeatingWithABoundedErro
 // \u003c in JSON) made a refusal that no heartbeat could carry. The refusal is bounded in the
 // store, the log and the heartbeat, and the held declaration stays.
 func TestHostBoundsARefusalThatQuotesAHugeKey(t *testing.T) {
-	b := meshtest.StartBus(t)
-	hbs := b.Heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL())
+	b, hbs, th := linkedHost(t)
 	good := b.Declare("n1", decl("n1", ""))
 	meshtest.WaitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
 	rev := b.Declare("n1", []byte(`{"version":1,"node":"n1","resources":[],"`+strings.Repeat("<", 900_000)+`":1}`))
@@ -107,9 +103,7 @@ func TestReconcileErrorNamesTheFirstFailuresAndCountsTheRest(t *testing.T) {
 // A declaration over the host's limit is refused by size, before it is parsed; the refusal says
 // both sizes and the setting, and the held declaration stays.
 func TestHostRefusesADeclarationOverItsLimitAndKeepsTheHeldOne(t *testing.T) {
-	b := meshtest.StartBus(t)
-	hbs := b.Heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL(), func(c *config.Config) { c.MaxDeclarationBytes = 10_000 })
+	b, hbs, th := linkedHost(t, func(c *config.Config) { c.MaxDeclarationBytes = 10_000 })
 	good := b.Declare("n1", decl("n1", `{"type":"file","id":"/etc/motd"}`))
 	meshtest.WaitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
 	big := decl("n1", `{"type":"file","id":"/etc/motd","spec":{"content":"`+strings.Repeat("x", 20_000)+`"}}`)

@@ -12,6 +12,7 @@ import (
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 )
 
 // testHost is one host run loop in this process, with its own root, as the lab's fleets run them.
@@ -106,6 +107,15 @@ func (th *testHost) stop() {
 }
 
 // reconciles reads the host's store.db directly (read-only) to see every reconcile it ran.
+// linkedHost starts a bus, subscribes to node n1's heartbeats, and starts host n1 on a new root
+// of v1.0.0, linked to the bus.
+func linkedHost(t testing.TB, opts ...hostOpt) (*meshtest.Bus, <-chan wire.Heartbeat, *testHost) {
+	t.Helper()
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
+	return b, hbs, startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL(), opts...)
+}
+
 // reconciles are the reconciles the host recorded in its store.db.
 func (th *testHost) reconciles() meshtest.Reconciles {
 	th.t.Helper()

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -16,14 +17,11 @@ func newRelease(t *testing.T, b *meshtest.Bus) *Release {
 	return &Release{Bin: build(t, PkgRelease, "v0.0.0-lab"), KeyDir: t.TempDir(), Out: t.TempDir(), NATS: b.URL()}
 }
 
-// The running host delivers its successor: a version built, signed and published with
-// mesh-release, then targeted, is fetched, verified, preflighted and staged by the host, which
-// stands aside for it; the launcher runs it and it confirms. A later release that passes
-// preflight but crashes when run is rolled back, and the host it was rolled back to refuses to
-// fetch it again although it is still the target.
-func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
-	t.Parallel()
-	ctx := ctxFor(t, 120*time.Second)
+// deliveringNode starts a bus, a release side with its key, and node "lab" trusting that key,
+// linked to the bus and heartbeating every 500ms, on version built from the real host; it
+// returns once a heartbeat shows that version confirmed.
+func deliveringNode(t *testing.T, ctx context.Context, version string) (*meshtest.Bus, *Release, *Node, <-chan wire.Heartbeat) {
+	t.Helper()
 	b := meshtest.StartBus(t)
 	rel := newRelease(t, b)
 	pub, err := rel.Keygen(ctx)
@@ -32,9 +30,21 @@ func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
 	}
 	hbs := b.Heartbeats("lab")
 	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL(), "MESH_HOST_TRUSTED_KEYS="+pub, "MESH_HOST_HEARTBEAT_INTERVAL=500ms")
-	place(t, n, "v1.0.0", PkgHost)
+	place(t, n, version, PkgHost)
 	start(t, n)
-	meshtest.WaitHeartbeat(t, hbs, "v1.0.0 confirmed", func(hb wire.Heartbeat) bool { return hb.KnownGood == "v1.0.0" })
+	meshtest.WaitHeartbeat(t, hbs, version+" confirmed", func(hb wire.Heartbeat) bool { return hb.KnownGood == version })
+	return b, rel, n, hbs
+}
+
+// The running host delivers its successor: a version built, signed and published with
+// mesh-release, then targeted, is fetched, verified, preflighted and staged by the host, which
+// stands aside for it; the launcher runs it and it confirms. A later release that passes
+// preflight but crashes when run is rolled back, and the host it was rolled back to refuses to
+// fetch it again although it is still the target.
+func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 120*time.Second)
+	_, rel, n, hbs := deliveringNode(t, ctx, "v1.0.0")
 
 	if err := rel.Ship(ctx, "v1.1.0", build(t, PkgHost, "v1.1.0")); err != nil {
 		t.Fatal(err)

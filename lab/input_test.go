@@ -22,17 +22,7 @@ import (
 func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 180*time.Second)
-	b := meshtest.StartBus(t)
-	rel := newRelease(t, b)
-	pub, err := rel.Keygen(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hbs := b.Heartbeats("lab")
-	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL(), "MESH_HOST_TRUSTED_KEYS="+pub, "MESH_HOST_HEARTBEAT_INTERVAL=500ms")
-	place(t, n, "v1.1.0", PkgHost)
-	start(t, n)
-	meshtest.WaitHeartbeat(t, hbs, "v1.1.0 confirmed", func(hb wire.Heartbeat) bool { return hb.KnownGood == "v1.1.0" })
+	b, rel, n, hbs := deliveringNode(t, ctx, "v1.1.0")
 
 	decl := wire.Declaration{Version: 1, Node: "lab"}
 	for i := range 11000 {
