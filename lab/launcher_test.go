@@ -53,6 +53,21 @@ func starts(t testing.TB, root, version string) []rollback.Start {
 	return s
 }
 
+// stoppedFailed waits for the node's launcher to stop in its failed state (exit ExitFailed) and
+// returns the status it leaves, and status's exit code.
+func stoppedFailed(t *testing.T, ctx context.Context, n *Node) (launcher.Report, int) {
+	t.Helper()
+	code, err := n.Wait(ctx)
+	if err != nil || code != launcher.ExitFailed {
+		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
+	}
+	rep, scode, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, scode
+}
+
 // startsOf is how each start of a version ended ("" while it runs), oldest first.
 func startsOf(t testing.TB, root, version string) []string {
 	t.Helper()
@@ -179,14 +194,7 @@ func TestRollbackTargetFailingToStopsLauncherWithStatus3(t *testing.T) {
 		t.Fatal(err)
 	}
 	place(t, n, "v1.1.0", PkgExit1)
-	code, err := n.Wait(ctx)
-	if err != nil || code != launcher.ExitFailed {
-		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
-	}
-	rep, scode, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, scode := stoppedFailed(t, ctx, n)
 	if scode != launcher.ExitFailed || !rep.Failed || !strings.Contains(rep.FailedReason, "the machine is the problem") {
 		t.Errorf("status exit %d failed=%v reason %q; want 3, failed, machine named", scode, rep.Failed, rep.FailedReason)
 	}
@@ -203,14 +211,7 @@ func TestNoKnownGoodStopsWithStatus3AndSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
 	n := startNode(t, PkgExit1)
-	code, err := n.Wait(ctx)
-	if err != nil || code != launcher.ExitFailed {
-		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
-	}
-	rep, scode, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, scode := stoppedFailed(t, ctx, n)
 	if scode != launcher.ExitFailed || !strings.Contains(rep.FailedReason, "no known-good version to roll back to") {
 		t.Errorf("status exit %d reason %q", scode, rep.FailedReason)
 	}
