@@ -25,6 +25,7 @@ type testHost struct {
 	res    Result
 	err    error
 	logs   *meshtest.Buffer
+	h      *Host
 }
 
 // newRoot makes a root as the launcher leaves it: records.db with its schema, and the version's
@@ -83,7 +84,7 @@ func startHost(t testing.TB, root, node, url string, opts ...hostOpt) *testHost 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	th := &testHost{t: t, root: root, node: node, cancel: cancel, done: make(chan struct{}), logs: logs}
+	th := &testHost{t: t, root: root, node: node, cancel: cancel, done: make(chan struct{}), logs: logs, h: h}
 	go func() {
 		defer close(th.done)
 		th.res, th.err = h.Run(ctx)
@@ -114,6 +115,13 @@ func linkedHost(t testing.TB, opts ...hostOpt) (*meshtest.Bus, <-chan wire.Heart
 	b := meshtest.StartBus(t)
 	hbs := b.Heartbeats("n1")
 	return b, hbs, startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL(), opts...)
+}
+
+// heartbeatNow is the heartbeat the host would send now, built as its heartbeat loop builds it.
+// Call it once a heartbeat of this host has arrived: the host's mutex, which building that one
+// took, then orders this read after Run opened the link, records and store.
+func (th *testHost) heartbeatNow() wire.Heartbeat {
+	return th.h.heartbeat(context.Background(), wire.StateRunning, "")
 }
 
 // reconciles are the reconciles the host recorded in its store.db.
