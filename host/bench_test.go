@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -13,16 +14,16 @@ import (
 // putting a declaration to receiving the heartbeat that shows it reconciled (the put's revision
 // and a completed "declaration" reconcile): median and p99 over b.N puts.
 func BenchmarkDeclarationToAppliedHeartbeat(b *testing.B) {
-	bs := startBus(b)
-	hbs := bs.heartbeats("bench")
-	startHost(b, newRoot(b, "v1.0.0"), "bench", bs.url())
-	waitHeartbeat(b, hbs, "the start reconcile", func(hb wire.Heartbeat) bool { return hb.LastReconcile != nil })
+	bs := meshtest.StartBus(b)
+	hbs := bs.Heartbeats("bench")
+	startHost(b, newRoot(b, "v1.0.0"), "bench", bs.URL())
+	meshtest.WaitHeartbeat(b, hbs, "the start reconcile", func(hb wire.Heartbeat) bool { return hb.LastReconcile != nil })
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		began := time.Now()
-		rev := bs.declare("bench", decl("bench", fmt.Sprintf(`{"type": "directory", "id": "/srv/%d"}`, i)))
-		waitHeartbeat(b, hbs, "the applied revision", func(hb wire.Heartbeat) bool {
+		rev := bs.Declare("bench", decl("bench", fmt.Sprintf(`{"type": "directory", "id": "/srv/%d"}`, i)))
+		meshtest.WaitHeartbeat(b, hbs, "the applied revision", func(hb wire.Heartbeat) bool {
 			return hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
 		})
 		lat = append(lat, time.Since(began))

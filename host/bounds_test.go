@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -14,9 +15,7 @@ import (
 // heartbeat after it failed with "maximum payload exceeded": the node went silent. Now the error
 // names the first failures and counts the rest, and the heartbeat keeps coming.
 func TestHostWithElevenThousandFailingResourcesKeepsHeartbeatingWithABoundedError(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
+	b, hbs, th := linkedHost(t)
 	const n = 11000
 	res := make([]string, n)
 	for i := range res {
@@ -26,8 +25,8 @@ func TestHostWithElevenThousandFailingResourcesKeepsHeartbeatingWithABoundedErro
 	if len(value) < 400_000 {
 		t.Fatalf("declaration is %d bytes; the reproduction needs the issue's ~429 KB", len(value))
 	}
-	rev := b.declare("n1", value)
-	hb := waitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
+	rev := b.Declare("n1", value)
+	hb := meshtest.WaitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
 	})
 	e := hb.LastReconcile.Error
@@ -53,13 +52,11 @@ func TestHostWithElevenThousandFailingResourcesKeepsHeartbeatingWithABoundedErro
 // \u003c in JSON) made a refusal that no heartbeat could carry. The refusal is bounded in the
 // store, the log and the heartbeat, and the held declaration stays.
 func TestHostBoundsARefusalThatQuotesAHugeKey(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
-	good := b.declare("n1", decl("n1", ""))
-	waitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
-	rev := b.declare("n1", []byte(`{"version":1,"node":"n1","resources":[],"`+strings.Repeat("<", 900_000)+`":1}`))
-	hb := waitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool { return hb.Refused != nil && hb.Refused.Revision == rev })
+	b, hbs, th := linkedHost(t)
+	good := b.Declare("n1", decl("n1", ""))
+	meshtest.WaitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
+	rev := b.Declare("n1", []byte(`{"version":1,"node":"n1","resources":[],"`+strings.Repeat("<", 900_000)+`":1}`))
+	hb := meshtest.WaitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool { return hb.Refused != nil && hb.Refused.Revision == rev })
 	if len(hb.Refused.Error) > wire.MaxErrorBytes || !strings.Contains(hb.Refused.Error, "unknown field") || !strings.Contains(hb.Refused.Error, "…[cut ") {
 		t.Errorf("refusal of %d bytes, want at most %d, naming the unknown field and saying it was cut: %.200s", len(hb.Refused.Error), wire.MaxErrorBytes, hb.Refused.Error)
 	}
@@ -109,14 +106,12 @@ func TestReconcileErrorNamesTheFirstFailuresAndCountsTheRest(t *testing.T) {
 // A declaration over the host's limit is refused by size, before it is parsed; the refusal says
 // both sizes and the setting, and the held declaration stays.
 func TestHostRefusesADeclarationOverItsLimitAndKeepsTheHeldOne(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url(), func(c *config.Config) { c.MaxDeclarationBytes = 10_000 })
-	good := b.declare("n1", decl("n1", `{"type":"file","id":"/etc/motd"}`))
-	waitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
+	b, hbs, th := linkedHost(t, func(c *config.Config) { c.MaxDeclarationBytes = 10_000 })
+	good := b.Declare("n1", decl("n1", `{"type":"file","id":"/etc/motd"}`))
+	meshtest.WaitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
 	big := decl("n1", `{"type":"file","id":"/etc/motd","spec":{"content":"`+strings.Repeat("x", 20_000)+`"}}`)
-	rev := b.declare("n1", big)
-	hb := waitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool { return hb.Refused != nil && hb.Refused.Revision == rev })
+	rev := b.Declare("n1", big)
+	hb := meshtest.WaitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool { return hb.Refused != nil && hb.Refused.Revision == rev })
 	want := fmt.Sprintf("declaration is %s bytes, over the 10,000-byte limit", commas(len(big)))
 	if !strings.Contains(hb.Refused.Error, want) || !strings.Contains(hb.Refused.Error, "max_declaration_bytes") {
 		t.Errorf("refusal %q, want it to say %q and name max_declaration_bytes", hb.Refused.Error, want)
@@ -130,9 +125,9 @@ func TestHostRefusesADeclarationOverItsLimitAndKeepsTheHeldOne(t *testing.T) {
 	if len(at) != 10_000 {
 		t.Fatalf("built %d bytes, want 10,000", len(at))
 	}
-	rev = b.declare("n1", at)
-	waitHeartbeat(t, hbs, "the declaration at the limit held", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
-	if n := countTrigger(th.reconciles(), "declaration"); n != 2 {
+	rev = b.Declare("n1", at)
+	meshtest.WaitHeartbeat(t, hbs, "the declaration at the limit held", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	if n := th.reconciles().Count("declaration"); n != 2 {
 		t.Errorf("%d declaration reconciles, want 2 (the refused one triggers none)", n)
 	}
 }

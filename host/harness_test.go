@@ -1,145 +1,19 @@
 package host
 
 import (
-	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
-
-// testBus is a real NATS server with JetStream, embedded in the test process on loopback.
-type testBus struct {
-	t     testing.TB
-	dir   string
-	addr  string
-	srv   *bus.Server
-	conn  *bus.Conn
-	names wire.Names
-}
-
-func startBus(t testing.TB) *testBus {
-	t.Helper()
-	b := &testBus{t: t, dir: t.TempDir(), addr: "127.0.0.1:" + freePort(t), names: wire.NamesFor("")}
-	b.start()
-	t.Cleanup(b.stop)
-	return b
-}
-
-func freePort(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
-
-// start (re)starts the server on the same address and store directory.
-func (b *testBus) start() {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: b.dir, Listen: b.addr, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	conn, err := bus.Connect(ctx, srv.ClientURL(), "")
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := bus.Init(ctx, conn.JS, b.names); err != nil {
-		b.t.Fatal(err)
-	}
-	b.srv, b.conn = srv, conn
-}
-
-func (b *testBus) stop() {
-	if b.conn != nil {
-		b.conn.Close()
-		b.conn = nil
-	}
-	if b.srv != nil {
-		b.srv.Shutdown()
-		b.srv = nil
-	}
-}
-
-func (b *testBus) url() string { return "nats://" + b.addr }
-
-func (b *testBus) kv(name string) jetstream.KeyValue {
-	b.t.Helper()
-	kv, err := b.conn.JS.KeyValue(context.Background(), name)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return kv
-}
-
-// declare puts a declaration (any bytes) for node and returns its revision.
-func (b *testBus) declare(node string, value []byte) uint64 {
-	b.t.Helper()
-	rev, err := b.kv(b.names.Declarations()).Put(context.Background(), node, value)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return rev
-}
-
-// heartbeats subscribes to a node's heartbeats (core NATS; the stream keeps them too).
-func (b *testBus) heartbeats(node string) <-chan wire.Heartbeat {
-	b.t.Helper()
-	ch := make(chan wire.Heartbeat, 1024)
-	sub, err := b.conn.NC.Subscribe(b.names.Heartbeat(node), func(m *nats.Msg) {
-		hb, err := wire.ParseHeartbeat(m.Data)
-		if err != nil {
-			b.t.Errorf("a heartbeat that does not parse: %v: %s", err, m.Data)
-			return
-		}
-		select {
-		case ch <- hb:
-		default:
-		}
-	})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.conn.NC.Flush()
-	b.t.Cleanup(func() { sub.Unsubscribe() })
-	return ch
-}
-
-// waitHeartbeat waits for a heartbeat satisfying ok.
-func waitHeartbeat(t testing.TB, ch <-chan wire.Heartbeat, what string, ok func(wire.Heartbeat) bool) wire.Heartbeat {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	var last wire.Heartbeat
-	for {
-		select {
-		case hb := <-ch:
-			last = hb
-			if ok(hb) {
-				return hb
-			}
-		case <-timeout:
-			t.Fatalf("no heartbeat with %s; last: %+v", what, last)
-		}
-	}
-}
 
 // testHost is one host run loop in this process, with its own root, as the lab's fleets run them.
 type testHost struct {
@@ -150,7 +24,8 @@ type testHost struct {
 	done   chan struct{}
 	res    Result
 	err    error
-	logs   *syncBuffer
+	logs   *meshtest.Buffer
+	h      *Host
 }
 
 // newRoot makes a root as the launcher leaves it: records.db with its schema, and the version's
@@ -203,13 +78,13 @@ func startHost(t testing.TB, root, node, url string, opts ...hostOpt) *testHost 
 	for _, o := range opts {
 		o(&cfg)
 	}
-	logs := &syncBuffer{}
+	logs := &meshtest.Buffer{}
 	h, err := New(Options{Config: cfg, Version: "v1.0.0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	th := &testHost{t: t, root: root, node: node, cancel: cancel, done: make(chan struct{}), logs: logs}
+	th := &testHost{t: t, root: root, node: node, cancel: cancel, done: make(chan struct{}), logs: logs, h: h}
 	go func() {
 		defer close(th.done)
 		th.res, th.err = h.Run(ctx)
@@ -233,71 +108,26 @@ func (th *testHost) stop() {
 }
 
 // reconciles reads the host's store.db directly (read-only) to see every reconcile it ran.
-func (th *testHost) reconciles() []reconcileRow {
-	th.t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(th.root, "store.db")+"?mode=ro&_pragma=busy_timeout(5000)")
-	if err != nil {
-		th.t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`SELECT trigger, started_at, COALESCE(ended_at, 0), COALESCE(ok, 0) FROM reconciles ORDER BY id`)
-	if err != nil {
-		th.t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []reconcileRow
-	for rows.Next() {
-		var r reconcileRow
-		if err := rows.Scan(&r.trigger, &r.start, &r.end, &r.ok); err != nil {
-			th.t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-type reconcileRow struct {
-	trigger    string
-	start, end int64
-	ok         bool
-}
-
-func countTrigger(rows []reconcileRow, trigger string) int {
-	n := 0
-	for _, r := range rows {
-		if r.trigger == trigger {
-			n++
-		}
-	}
-	return n
-}
-
-func eventually(t testing.TB, what string, ok func() bool) {
+// linkedHost starts a bus, subscribes to node n1's heartbeats, and starts host n1 on a new root
+// of v1.0.0, linked to the bus.
+func linkedHost(t testing.TB, opts ...hostOpt) (*meshtest.Bus, <-chan wire.Heartbeat, *testHost) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
+	return b, hbs, startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL(), opts...)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// heartbeatNow is the heartbeat the host would send now, built as its heartbeat loop builds it.
+// Call it once a heartbeat of this host has arrived: the host's mutex, which building that one
+// took, then orders this read after Run opened the link, records and store.
+func (th *testHost) heartbeatNow() wire.Heartbeat {
+	return th.h.heartbeat(context.Background(), wire.StateRunning, "")
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// reconciles are the reconciles the host recorded in its store.db.
+func (th *testHost) reconciles() meshtest.Reconciles {
+	th.t.Helper()
+	return meshtest.ReadReconciles(th.t, th.root)
 }
 
 func decl(node string, resources string) []byte {

@@ -11,37 +11,34 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/wire"
 )
 
 // 1. A declaration put reaches the host and is reconciled; the heartbeat shows its revision.
 func TestDeclarationPutIsReconciledAndHeartbeatShowsItsRevision(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
-	waitHeartbeat(t, hbs, "the start reconcile", func(hb wire.Heartbeat) bool {
+	b, hbs, th := linkedHost(t)
+	meshtest.WaitHeartbeat(t, hbs, "the start reconcile", func(hb wire.Heartbeat) bool {
 		return hb.LastReconcile != nil && hb.LastReconcile.Trigger == "start"
 	})
-	rev := b.declare("n1", decl("n1", ""))
-	hb := waitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
+	rev := b.Declare("n1", decl("n1", ""))
+	hb := meshtest.WaitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
 	})
 	if !hb.LastReconcile.OK || hb.State != wire.StateRunning || hb.Running != "v1.0.0" || hb.KnownGood != "v1.0.0" {
 		t.Errorf("heartbeat after the declaration: %+v", hb)
 	}
-	if n := countTrigger(th.reconciles(), "declaration"); n != 1 {
+	if n := th.reconciles().Count("declaration"); n != 1 {
 		t.Errorf("%d reconciles for one declaration, want 1", n)
 	}
 }
 
 // A resource with no applier yet is reported as not applied; the reconcile still completes.
 func TestResourceWithoutApplierIsReportedNotSkipped(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
-	rev := b.declare("n1", decl("n1", `{"type": "file", "id": "/etc/motd", "spec": {"content": "hi"}}`))
-	hb := waitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
+	b, hbs, _ := linkedHost(t)
+	rev := b.Declare("n1", decl("n1", `{"type": "file", "id": "/etc/motd", "spec": {"content": "hi"}}`))
+	hb := meshtest.WaitHeartbeat(t, hbs, "the declaration reconciled", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
 	})
 	if hb.LastReconcile.OK || !strings.Contains(hb.LastReconcile.Error, `no applier for "file"`) {
@@ -55,23 +52,23 @@ func TestResourceWithoutApplierIsReportedNotSkipped(t *testing.T) {
 // 2. With the server stopped the host keeps reconciling from its store on its timer; when the
 // server returns it reconnects, reconciles with trigger "reconnect", and heartbeats resume.
 func TestHostReconcilesWithoutTheBusAndReconnects(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url(), func(c *config.Config) {
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
+	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.URL(), func(c *config.Config) {
 		c.ReconcileInterval = config.Duration(100 * time.Millisecond)
 	})
-	rev := b.declare("n1", decl("n1", ""))
-	waitHeartbeat(t, hbs, "the declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	rev := b.Declare("n1", decl("n1", ""))
+	meshtest.WaitHeartbeat(t, hbs, "the declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
 
-	b.stop()
-	before := countTrigger(th.reconciles(), "timer")
-	eventually(t, "five timer reconciles while the bus is down", func() bool {
-		return countTrigger(th.reconciles(), "timer") >= before+5
+	b.Stop()
+	before := th.reconciles().Count("timer")
+	meshtest.Eventually(t, "five timer reconciles while the bus is down", func() bool {
+		return th.reconciles().Count("timer") >= before+5
 	})
-	b.start()
-	hbs = b.heartbeats("n1")
-	eventually(t, "a reconnect reconcile", func() bool { return countTrigger(th.reconciles(), "reconnect") >= 1 })
-	hb := waitHeartbeat(t, hbs, "heartbeats again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	b.Start()
+	hbs = b.Heartbeats("n1")
+	meshtest.Eventually(t, "a reconnect reconcile", func() bool { return th.reconciles().Count("reconnect") >= 1 })
+	hb := meshtest.WaitHeartbeat(t, hbs, "heartbeats again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
 	if hb.Running != "v1.0.0" {
 		t.Errorf("heartbeat after reconnect: %+v", hb)
 	}
@@ -79,67 +76,63 @@ func TestHostReconcilesWithoutTheBusAndReconnects(t *testing.T) {
 
 // Restarted with no bus at all, the host reconciles the declaration it held.
 func TestRestartedHostWithoutBusReconcilesWhatItHeld(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
 	root := newRoot(t, "v1.0.0")
-	th := startHost(t, root, "n1", b.url())
-	rev := b.declare("n1", decl("n1", `{"type": "directory", "id": "/srv/x"}`))
-	waitHeartbeat(t, hbs, "the declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	th := startHost(t, root, "n1", b.URL())
+	rev := b.Declare("n1", decl("n1", `{"type": "directory", "id": "/srv/x"}`))
+	meshtest.WaitHeartbeat(t, hbs, "the declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
 	th.stop()
-	b.stop()
+	b.Stop()
+
+	before := len(th.reconciles())
 
 	th = startHost(t, root, "n1", "")
-	// The held declaration's resource is reported by the start reconcile (the log line follows
-	// the reconcile's record, so wait for the line itself).
-	eventually(t, "the start reconcile of the held declaration", func() bool {
-		for _, line := range strings.Split(th.logs.String(), "\n") {
-			if strings.Contains(line, "trigger=start") && strings.Contains(line, `no applier for \"directory\"`) {
-				return true
-			}
-		}
-		return false
+	// The held declaration's resource is reported by the start reconcile, as recorded in the
+	// store.
+	meshtest.Eventually(t, "the start reconcile of the held declaration", func() bool {
+		rows := th.reconciles()
+		return len(rows) > before && !rows[before].Ended.IsZero()
 	})
+	if r := th.reconciles()[before]; r.Trigger != "start" || r.OK || !strings.Contains(r.Error, `/srv/x`) || !strings.Contains(r.Error, `no applier for "directory"`) {
+		t.Errorf("the start reconcile without the bus: %+v, want it to report the held declaration's directory /srv/x", r)
+	}
 }
 
 // 3. 100 declaration puts in a burst: the last revision wins, reconciles coalesce, none overlap.
 func TestDeclarationBurstCoalescesAndLastRevisionWins(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
-	waitHeartbeat(t, hbs, "the start reconcile", func(hb wire.Heartbeat) bool { return hb.LastReconcile != nil })
+	b, hbs, th := linkedHost(t)
+	meshtest.WaitHeartbeat(t, hbs, "the start reconcile", func(hb wire.Heartbeat) bool { return hb.LastReconcile != nil })
 	var last uint64
 	for i := 0; i < 100; i++ {
-		last = b.declare("n1", decl("n1", fmt.Sprintf(`{"type": "directory", "id": "/srv/%d"}`, i)))
+		last = b.Declare("n1", decl("n1", fmt.Sprintf(`{"type": "directory", "id": "/srv/%d"}`, i)))
 	}
-	waitHeartbeat(t, hbs, "the last revision", func(hb wire.Heartbeat) bool {
+	meshtest.WaitHeartbeat(t, hbs, "the last revision", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision == last && hb.LastReconcile != nil && hb.LastReconcile.Trigger == "declaration"
 	})
-	eventually(t, "the last reconcile to end", func() bool {
+	// The heartbeat shows the revision held; the store shows when its reconcile, the last, ended.
+	meshtest.Eventually(t, "a reconcile of the last declaration (/srv/99) to end", func() bool {
 		rows := th.reconciles()
-		return rows[len(rows)-1].end != 0
+		last := rows[len(rows)-1]
+		return !last.Ended.IsZero() && strings.Contains(last.Error, `"/srv/99"`)
 	})
 	rows := th.reconciles()
-	if n := countTrigger(rows, "declaration"); n >= 50 || n < 1 {
+	if n := rows.Count("declaration"); n >= 50 || n < 1 {
 		t.Errorf("%d reconciles for 100 puts: want them coalesced (far fewer than 100)", n)
 	}
 	for i := 1; i < len(rows); i++ {
-		if rows[i].start < rows[i-1].end {
+		if rows[i].Started.Before(rows[i-1].Ended) {
 			t.Errorf("reconciles %d and %d overlap: %+v %+v", i-1, i, rows[i-1], rows[i])
 		}
-	}
-	if !strings.Contains(th.logs.String(), "/srv/99") {
-		t.Errorf("the last reconcile did not apply the last declaration")
 	}
 }
 
 // 4. Malformed JSON, an unknown field, another node's declaration, an unknown version: each is
 // refused, reported in the heartbeat, and the held declaration is unchanged.
 func TestBadDeclarationsAreRefusedReportedAndHeldOneStays(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
-	good := b.declare("n1", decl("n1", ""))
-	waitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
+	b, hbs, th := linkedHost(t)
+	good := b.Declare("n1", decl("n1", ""))
+	meshtest.WaitHeartbeat(t, hbs, "the good declaration", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == good })
 	for _, tc := range []struct {
 		name, value, want string
 	}{
@@ -152,8 +145,8 @@ func TestBadDeclarationsAreRefusedReportedAndHeldOneStays(t *testing.T) {
 		{"a key twice", `{"version": 1, "node": "other", "node": "n1", "resources": []}`, `duplicate key "node"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rev := b.declare("n1", []byte(tc.value))
-			hb := waitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool {
+			rev := b.Declare("n1", []byte(tc.value))
+			hb := meshtest.WaitHeartbeat(t, hbs, "the refusal", func(hb wire.Heartbeat) bool {
 				return hb.Refused != nil && hb.Refused.Revision == rev
 			})
 			if !strings.Contains(hb.Refused.Error, tc.want) {
@@ -164,7 +157,7 @@ func TestBadDeclarationsAreRefusedReportedAndHeldOneStays(t *testing.T) {
 			}
 		})
 	}
-	if n := countTrigger(th.reconciles(), "declaration"); n != 1 {
+	if n := th.reconciles().Count("declaration"); n != 1 {
 		t.Errorf("refused declarations triggered reconciles: %d declaration reconciles, want 1", n)
 	}
 }
@@ -172,25 +165,25 @@ func TestBadDeclarationsAreRefusedReportedAndHeldOneStays(t *testing.T) {
 // 6. The fleet view lists every host and shows a stopped one as silent; a restarted server
 // still knows every node's last heartbeat.
 func TestFleetShowsStoppedHostAsSilentAndSurvivesServerRestart(t *testing.T) {
-	b := startBus(t)
+	b := meshtest.StartBus(t)
 	const n = 5
 	hosts := make([]*testHost, n)
 	for i := range hosts {
 		node := fmt.Sprintf("node-%d", i)
-		hosts[i] = startHost(t, newRoot(t, "v1.0.0"), node, b.url(), func(c *config.Config) {
+		hosts[i] = startHost(t, newRoot(t, "v1.0.0"), node, b.URL(), func(c *config.Config) {
 			c.HeartbeatInterval = config.Duration(100 * time.Millisecond)
 		})
 	}
 	read := func() []fleet.Row {
-		entries, err := fleet.Read(context.Background(), b.conn.JS, b.names)
+		entries, err := fleet.Read(context.Background(), b.Conn.JS, b.Names)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return fleet.Rows(entries, time.Now(), time.Second)
 	}
-	eventually(t, "every node in the fleet view", func() bool { return len(read()) == n })
+	meshtest.Eventually(t, "every node in the fleet view", func() bool { return len(read()) == n })
 	hosts[2].stop()
-	eventually(t, "node-2 silent and only it", func() bool {
+	meshtest.Eventually(t, "node-2 silent and only it", func() bool {
 		silent := 0
 		for _, r := range read() {
 			if r.Silent {
@@ -202,8 +195,8 @@ func TestFleetShowsStoppedHostAsSilentAndSurvivesServerRestart(t *testing.T) {
 		}
 		return silent == 1
 	})
-	b.stop()
-	b.start()
+	b.Stop()
+	b.Start()
 	if rows := read(); len(rows) != n {
 		t.Errorf("after a server restart the fleet view has %d nodes, want %d", len(rows), n)
 	}
@@ -215,23 +208,23 @@ func TestTwoHundredHostsRunInOneProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("200 hosts")
 	}
-	b := startBus(t)
+	b := meshtest.StartBus(t)
 	const n = 200
 	revs := make([]uint64, n)
 	for i := 0; i < n; i++ {
-		revs[i] = b.declare(fmt.Sprintf("h%03d", i), decl(fmt.Sprintf("h%03d", i), ""))
+		revs[i] = b.Declare(fmt.Sprintf("h%03d", i), decl(fmt.Sprintf("h%03d", i), ""))
 	}
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			startHost(t, newRoot(t, "v1.0.0"), fmt.Sprintf("h%03d", i), b.url())
+			startHost(t, newRoot(t, "v1.0.0"), fmt.Sprintf("h%03d", i), b.URL())
 		}(i)
 	}
 	wg.Wait()
-	eventually(t, "every host heartbeating its declaration", func() bool {
-		entries, err := fleet.Read(context.Background(), b.conn.JS, b.names)
+	meshtest.Eventually(t, "every host heartbeating its declaration", func() bool {
+		entries, err := fleet.Read(context.Background(), b.Conn.JS, b.Names)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,15 +243,15 @@ func TestTwoHundredHostsRunInOneProcess(t *testing.T) {
 // A store.db that is not a database is moved aside; the host starts over an empty store and
 // takes its declaration from the bus again, instead of failing as if the binary were bad.
 func TestCorruptStoreIsMovedAsideAndDeclarationTakenAgain(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	rev := b.declare("n1", decl("n1", ""))
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
+	rev := b.Declare("n1", decl("n1", ""))
 	root := newRoot(t, "v1.0.0")
 	if err := os.WriteFile(filepath.Join(root, "store.db"), []byte(strings.Repeat("garbage ", 1000)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	th := startHost(t, root, "n1", b.url())
-	waitHeartbeat(t, hbs, "the declaration held again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	th := startHost(t, root, "n1", b.URL())
+	meshtest.WaitHeartbeat(t, hbs, "the declaration held again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
 	if matches, _ := filepath.Glob(filepath.Join(root, "store.db.corrupt-*")); len(matches) != 1 {
 		t.Errorf("the corrupt store was not kept aside: %v", matches)
 	}
@@ -271,21 +264,20 @@ func TestCorruptStoreIsMovedAsideAndDeclarationTakenAgain(t *testing.T) {
 // returns, the first heartbeats say why the node was silent: the last failure, when, and how
 // many attempts in a row failed.
 func TestHeartbeatAfterTheBusReturnsSaysWhyTheLinkFailed(t *testing.T) {
-	b := startBus(t)
-	hbs := b.heartbeats("n1")
-	th := startHost(t, newRoot(t, "v1.0.0"), "n1", b.url())
-	hb := waitHeartbeat(t, hbs, "the first heartbeat", func(wire.Heartbeat) bool { return true })
+	b, hbs, th := linkedHost(t)
+	hb := meshtest.WaitHeartbeat(t, hbs, "the first heartbeat", func(wire.Heartbeat) bool { return true })
 	if hb.Link != nil {
 		t.Errorf("a link that never failed reports %+v", hb.Link)
 	}
 
-	b.stop()
-	eventually(t, "a failed attempt logged", func() bool {
-		return strings.Contains(th.logs.String(), "link: cannot connect to the bus; retrying")
+	b.Stop()
+	meshtest.Eventually(t, "a failed attempt to reach the bus", func() bool {
+		f := th.heartbeatNow().Link
+		return f != nil && f.Attempts >= 1
 	})
-	b.start()
-	hbs = b.heartbeats("n1")
-	hb = waitHeartbeat(t, hbs, "a heartbeat with the link failure", func(hb wire.Heartbeat) bool { return hb.Link != nil })
+	b.Start()
+	hbs = b.Heartbeats("n1")
+	hb = meshtest.WaitHeartbeat(t, hbs, "a heartbeat with the link failure", func(hb wire.Heartbeat) bool { return hb.Link != nil })
 	if hb.Link.Attempts < 1 || hb.Link.At.IsZero() || !strings.Contains(hb.Link.LastError, "refused the connection") {
 		t.Errorf("link failure in the heartbeat: %+v, want the refused attempts", hb.Link)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 )
 
@@ -139,7 +140,11 @@ func BenchmarkLauncherFootprint(b *testing.B) {
 	}
 	waitRunning(b, n, "v1.0.0")
 	for i := 0; i < b.N; i++ {
-		time.Sleep(100 * time.Millisecond) // let it supervise through a few reconciles
+		// Let it supervise through two more of the host's reconciles, as its store records them.
+		before := meshtest.ReadReconciles(b, n.Root).Count("timer")
+		meshtest.Eventually(b, "two more reconciles", func() bool {
+			return meshtest.ReadReconciles(b, n.Root).Count("timer") >= before+2
+		})
 	}
 	rss, err := MemoryKB(n.PID(), "VmHWM")
 	if err != nil {

@@ -59,3 +59,31 @@ func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 		})
 	}
 }
+
+// internal/meshtest is test support: only _test.go files import it, so no package of the module,
+// and no binary, depends on it. (`go list` without -test leaves test imports out.)
+func TestTestSupportIsImportedOnlyByTests(t *testing.T) {
+	const meshtest = "github.com/novox/mesh-host/internal/meshtest"
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", "./...")
+	cmd.Dir = bins.Src
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	listed := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, deps, _ := strings.Cut(line, " ")
+		if pkg == meshtest {
+			listed = true
+			continue
+		}
+		for _, dep := range strings.Fields(deps) {
+			if dep == meshtest {
+				t.Errorf("%s depends on %s; only tests may import it", pkg, meshtest)
+			}
+		}
+	}
+	if !listed {
+		t.Errorf("go list ./... did not list %s; this test checks nothing", meshtest)
+	}
+}

@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -118,8 +119,19 @@ func BenchmarkFleetOfHosts(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { view.Process.Kill(); view.Wait() }()
+	// Wait for the view's first render of every node: one JSON line per render.
+	renders := bufio.NewScanner(viewOut)
+	renders.Buffer(nil, 64<<20)
+	for shown := 0; shown < hosts; {
+		if !renders.Scan() {
+			b.Fatalf("the fleet view ended before it showed every node: %v", renders.Err())
+		}
+		var rows []json.RawMessage
+		if json.Unmarshal(renders.Bytes(), &rows) == nil {
+			shown = len(rows)
+		}
+	}
 	go io.Copy(io.Discard, viewOut)
-	time.Sleep(3 * time.Second) // the view's first read of every node
 
 	s0, _ := CPUTicks(serve.Process.Pid)
 	v0, _ := CPUTicks(view.Process.Pid)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -21,21 +22,7 @@ import (
 func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 180*time.Second)
-	b := startLabBus(t)
-	rel := newRelease(t, b)
-	pub, err := rel.Keygen(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hbs, stop, err := b.Heartbeats("lab")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL(), "MESH_HOST_TRUSTED_KEYS="+pub, "MESH_HOST_HEARTBEAT_INTERVAL=500ms")
-	place(t, n, "v1.1.0", PkgHost)
-	start(t, n)
-	waitBeat(t, hbs, "v1.1.0 confirmed", func(hb wire.Heartbeat) bool { return hb.KnownGood == "v1.1.0" })
+	b, rel, n, hbs := deliveringNode(t, ctx, "v1.1.0")
 
 	decl := wire.Declaration{Version: 1, Node: "lab"}
 	for i := range 11000 {
@@ -48,7 +35,7 @@ func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	if _, err := rel.Run(ctx, "declare", "lab", file, "--nats", b.URL()); err != nil {
 		t.Fatal(err)
 	}
-	hb := waitBeat(t, hbs, "the large declaration reconciled", func(hb wire.Heartbeat) bool {
+	hb := meshtest.WaitHeartbeat(t, hbs, "the large declaration reconciled", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == wire.TriggerDeclaration
 	})
 	if e := hb.LastReconcile.Error; len(e) > 8<<10 || !strings.Contains(e, "more") {
@@ -61,7 +48,7 @@ func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	if err := rel.Target(ctx, "v1.2.0", "lab"); err != nil {
 		t.Fatal(err)
 	}
-	waitBeat(t, hbs, "v1.2.0 confirmed with the large declaration held", func(hb wire.Heartbeat) bool {
+	meshtest.WaitHeartbeat(t, hbs, "v1.2.0 confirmed with the large declaration held", func(hb wire.Heartbeat) bool {
 		return hb.Running == "v1.2.0" && hb.KnownGood == "v1.2.0" && hb.DeclarationRevision > 0
 	})
 	rep, code, err := n.Status(ctx)

@@ -10,23 +10,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
 
 var runningConfirmed = runningConfirmedReport
 
-// confirmedNode starts a node's launcher (with args) on v1.0.0 built from pkg and waits until
-// that version runs and has confirmed.
-func confirmedNode(t *testing.T, ctx context.Context, pkg string, args ...string) *Node {
+// startNode starts a node's launcher (with args) on v1.0.0 built from pkg.
+func startNode(t *testing.T, pkg string, args ...string) *Node {
 	t.Helper()
 	n := newNode(t)
 	place(t, n, "v1.0.0", pkg)
 	start(t, n, args...)
-	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
+	return n
+}
+
+// confirmedNode starts a node's launcher (with args) on v1.0.0 built from pkg and waits until
+// that version runs and has confirmed; rep is the status that showed it.
+func confirmedNode(t *testing.T, ctx context.Context, pkg string, args ...string) (n *Node, rep launcher.Report) {
+	t.Helper()
+	n = startNode(t, pkg, args...)
+	rep, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return n, rep
 }
 
 // starts reads the records' starts of a version: how the launcher ran it.
@@ -44,6 +53,21 @@ func starts(t testing.TB, root, version string) []rollback.Start {
 	return s
 }
 
+// stoppedFailed waits for the node's launcher to stop in its failed state (exit ExitFailed) and
+// returns the status it leaves, and status's exit code.
+func stoppedFailed(t *testing.T, ctx context.Context, n *Node) (launcher.Report, int) {
+	t.Helper()
+	code, err := n.Wait(ctx)
+	if err != nil || code != launcher.ExitFailed {
+		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
+	}
+	rep, scode, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, scode
+}
+
 // startsOf is how each start of a version ended ("" while it runs), oldest first.
 func startsOf(t testing.TB, root, version string) []string {
 	t.Helper()
@@ -59,7 +83,7 @@ func startsOf(t testing.TB, root, version string) []string {
 func TestNewerVersionTakesOverByStandingAsideAndOldOnesRetire(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := confirmedNode(t, ctx, PkgHost)
+	n, _ := confirmedNode(t, ctx, PkgHost)
 	launcherPID := n.PID()
 	for _, v := range []string{"v1.1.0", "v1.2.0"} {
 		place(t, n, v, PkgHost)
@@ -102,23 +126,15 @@ func TestNewerVersionTakesOverByStandingAsideAndOldOnesRetire(t *testing.T) {
 func TestHostDoesNotStandAsideWhenUnchanged(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgHost)
-	start(t, n)
-	rep, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, rep := confirmedNode(t, ctx, PkgHost)
 	pid := rep.Running.PID
-	// Wait until the host has reconciled at least five more times on its 200ms timer.
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(n.Log(), `trigger=timer`) < 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the host did not reconcile on its timer:\n%s", n.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	rep, _, err = n.Status(ctx)
+	// Wait until the host has reconciled at least five more times on its 200ms timer, as its
+	// store records.
+	before := meshtest.ReadReconciles(t, n.Root).Count("timer")
+	meshtest.Eventually(t, "five more reconciles on the host's timer", func() bool {
+		return meshtest.ReadReconciles(t, n.Root).Count("timer") >= before+5
+	})
+	rep, _, err := n.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +151,7 @@ func TestHostDoesNotStandAsideWhenUnchanged(t *testing.T) {
 func TestCrashingVersionIsRolledBackAndNeverChosenAgain(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := confirmedNode(t, ctx, PkgHost)
+	n, _ := confirmedNode(t, ctx, PkgHost)
 	place(t, n, "v1.1.0", PkgExit1)
 	rep, err := n.WaitStatus(ctx, "rollback to v1.0.0", func(rep launcher.Report) bool {
 		return len(rep.Rollbacks) == 1 && Running(rep) == "v1.0.0"
@@ -171,21 +187,14 @@ func TestCrashingVersionIsRolledBackAndNeverChosenAgain(t *testing.T) {
 func TestRollbackTargetFailingToStopsLauncherWithStatus3(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := confirmedNode(t, ctx, PkgFlaky)
+	n, _ := confirmedNode(t, ctx, PkgFlaky)
 	// The machine breaks under v1.0.0 (it only notices at its next start), then a broken v1.1.0
 	// arrives: v1.1.0 is rolled back to v1.0.0, which fails too.
 	if err := os.WriteFile(filepath.Join(n.Root, "lab-fail"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	place(t, n, "v1.1.0", PkgExit1)
-	code, err := n.Wait(ctx)
-	if err != nil || code != launcher.ExitFailed {
-		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
-	}
-	rep, scode, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, scode := stoppedFailed(t, ctx, n)
 	if scode != launcher.ExitFailed || !rep.Failed || !strings.Contains(rep.FailedReason, "the machine is the problem") {
 		t.Errorf("status exit %d failed=%v reason %q; want 3, failed, machine named", scode, rep.Failed, rep.FailedReason)
 	}
@@ -201,17 +210,8 @@ func TestRollbackTargetFailingToStopsLauncherWithStatus3(t *testing.T) {
 func TestNoKnownGoodStopsWithStatus3AndSaysSo(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgExit1)
-	start(t, n)
-	code, err := n.Wait(ctx)
-	if err != nil || code != launcher.ExitFailed {
-		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
-	}
-	rep, scode, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := startNode(t, PkgExit1)
+	rep, scode := stoppedFailed(t, ctx, n)
 	if scode != launcher.ExitFailed || !strings.Contains(rep.FailedReason, "no known-good version to roll back to") {
 		t.Errorf("status exit %d reason %q", scode, rep.FailedReason)
 	}
@@ -228,7 +228,7 @@ func TestNoKnownGoodStopsWithStatus3AndSaysSo(t *testing.T) {
 func TestHangingVersionIsRolledBackAtItsFirstConfirmDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := confirmedNode(t, ctx, PkgHost, "--confirm-deadline", "1s")
+	n, _ := confirmedNode(t, ctx, PkgHost, "--confirm-deadline", "1s")
 	place(t, n, "v1.1.0", PkgHang)
 	rep, err := n.WaitStatus(ctx, "rollback from the hanging version", func(rep launcher.Report) bool {
 		return len(rep.Rollbacks) == 1 && Running(rep) == "v1.0.0"
@@ -249,9 +249,7 @@ func TestHangingVersionIsRolledBackAtItsFirstConfirmDeadline(t *testing.T) {
 func TestCleanExitWithNothingNewerCountsAsFailure(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgExit0)
-	start(t, n, "--backoff-min", "300ms")
+	n := startNode(t, PkgExit0, "--backoff-min", "300ms")
 	code, err := n.Wait(ctx)
 	if err != nil || code != launcher.ExitFailed {
 		t.Fatalf("launcher exit %d, %v; want %d", code, err, launcher.ExitFailed)
@@ -283,13 +281,7 @@ func TestCleanExitWithNothingNewerCountsAsFailure(t *testing.T) {
 func TestKilledLauncherLeavesNoHostAndSecondLauncherRefuses(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := newNode(t)
-	place(t, n, "v1.0.0", PkgHost)
-	start(t, n)
-	rep, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, rep := confirmedNode(t, ctx, PkgHost)
 	hostPID := rep.Running.PID
 
 	second := exec.CommandContext(ctx, n.Launcher, "run", "--root", n.Root)

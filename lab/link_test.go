@@ -8,42 +8,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
-func startLabBus(t *testing.T) *Bus {
-	t.Helper()
-	b, err := StartBus(ctxFor(t, 30*time.Second), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return b
-}
-
-func waitBeat(t *testing.T, ch <-chan wire.Heartbeat, what string, ok func(wire.Heartbeat) bool) wire.Heartbeat {
-	t.Helper()
-	hb, err := WaitHeartbeat(ch, 30*time.Second, what, ok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return hb
-}
-
 // linkedNode starts a bus, subscribes to node "lab"'s heartbeats and starts its launcher with
 // v1.0.0 linked to the bus.
-func linkedNode(t *testing.T, env ...string) (*Bus, *Node, <-chan wire.Heartbeat) {
+func linkedNode(t *testing.T, env ...string) (*Node, <-chan wire.Heartbeat) {
 	t.Helper()
-	b := startLabBus(t)
-	hbs, stop, err := b.Heartbeats("lab")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("lab")
 	n := newNode(t, append([]string{"MESH_HOST_NATS_URL=" + b.URL()}, env...)...)
 	place(t, n, "v1.0.0", PkgHost)
 	start(t, n)
-	return b, n, hbs
+	return n, hbs
 }
 
 // 7. With the link up, a newer version placed in versions/ makes the host heartbeat that it is
@@ -51,16 +29,16 @@ func linkedNode(t *testing.T, env ...string) (*Bus, *Node, <-chan wire.Heartbeat
 // heartbeats its own version.
 func TestStandingAsideIsHeartbeatAndNewVersionHeartbeatsItself(t *testing.T) {
 	t.Parallel()
-	_, n, hbs := linkedNode(t)
-	waitBeat(t, hbs, "v1.0.0 running and confirmed", func(hb wire.Heartbeat) bool {
+	n, hbs := linkedNode(t)
+	meshtest.WaitHeartbeat(t, hbs, "v1.0.0 running and confirmed", func(hb wire.Heartbeat) bool {
 		return hb.Running == "v1.0.0" && hb.KnownGood == "v1.0.0" && hb.State == wire.StateRunning
 	})
 	place(t, n, "v1.1.0", PkgHost)
-	aside := waitBeat(t, hbs, "standing aside", func(hb wire.Heartbeat) bool { return hb.State == wire.StateStandingAside })
+	aside := meshtest.WaitHeartbeat(t, hbs, "standing aside", func(hb wire.Heartbeat) bool { return hb.State == wire.StateStandingAside })
 	if aside.Running != "v1.0.0" || aside.StandingAsideFor != "v1.1.0" {
 		t.Errorf("standing-aside heartbeat: running %q for %q, want v1.0.0 for v1.1.0", aside.Running, aside.StandingAsideFor)
 	}
-	waitBeat(t, hbs, "v1.1.0 heartbeating itself", func(hb wire.Heartbeat) bool {
+	meshtest.WaitHeartbeat(t, hbs, "v1.1.0 heartbeating itself", func(hb wire.Heartbeat) bool {
 		return hb.Running == "v1.1.0" && hb.State == wire.StateRunning && hb.KnownGood == "v1.1.0"
 	})
 	if got := startsOf(t, n.Root, "v1.0.0"); len(got) != 1 || got[0] != "stood-aside" {
@@ -72,8 +50,8 @@ func TestStandingAsideIsHeartbeatAndNewVersionHeartbeatsItself(t *testing.T) {
 // its file descriptors is looked up in /proc/<pid>/net/* and none is listening.
 func TestHostHasNoListeningSocket(t *testing.T) {
 	t.Parallel()
-	_, n, hbs := linkedNode(t)
-	waitBeat(t, hbs, "the host linked", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" })
+	n, hbs := linkedNode(t)
+	meshtest.WaitHeartbeat(t, hbs, "the host linked", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" })
 	rep, _, err := n.Status(ctxFor(t, 10*time.Second))
 	if err != nil || rep.Running == nil {
 		t.Fatalf("status: %+v %v", rep.Running, err)

@@ -18,7 +18,7 @@ import (
 func TestHostOutputOfAnyLengthIsDrainedAndTheVersionConfirms(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 120*time.Second)
-	n := confirmedNode(t, ctx, PkgHost)
+	n, _ := confirmedNode(t, ctx, PkgHost)
 	place(t, n, "v1.1.0", PkgLoud)
 	rep, err := n.WaitStatus(ctx, "v1.1.0 confirmed", runningConfirmed("v1.1.0"))
 	if err != nil {
@@ -45,7 +45,7 @@ func TestHostOutputOfAnyLengthIsDrainedAndTheVersionConfirms(t *testing.T) {
 func TestFrozenHostIsKilledAsHungAndRestarted(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 60*time.Second)
-	n := confirmedNode(t, ctx, PkgHost, "--liveness-limit", "1500ms", "--backoff-min", "2s")
+	n, _ := confirmedNode(t, ctx, PkgHost, "--liveness-limit", "1500ms", "--backoff-min", "2s")
 	rep, _, err := n.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestFrozenHostIsKilledAsHungAndRestarted(t *testing.T) {
 func TestReleaseMarkedBadByABrokenMachineIsTriedAgainOnceItIsFixed(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 90*time.Second)
-	n := confirmedNode(t, ctx, PkgFlaky)
+	n, _ := confirmedNode(t, ctx, PkgFlaky)
 	broken := filepath.Join(n.Root, "lab-fail")
 	if err := os.WriteFile(broken, nil, 0o600); err != nil {
 		t.Fatal(err)

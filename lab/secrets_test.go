@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
-	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -31,13 +29,10 @@ const (
 	busNodeWrong = "lab-wrong"
 )
 
-// authBus is an embedded server that requires a user and password, JetStream in a temp dir,
-// with the mesh's buckets made through a connection with the right credentials. Every heartbeat
-// published on it is kept raw, so a test can search the bytes that crossed the bus.
+// authBus is the mesh's bus requiring a user and password. Every heartbeat published on it is
+// kept raw, so a test can search the bytes that crossed the bus.
 type authBus struct {
-	ns   *server.Server
-	conn *bus.Conn
-	port int
+	*meshtest.Bus
 
 	mu    sync.Mutex
 	beats [][]byte
@@ -45,42 +40,17 @@ type authBus struct {
 
 func startAuthBus(t *testing.T) *authBus {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: filepath.Join(t.TempDir(), "jetstream"),
-		Username: busUser, Password: busPassword,
+	b := &authBus{Bus: meshtest.StartBus(t, meshtest.User(busUser, busPassword))}
+	sub, err := b.Conn.NC.Subscribe(b.Names.HeartbeatWildcard(), func(m *nats.Msg) {
+		b.mu.Lock()
+		b.beats = append(b.beats, append([]byte(nil), m.Data...))
+		b.mu.Unlock()
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("the embedded bus did not start")
-	}
-	b := &authBus{ns: ns, port: ns.Addr().(*net.TCPAddr).Port}
-	t.Cleanup(func() {
-		if b.conn != nil {
-			b.conn.Close()
-		}
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	ctx := ctxFor(t, 20*time.Second)
-	if b.conn, err = bus.Connect(ctx, b.url(busPassword), ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := bus.Init(ctx, b.conn.JS, wire.NamesFor("")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.conn.NC.Subscribe(wire.NamesFor("").HeartbeatWildcard(), func(m *nats.Msg) {
-		b.mu.Lock()
-		b.beats = append(b.beats, append([]byte(nil), m.Data...))
-		b.mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.conn.NC.Flush(); err != nil {
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := b.Conn.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -89,7 +59,7 @@ func startAuthBus(t *testing.T) *authBus {
 // url is the bus's URL with the user and the given password in it, as an operator writes it in
 // MESH_HOST_NATS_URL or --nats.
 func (b *authBus) url(password string) string {
-	return "nats://" + busUser + ":" + password + "@127.0.0.1:" + strconv.Itoa(b.port)
+	return "nats://" + busUser + ":" + password + "@" + b.Addr()
 }
 
 // waitBeat waits until a heartbeat received so far satisfies ok.
@@ -152,9 +122,6 @@ func TestNoOutputContainsTheBusPassword(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitLog(ctxFor(t, 30*time.Second), wrong, "the server refused this node's credentials"); err != nil {
-		t.Errorf("the refused link was not logged with its cause: %v", err)
-	}
 
 	// What an operator reads on the control side, with the right and the wrong password.
 	rel := build(t, PkgRelease, "v0.0.0-lab")
@@ -167,6 +134,14 @@ func TestNoOutputContainsTheBusPassword(t *testing.T) {
 	}
 	if !bytes.Contains(outputs["mesh-release fleet (password S3c…)"], []byte(busNodeGood)) {
 		t.Errorf("mesh-release fleet did not show the node:\n%s", outputs["mesh-release fleet (password S3c…)"])
+	}
+
+	// By the time it stops, the refused node has said why.
+	if code, err := wrong.Stop(ctx); err != nil || code != 0 {
+		t.Errorf("the refused node's launcher stopped with %d, %v; want 0", code, err)
+	}
+	if !strings.Contains(wrong.Log(), "the server refused this node's credentials") {
+		t.Errorf("the refused link was not logged with its cause:\n%s", wrong.Log())
 	}
 
 	// Everything the nodes wrote or said.
@@ -229,18 +204,6 @@ func TestNoOutputContainsTheBusPassword(t *testing.T) {
 		t.Errorf("%d heartbeats contain a bus password", leakyBeats)
 	}
 	t.Logf("searched %d outputs", len(outputs))
-}
-
-// waitLog waits until the node's log contains s.
-func waitLog(ctx context.Context, n *Node, s string) error {
-	for !strings.Contains(n.Log(), s) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: no %q in the log: %w", n.Name, s, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 func printableAround(b []byte, i, n int) string {

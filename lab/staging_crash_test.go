@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -24,7 +25,7 @@ func TestKillingTheHostWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := ctxFor(t, 5*time.Minute)
-	b := startLabBus(t)
+	b := meshtest.StartBus(t)
 	rel := newRelease(t, b)
 	pub, err := rel.Keygen(ctx)
 	if err != nil {

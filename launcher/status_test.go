@@ -245,8 +245,10 @@ func stagedRoot(t *testing.T, pid int) string {
 	return root
 }
 
-func TestReadStatusShowsTheOpenStartWhileALauncherHoldsTheRoot(t *testing.T) {
-	root := stagedRoot(t, os.Getpid()) // a live pid
+// statusWhileLocked reads root's status while this process holds the launcher's lock, as a
+// running launcher does.
+func statusWhileLocked(t *testing.T, root string) Report {
+	t.Helper()
 	lock, err := rollback.LockLauncher(root)
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +258,12 @@ func TestReadStatusShowsTheOpenStartWhileALauncherHoldsTheRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rep
+}
+
+func TestReadStatusShowsTheOpenStartWhileALauncherHoldsTheRoot(t *testing.T) {
+	root := stagedRoot(t, os.Getpid()) // a live pid
+	rep := statusWhileLocked(t, root)
 	if rep.LauncherPID != os.Getpid() || rep.Root != root {
 		t.Errorf("LauncherPID %d, Root %q", rep.LauncherPID, rep.Root)
 	}
@@ -286,16 +294,7 @@ func TestReadStatusHidesAnOpenStartWhoseProcessIsGone(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Skipf("cannot run true: %v", err)
 	}
-	root := stagedRoot(t, cmd.Process.Pid) // exited and reaped
-	lock, err := rollback.LockLauncher(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Unlock()
-	rep, err := ReadStatus(context.Background(), root, rollback.DefaultPolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := statusWhileLocked(t, stagedRoot(t, cmd.Process.Pid)) // exited and reaped
 	if rep.Running != nil {
 		t.Errorf("Running = %+v, want none: its process is gone", rep.Running)
 	}

@@ -124,11 +124,8 @@ func TestSetFailedAndClearFailed(t *testing.T) {
 }
 
 func TestStartRecordsPIDEndAndOutput(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	_, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	id, err := r.BeginStart(ctx, "v1.0.0")
 	if err != nil {
 		t.Fatal(err)
@@ -172,11 +169,8 @@ func TestStartRecordsPIDEndAndOutput(t *testing.T) {
 }
 
 func TestEndInterruptedClosesOpenStartsWithoutCountingThem(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	if _, err := r.BeginStart(ctx, "v1.0.0"); err != nil {
 		t.Fatal(err)

@@ -171,11 +171,8 @@ func TestConfirmOfUnknownVersionIsAnErrorNamingIt(t *testing.T) {
 }
 
 func TestConfirmKeepsTheFirstConfirmationTime(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	first := confirm(t, r, root, "v1.0.0")
 	c.advance(time.Hour)
 	second := confirm(t, r, root, "v1.0.0")

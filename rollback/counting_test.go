@@ -21,10 +21,7 @@ func TestFailureCountingIgnoresTheWallClockSteppingEitherWay(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Run("unconfirmed version reaches the limit and is rolled back", func(t *testing.T) {
-				root := newRoot(t)
-				stage(t, root, "v1.0.0", "")
-				r, c := openRecords(t, root)
-				see(t, r, root)
+				root, r, c := seenV1(t)
 				confirm(t, r, root, "v1.0.0")
 				stage(t, root, "v1.1.0", "")
 				see(t, r, root)
@@ -41,10 +38,7 @@ func TestFailureCountingIgnoresTheWallClockSteppingEitherWay(t *testing.T) {
 				}
 			})
 			t.Run("confirmed version counts failures within the interval on the boot clock", func(t *testing.T) {
-				root := newRoot(t)
-				stage(t, root, "v1.0.0", "")
-				r, c := openRecords(t, root)
-				see(t, r, root)
+				root, r, c := seenV1(t)
 				confirm(t, r, root, "v1.0.0")
 				startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 				c.stepWall(tc.step)
@@ -76,10 +70,7 @@ func TestFailureCountingIgnoresTheWallClockSteppingEitherWay(t *testing.T) {
 }
 
 func TestConfirmedVersionsFailuresOfAnEarlierBootDoNotCount(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
-	see(t, r, root)
+	root, r, c := seenV1(t)
 	confirm(t, r, root, "v1.0.0")
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
@@ -91,11 +82,8 @@ func TestConfirmedVersionsFailuresOfAnEarlierBootDoNotCount(t *testing.T) {
 }
 
 func TestOperatorResetCountsByStartsNotTime(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	for i := 0; i < 3; i++ {
 		startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	}
@@ -141,10 +129,7 @@ func TestJudgeRollsBackAnUnconfirmedVersionAtItsFirstDeadline(t *testing.T) {
 }
 
 func TestStandingNamesTheNewestFailure(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
-	see(t, r, root)
+	root, r, c := seenV1(t)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	startEnded(t, r, c, "v1.0.0", OutcomeDeadline)
 	s := standing(t, r, root, "v1.0.0")
@@ -178,11 +163,8 @@ func TestWithdrawBadLetsTheVersionBeChosenAgain(t *testing.T) {
 }
 
 func TestStatusShowsFailuresThatCountNowAndTheLifetimeTotal(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	confirm(t, r, root, "v1.0.0")
 	for i := 0; i < 7; i++ {
 		startEnded(t, r, c, "v1.0.0", OutcomeFailed)

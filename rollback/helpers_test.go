@@ -117,6 +117,17 @@ func see(t *testing.T, r *Records, root string) Choice {
 	return ch
 }
 
+// seenV1 is a root with v1.0.0 staged and seen by its records (Choose has recorded its digest),
+// the records on a fake clock.
+func seenV1(t *testing.T) (string, *Records, *clock) {
+	t.Helper()
+	root := newRoot(t)
+	stage(t, root, "v1.0.0", "")
+	r, c := openRecords(t, root)
+	see(t, r, root)
+	return root, r, c
+}
+
 // startEnded records a start of version that ended with outcome, one second after it began.
 func startEnded(t *testing.T, r *Records, c *clock, version string, outcome Outcome) int64 {
 	t.Helper()

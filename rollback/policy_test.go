@@ -140,10 +140,7 @@ func standing(t *testing.T, r *Records, root, version string) Standing {
 }
 
 func TestStandingOfUnconfirmedVersionCountsEveryFailureSinceFirstSeen(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
-	see(t, r, root)
+	root, r, c := seenV1(t)
 	for i := 0; i < 3; i++ {
 		startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 		c.advance(10 * time.Minute) // far apart: much longer than the interval
@@ -158,10 +155,7 @@ func TestStandingOfUnconfirmedVersionCountsEveryFailureSinceFirstSeen(t *testing
 }
 
 func TestStandingCountsDeadlineAsFailure(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
-	see(t, r, root)
+	root, r, c := seenV1(t)
 	startEnded(t, r, c, "v1.0.0", OutcomeDeadline)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	if s := standing(t, r, root, "v1.0.0"); s.Failures != 2 {
@@ -175,10 +169,7 @@ func TestStandingNeverCountsStoppedInterruptedOrStoodAside(t *testing.T) {
 			if o.CountsAsFailure() {
 				t.Errorf("%s counts as a failure", o)
 			}
-			root := newRoot(t)
-			stage(t, root, "v1.0.0", "")
-			r, c := openRecords(t, root)
-			see(t, r, root)
+			root, r, c := seenV1(t)
 			for i := 0; i < 5; i++ {
 				startEnded(t, r, c, "v1.0.0", o)
 			}
@@ -195,11 +186,8 @@ func TestStandingNeverCountsStoppedInterruptedOrStoodAside(t *testing.T) {
 }
 
 func TestStandingOfUnconfirmedVersionForgetsFailuresBeforeOperatorReset(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	for i := 0; i < 3; i++ {
 		startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	}
@@ -221,10 +209,7 @@ func TestStandingOfUnconfirmedVersionForgetsFailuresBeforeOperatorReset(t *testi
 }
 
 func TestStandingClearFailedWhenNotFailedDoesNotReset(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
-	see(t, r, root)
+	root, r, c := seenV1(t)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	c.advance(time.Hour)
@@ -238,10 +223,7 @@ func TestStandingClearFailedWhenNotFailedDoesNotReset(t *testing.T) {
 }
 
 func TestStandingOfConfirmedVersionCountsOnlyFailuresWithinInterval(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
-	see(t, r, root)
+	root, r, c := seenV1(t)
 	confirm(t, r, root, "v1.0.0")
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	c.advance(30 * time.Second)
@@ -267,11 +249,8 @@ func TestStandingOfConfirmedVersionCountsOnlyFailuresWithinInterval(t *testing.T
 // the launcher rolled back to v1. v1 also failed twice long before the rollback.
 func rolledBack(t *testing.T) (string, *Records, *clock) {
 	t.Helper()
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	confirm(t, r, root, "v1.0.0")
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
 	startEnded(t, r, c, "v1.0.0", OutcomeFailed)
@@ -443,11 +422,8 @@ func TestStandingOfUnknownVersionIsAnError(t *testing.T) {
 }
 
 func TestLastOutputIsOfTheMostRecentEndedStart(t *testing.T) {
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	_, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	if out, err := r.LastOutput(ctx, "v1.0.0"); err != nil || out != "" {
 		t.Errorf("LastOutput with no starts = %q, %v", out, err)
 	}
@@ -468,11 +444,8 @@ func TestStandingOfUnconfirmedVersionRolledBackToIsJudgedAsUnconfirmed(t *testin
 	// v1 confirmed; v2 and v3 staged together; v3 fails the limit and Choose's answer after
 	// marking it bad is v2, which has never run here. v2 is not on its last chance: at the limit
 	// it is rolled back to v1 in turn.
-	root := newRoot(t)
-	stage(t, root, "v1.0.0", "")
-	r, c := openRecords(t, root)
+	root, r, c := seenV1(t)
 	ctx := context.Background()
-	see(t, r, root)
 	confirm(t, r, root, "v1.0.0")
 	stage(t, root, "v2.0.0", "")
 	stage(t, root, "v3.0.0", "")

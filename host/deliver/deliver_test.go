@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"io"
 	"os"
@@ -22,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
@@ -168,8 +167,7 @@ func refusals(t *testing.T) []refusal {
 			setup: func(t *testing.T, h *harness) {
 				a := pack(t, ok())
 				m := manifestFor(v1, a, ok())
-				_, stranger, _ := ed25519.GenerateKey(rand.Reader)
-				m.Sign(stranger)
+				m.Sign(meshtest.StrangerKey.Private)
 				h.put(v1, m, a)
 			}},
 		{name: "TestDeliverRefusesAManifestWithSizeAlteredAfterSigning", kind: KindSignature, is: wire.ErrBadSignature,
@@ -206,32 +204,32 @@ func refusals(t *testing.T) []refusal {
 			}},
 		{name: "TestDeliverRefusesAnArchiveWithDotDot", kind: KindBadArchive, is: archive.ErrUnsafe, says: "escapes",
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{reg("../mesh-host", ok())}, nil), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{meshtest.File("../mesh-host", ok())}, nil), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesAnArchiveWithAnAbsolutePath", kind: KindBadArchive, is: archive.ErrUnsafe, says: "absolute",
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{reg("/usr/bin/mesh-host", ok())}, nil), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{meshtest.File("/usr/bin/mesh-host", ok())}, nil), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesAnArchiveWithASymlink", kind: KindBadArchive, is: archive.ErrUnsafe, says: "symlink",
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{{tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"}, nil}}, nil), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"}}}, nil), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesAnArchiveWithAHardLink", kind: KindBadArchive, is: archive.ErrUnsafe, says: "hard link",
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{{tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "/etc/shadow"}, nil}}, nil), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "/etc/shadow"}}}, nil), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesAnArchiveWithADevice", kind: KindBadArchive, is: archive.ErrUnsafe, says: "device",
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{{tar.Header{Typeflag: tar.TypeBlock, Name: "mesh-host", Devmajor: 8, Mode: 0o660}, nil}}, nil), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeBlock, Name: "mesh-host", Devmajor: 8, Mode: 0o660}}}, nil), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesAnArchiveWithTwoFiles", kind: KindBadArchive, is: archive.ErrUnsafe, says: "more than one entry",
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{reg("mesh-host", ok()), reg("mesh-host.sig", []byte("x"))}, nil), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", ok()), meshtest.File("mesh-host.sig", []byte("x"))}, nil), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesADecompressionBomb", kind: KindBadArchive, is: archive.ErrUnsafe, says: "decompression bomb",
 			cfg: func(c *Config) { c.MaxBinary = 4 << 20 },
 			setup: func(t *testing.T, h *harness) {
-				signedArchive(craft(t, []entry{reg("mesh-host", ok())}, make([]byte, 64<<20)), ok())(t, h)
+				signedArchive(meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", ok())}, make([]byte, 64<<20)), ok())(t, h)
 			}},
 		{name: "TestDeliverRefusesABinaryWhoseDigestIsNotTheSignedOne", kind: KindBinaryDigest,
 			setup: func(t *testing.T, h *harness) {
@@ -519,9 +517,8 @@ func TestBackoffGrowsIsCappedAndJittered(t *testing.T) {
 }
 
 func TestNewRefusesAHostWithoutTrustedKeys(t *testing.T) {
-	_, js := startBus(t)
 	h := newHarness(t, nil)
-	_, err := New(Config{Root: t.TempDir(), JS: js, Records: h.records})
+	_, err := New(Config{Root: t.TempDir(), JS: h.js, Records: h.records})
 	if err == nil || !strings.Contains(err.Error(), "trusted_keys") {
 		t.Fatalf("got %v", err)
 	}

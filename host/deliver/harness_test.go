@@ -1,12 +1,9 @@
 package deliver
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
@@ -78,27 +74,6 @@ func fakehost(t testing.TB, version, mode, goarch string) []byte {
 	return b
 }
 
-// startBus runs the mesh's embedded bus (release/bus, as `mesh-release serve` does) on a free
-// loopback port with every bucket created, and returns its URL and a JetStream context on it.
-func startBus(t testing.TB) (string, jetstream.JetStream) {
-	t.Helper()
-	ctx := context.Background()
-	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	c, err := bus.Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	if err := bus.Init(ctx, c.JS, wire.NamesFor("")); err != nil {
-		t.Fatal(err)
-	}
-	return s.ClientURL(), c.JS
-}
-
 // harness is one node's root and a release side on a real embedded bus.
 type harness struct {
 	t       testing.TB
@@ -113,8 +88,8 @@ type harness struct {
 
 func newHarness(t testing.TB, edit func(*Config)) *harness {
 	t.Helper()
-	url, js := startBus(t)
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	b := meshtest.StartBus(t)
+	url, js, priv := b.URL(), b.Conn.JS, meshtest.ReleaseKey.Private
 	root := t.TempDir()
 	rec, _, err := rollback.OpenForLauncher(context.Background(), root)
 	if err != nil {
@@ -216,34 +191,4 @@ func (h *harness) versionsEntries() []string {
 		names = append(names, e.Name())
 	}
 	return names
-}
-
-// entry is one tar entry of a hand-made archive.
-type entry struct {
-	hdr  tar.Header
-	body []byte
-}
-
-func reg(name string, body []byte) entry {
-	return entry{tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(body))}, body}
-}
-
-// craft writes entries as tar+zstd, then trailer (raw bytes inside the zstd stream after the
-// tar end).
-func craft(t testing.TB, entries []entry, trailer []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw, _ := zstd.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	for _, e := range entries {
-		h := e.hdr
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(e.body)
-	}
-	tw.Close()
-	zw.Write(trailer)
-	zw.Close()
-	return buf.Bytes()
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -15,17 +16,14 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkDeclarationPutToEvent -benchtime 2000x ./host/link
 func BenchmarkDeclarationPutToEvent(b *testing.B) {
-	bb := startBus(b, true)
-	l, err := Open(context.Background(), Options{URLs: []string{bb.url()}, Node: "n1", Names: names})
+	bb := meshtest.StartBus(b)
+	l, err := Open(context.Background(), Options{URLs: []string{bb.URL()}, Node: "n1", Names: names})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
 	ctx := context.Background()
-	kv, err := bb.conn.JS.KeyValue(ctx, names.Declarations())
-	if err != nil {
-		b.Fatal(err)
-	}
+	kv := bb.KV(names.Declarations())
 	for ev := range l.Events() { // watches start after Connected; the initial TargetChanged follows them
 		if _, ok := ev.(TargetChanged); ok {
 			break
@@ -53,8 +51,8 @@ func BenchmarkDeclarationPutToEvent(b *testing.B) {
 
 // BenchmarkHeartbeatPublish measures one heartbeat published and stored by the stream.
 func BenchmarkHeartbeatPublish(b *testing.B) {
-	bb := startBus(b, true)
-	l, err := Open(context.Background(), Options{URLs: []string{bb.url()}, Node: "n1", Names: names})
+	bb := meshtest.StartBus(b)
+	l, err := Open(context.Background(), Options{URLs: []string{bb.URL()}, Node: "n1", Names: names})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,59 +14,35 @@ import (
 	"math/big"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
 const testPassword = "S3cretPassw0rd"
 
-// logBuffer collects a link's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// waitLine waits until a log line contains every one of parts, and returns it.
-func (l *logBuffer) waitLine(t *testing.T, parts ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		for _, line := range strings.Split(l.String(), "\n") {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(line, p)
-			}
-			if ok {
-				return line
-			}
+// logLine is the first line of log that contains every one of parts, or "".
+func logLine(log string, parts ...string) string {
+	for _, line := range strings.Split(log, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line with %q; the log:\n%s", parts, l.String())
+		if ok {
+			return line
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return ""
 }
 
-func openLogged(t *testing.T, o Options) (*Link, *logBuffer) {
+// openLogged opens a link of node n1 that logs into the returned buffer and retries fast.
+func openLogged(t *testing.T, o Options) (*Link, *meshtest.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &meshtest.Buffer{}
 	o.Node, o.Names = "n1", names
 	o.ReconnectWait, o.RetryMin, o.RetryMax = 20*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
@@ -80,28 +56,25 @@ func openLogged(t *testing.T, o Options) (*Link, *logBuffer) {
 			t.Logf("link log:\n%s", logs.String())
 		}
 	})
+	return l, logs
+}
+
+// drain reads and drops the link's events, for a test that watches something else.
+func drain(l *Link) {
 	go func() {
 		for range l.Events() {
 		}
 	}()
-	return l, logs
 }
 
-// startServer runs a bare NATS server (no JetStream: these links never get that far) with o's
-// authentication and TLS, and returns its port.
-func startServer(t *testing.T, o server.Options) int {
+// failedAtLeast waits until the link has counted n failed attempts and returns the last failure.
+func failedAtLeast(t *testing.T, l *Link, n int) *wire.LinkFailure {
 	t.Helper()
-	o.Host, o.Port, o.NoSigs, o.NoLog = "127.0.0.1", server.RANDOM_PORT, true, true
-	ns, err := server.NewServer(&o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("the server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.Addr().(*net.TCPAddr).Port
+	meshtest.Eventually(t, fmt.Sprintf("%d failed attempts counted", n), func() bool {
+		f := l.LastFailure()
+		return f != nil && f.Attempts >= n
+	})
+	return l.LastFailure()
 }
 
 // selfSigned is a certificate for 127.0.0.1 that no CA vouches for.
@@ -134,11 +107,11 @@ func TestLinkLogsAFailedConnectionWithItsCause(t *testing.T) {
 		cause  string
 	}{
 		{"wrong password", func(t *testing.T) string {
-			port := startServer(t, server.Options{Username: "mesh", Password: "the-right-one"})
+			port := meshtest.StartServer(t, server.Options{Username: "mesh", Password: "the-right-one"})
 			return fmt.Sprintf("nats://mesh:%s@127.0.0.1:%d", testPassword, port)
 		}, "the server refused this node's credentials", "Authorization Violation"},
 		{"a token it does not know", func(t *testing.T) string {
-			port := startServer(t, server.Options{Authorization: "the-right-token"})
+			port := meshtest.StartServer(t, server.Options{Authorization: "the-right-token"})
 			return fmt.Sprintf("nats://%s@127.0.0.1:%d", testPassword, port)
 		}, "the server refused this node's credentials", "Authorization Violation"},
 		{"nothing listening", func(t *testing.T) string {
@@ -150,35 +123,34 @@ func TestLinkLogsAFailedConnectionWithItsCause(t *testing.T) {
 			return fmt.Sprintf("nats://mesh:%s@%s", testPassword, l.Addr())
 		}, "refused", "connection refused"},
 		{"a certificate it does not trust", func(t *testing.T) string {
-			port := startServer(t, server.Options{TLS: true, TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}})
+			port := meshtest.StartServer(t, server.Options{TLS: true, TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}})
 			return fmt.Sprintf("tls://mesh:%s@127.0.0.1:%d", testPassword, port)
 		}, "the server's TLS certificate is not trusted by this node", "x509"},
 		{"TLS asked of a server without it", func(t *testing.T) string {
-			port := startServer(t, server.Options{})
+			port := meshtest.StartServer(t, server.Options{})
 			return fmt.Sprintf("tls://mesh:%s@127.0.0.1:%d", testPassword, port)
 		}, "TLS", "secure connection not available"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, logs := openLogged(t, Options{URLs: []string{tc.url(t)}})
-			line := logs.waitLine(t, "link: cannot connect to the bus; retrying", tc.reason, tc.cause)
+			drain(l)
+			// The link counts every attempt, and logs the first of a cause at once; later ones
+			// fail the same way and are counted, not logged again within the minute.
+			f := failedAtLeast(t, l, 3)
+			line := logLine(logs.String(), "link: cannot connect to the bus; retrying", tc.reason, tc.cause)
+			if line == "" {
+				t.Fatalf("no log line says the link cannot connect, %q, %q", tc.reason, tc.cause)
+			}
 			if !strings.Contains(line, "level=WARN") {
 				t.Errorf("not a warning: %s", line)
-			}
-			// Later attempts fail the same way and are counted, not logged again within the minute.
-			deadline := time.Now().Add(15 * time.Second)
-			for l.LastFailure() == nil || l.LastFailure().Attempts < 3 {
-				if time.Now().After(deadline) {
-					t.Fatalf("attempts not counted: %+v", l.LastFailure())
-				}
-				time.Sleep(20 * time.Millisecond)
 			}
 			if n := strings.Count(logs.String(), "link: cannot connect"); n != 1 {
 				t.Errorf("%d lines for one cause within a minute, want 1", n)
 			}
-			if f := l.LastFailure(); !strings.Contains(f.LastError, tc.reason) || !strings.Contains(f.LastError, tc.cause) {
+			if !strings.Contains(f.LastError, tc.reason) || !strings.Contains(f.LastError, tc.cause) {
 				t.Errorf("last failure %+v does not say %q and %q", f, tc.reason, tc.cause)
 			}
-			if strings.Contains(logs.String(), testPassword) || strings.Contains(l.LastFailure().LastError, testPassword) {
+			if strings.Contains(logs.String(), testPassword) || strings.Contains(f.LastError, testPassword) {
 				t.Errorf("the password is in the log or the failure:\n%s", logs.String())
 			}
 		})
@@ -188,15 +160,20 @@ func TestLinkLogsAFailedConnectionWithItsCause(t *testing.T) {
 // The attempts that failed before the link came up are kept for the heartbeat, and said when it
 // connects.
 func TestLinkKeepsTheLastFailureOnceTheBusReturns(t *testing.T) {
-	b := startBus(t, true)
-	b.stop()
-	l, logs := openLogged(t, Options{URLs: []string{b.url()}})
+	b := meshtest.StartBus(t)
+	b.Stop()
+	l, logs := openLogged(t, Options{URLs: []string{b.URL()}})
 	if l.LastFailure() != nil && l.LastFailure().Attempts == 0 {
 		t.Fatalf("a failure without an attempt: %+v", l.LastFailure())
 	}
-	logs.waitLine(t, "link: cannot connect to the bus")
-	b.start()
-	line := logs.waitLine(t, "link: connected", "after_failed_attempts=")
+	failedAtLeast(t, l, 1)
+	b.Start()
+	waitFor[Connected](t, l, "connected", nil)
+	// The link says so before it reports Connected.
+	line := logLine(logs.String(), "link: connected", "after_failed_attempts=")
+	if line == "" {
+		t.Errorf("the link connected without saying after how many failed attempts")
+	}
 	f := l.LastFailure()
 	if f == nil || f.Attempts < 1 || f.At.IsZero() || !strings.Contains(f.LastError, "refused") {
 		t.Fatalf("last failure = %+v, want the refused attempts (log: %s)", f, line)
@@ -225,7 +202,7 @@ func TestFailureLogIsRateLimitedPerCause(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &logBuffer{}
+			logs := &meshtest.Buffer{}
 			f := newFailures(slog.New(slog.NewTextHandler(logs, nil)))
 			now := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
 			f.now = func() time.Time { return now }
@@ -295,8 +272,13 @@ func TestPlaintextIsOnlyWarnedForAnotherMachine(t *testing.T) {
 }
 
 func TestOpenWarnsOnceAboutAPlaintextRemoteBusWithoutItsPassword(t *testing.T) {
-	_, logs := openLogged(t, Options{URLs: []string{"nats://mesh:" + testPassword + "@192.0.2.1:4222", "mesh:" + testPassword + "@192.0.2.2:4222", "nats://127.0.0.1:1"}})
-	line := logs.waitLine(t, "link: the bus URL is plaintext")
+	l, logs := openLogged(t, Options{URLs: []string{"nats://mesh:" + testPassword + "@192.0.2.1:4222", "mesh:" + testPassword + "@192.0.2.2:4222", "nats://127.0.0.1:1"}})
+	drain(l)
+	// Open says it before it returns.
+	line := logLine(logs.String(), "link: the bus URL is plaintext")
+	if line == "" {
+		t.Fatal("no warning about the plaintext URLs")
+	}
 	if n := strings.Count(logs.String(), "link: the bus URL is plaintext"); n != 1 {
 		t.Errorf("%d plaintext warnings, want one", n)
 	}

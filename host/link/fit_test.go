@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -127,37 +127,18 @@ func TestLinkPublishesAHeartbeatOverTheServersMaxPayloadCutToFit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const maxPayload = 8 << 10
-	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxPayload: maxPayload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	c, err := bus.Connect(ctx, srv.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := bus.Init(ctx, c.JS, names); err != nil {
-		t.Fatal(err)
-	}
-	l := openLink(t, srv.ClientURL(), "web-01")
+	b := meshtest.StartBus(t, meshtest.MaxPayload(maxPayload))
+	l := openLink(t, b.URL(), "web-01")
 	waitFor[Connected](t, l, "connected", nil)
 	if err := l.PublishHeartbeat(ctx, hugeHeartbeat()); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	st, err := c.JS.Stream(ctx, names.HeartbeatStream())
+	stored := b.LastHeartbeat("web-01")
+	hb, err := wire.ParseHeartbeat(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := st.GetLastMsgForSubject(ctx, names.Heartbeat("web-01"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb, err := wire.ParseHeartbeat(m.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Data) > maxPayload || !hb.Truncated || hb.Running != "v1.4.0" || hb.KnownGood != "v1.3.0" {
-		t.Fatalf("stored %d bytes: %+v", len(m.Data), hb)
+	if len(stored) > maxPayload || !hb.Truncated || hb.Running != "v1.4.0" || hb.KnownGood != "v1.3.0" {
+		t.Fatalf("stored %d bytes: %+v", len(stored), hb)
 	}
 }

@@ -10,94 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
 var names = wire.NamesFor("mesh")
-
-// testBus is an embedded server on a random loopback port with its store in a temp dir.
-type testBus struct {
-	t    testing.TB
-	dir  string
-	addr string
-	srv  *bus.Server
-	conn *bus.Conn
-}
-
-func startBus(t testing.TB, initBuckets bool) *testBus {
-	t.Helper()
-	b := &testBus{t: t, dir: t.TempDir(), addr: "127.0.0.1:-1"}
-	b.start()
-	b.addr = b.srv.Addr().String()
-	if initBuckets {
-		b.init()
-	}
-	t.Cleanup(b.stop)
-	return b
-}
-
-func (b *testBus) start() {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: b.dir, Listen: b.addr})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	c, err := bus.Connect(ctx, srv.ClientURL(), "")
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.srv, b.conn = srv, c
-}
-
-func (b *testBus) stop() {
-	if b.srv != nil {
-		b.conn.Close()
-		b.srv.Shutdown()
-		b.srv = nil
-	}
-}
-
-func (b *testBus) init() {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := bus.Init(ctx, b.conn.JS, names); err != nil {
-		b.t.Fatal(err)
-	}
-}
-
-func (b *testBus) url() string { return "nats://" + b.addr }
-
-func (b *testBus) put(bucket, key string, value []byte) uint64 {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := b.conn.JS.KeyValue(ctx, bucket)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	rev, err := kv.Put(ctx, key, value)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	return rev
-}
-
-func (b *testBus) del(bucket, key string) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := b.conn.JS.KeyValue(ctx, bucket)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := kv.Delete(ctx, key); err != nil {
-		b.t.Fatal(err)
-	}
-}
 
 func openLink(t *testing.T, url, node string) *Link {
 	t.Helper()
@@ -140,21 +57,21 @@ func decl(node string) []byte {
 }
 
 func TestLinkDeliversTheDeclarationWhenItIsPut(t *testing.T) {
-	b := startBus(t, true)
-	early := b.put(names.Declarations(), "n1", decl("n1"))
-	b.put(names.Declarations(), "n2", decl("n2")) // another node's key is never delivered
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t)
+	early := b.Put(names.Declarations(), "n1", decl("n1"))
+	b.Put(names.Declarations(), "n2", decl("n2")) // another node's key is never delivered
+	l := openLink(t, b.URL(), "n1")
 	waitFor[Connected](t, l, "connected", nil)
 	got := waitFor[DeclarationArrived](t, l, "the held declaration", nil)
 	if got.Revision != early || string(got.Value) != string(decl("n1")) {
 		t.Fatalf("first declaration = rev %d %s, want rev %d", got.Revision, got.Value, early)
 	}
-	rev := b.put(names.Declarations(), "n1", decl("n1"))
+	rev := b.Put(names.Declarations(), "n1", decl("n1"))
 	got = waitFor[DeclarationArrived](t, l, "the new declaration", nil)
 	if got.Revision != rev || got.Deleted {
 		t.Fatalf("declaration = %+v, want revision %d", got, rev)
 	}
-	b.del(names.Declarations(), "n1")
+	b.Delete(names.Declarations(), "n1")
 	got = waitFor[DeclarationArrived](t, l, "the deletion", nil)
 	if !got.Deleted {
 		t.Fatalf("declaration = %+v, want deleted", got)
@@ -162,35 +79,35 @@ func TestLinkDeliversTheDeclarationWhenItIsPut(t *testing.T) {
 }
 
 func TestLinkTargetNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
-	b := startBus(t, true)
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t)
+	l := openLink(t, b.URL(), "n1")
 	none := waitFor[TargetChanged](t, l, "the initial target", nil)
 	if none.Key != "" || none.Target != nil {
 		t.Fatalf("initial target = %+v, want none", none)
 	}
-	b.put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.0.0"}.Marshal())
+	b.Put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.0.0"}.Marshal())
 	got := waitFor[TargetChanged](t, l, "the fleet target", nil)
 	if got.Key != "fleet" || got.Target == nil || got.Target.Version != "v1.0.0" {
 		t.Fatalf("target = %+v", got)
 	}
-	b.put(names.Targets(), wire.NodeTargetKey("n2"), wire.Target{Version: "v9.0.0"}.Marshal()) // not ours
-	b.put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.1.0"}.Marshal())
+	b.Put(names.Targets(), wire.NodeTargetKey("n2"), wire.Target{Version: "v9.0.0"}.Marshal()) // not ours
+	b.Put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.1.0"}.Marshal())
 	got = waitFor[TargetChanged](t, l, "the node target", nil)
 	if got.Key != "node.n1" || got.Target.Version != "v1.1.0" {
 		t.Fatalf("target = %+v, want node.n1 v1.1.0", got)
 	}
-	b.put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.2.0"}.Marshal())
-	b.put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.3.0"}.Marshal())
+	b.Put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.2.0"}.Marshal())
+	b.Put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.3.0"}.Marshal())
 	got = waitFor[TargetChanged](t, l, "the node target again", nil)
 	if got.Key != "node.n1" || got.Target.Version != "v1.3.0" {
 		t.Fatalf("a fleet change while the node key is present was reported: %+v", got)
 	}
-	b.del(names.Targets(), wire.NodeTargetKey("n1"))
+	b.Delete(names.Targets(), wire.NodeTargetKey("n1"))
 	got = waitFor[TargetChanged](t, l, "the fallback to fleet", nil)
 	if got.Key != "fleet" || got.Target.Version != "v1.2.0" {
 		t.Fatalf("target = %+v, want fleet v1.2.0", got)
 	}
-	b.put(names.Targets(), wire.NodeTargetKey("n1"), []byte(`{"version":"latest"}`))
+	b.Put(names.Targets(), wire.NodeTargetKey("n1"), []byte(`{"version":"latest"}`))
 	got = waitFor[TargetChanged](t, l, "the invalid target", nil)
 	if got.Err == nil || got.Target != nil || !strings.Contains(got.Err.Error(), "not a canonical semantic version") {
 		t.Fatalf("target = %+v, want an error", got)
@@ -198,28 +115,28 @@ func TestLinkTargetNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
 }
 
 func TestLinkConnectsWhenTheServerStartsLater(t *testing.T) {
-	b := startBus(t, true)
-	b.put(names.Declarations(), "n1", decl("n1"))
-	b.stop()
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t)
+	b.Put(names.Declarations(), "n1", decl("n1"))
+	b.Stop()
+	l := openLink(t, b.URL(), "n1")
 	if err := l.PublishHeartbeat(context.Background(), wire.Heartbeat{State: wire.StateRunning}); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("heartbeat while the server is down: %v, want ErrNotConnected", err)
 	}
-	b.start()
+	b.Start()
 	waitFor[Connected](t, l, "connected", nil)
 	waitFor[DeclarationArrived](t, l, "the declaration", nil)
 }
 
 func TestLinkReconnectsAndWatchesAgain(t *testing.T) {
-	b := startBus(t, true)
-	r1 := b.put(names.Declarations(), "n1", decl("n1"))
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t)
+	r1 := b.Put(names.Declarations(), "n1", decl("n1"))
+	l := openLink(t, b.URL(), "n1")
 	waitFor[DeclarationArrived](t, l, "the declaration", func(e DeclarationArrived) bool { return e.Revision == r1 })
-	b.stop()
+	b.Stop()
 	waitFor[Disconnected](t, l, "disconnected", nil)
-	b.start()
+	b.Start()
 	waitFor[Reconnected](t, l, "reconnected", nil)
-	r2 := b.put(names.Declarations(), "n1", decl("n1"))
+	r2 := b.Put(names.Declarations(), "n1", decl("n1"))
 	got := waitFor[DeclarationArrived](t, l, "the declaration after reconnect", nil)
 	if got.Revision != r2 {
 		t.Fatalf("after reconnect got revision %d, want %d (revision %d must not be reported twice)", got.Revision, r2, r1)
@@ -239,11 +156,11 @@ func TestLinkReconnectsAndWatchesAgain(t *testing.T) {
 }
 
 func TestLinkWaitsForBucketsCreatedLater(t *testing.T) {
-	b := startBus(t, false)
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t, meshtest.NoBuckets())
+	l := openLink(t, b.URL(), "n1")
 	waitFor[Connected](t, l, "connected", nil)
-	b.init()
-	rev := b.put(names.Declarations(), "n1", decl("n1"))
+	b.Init()
+	rev := b.Put(names.Declarations(), "n1", decl("n1"))
 	got := waitFor[DeclarationArrived](t, l, "the declaration", nil)
 	if got.Revision != rev {
 		t.Fatalf("revision %d, want %d", got.Revision, rev)
@@ -251,8 +168,8 @@ func TestLinkWaitsForBucketsCreatedLater(t *testing.T) {
 }
 
 func TestLinkHeartbeatIsStoredAsTheNodesLastWord(t *testing.T) {
-	b := startBus(t, true)
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t)
+	l := openLink(t, b.URL(), "n1")
 	waitFor[Connected](t, l, "connected", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -261,15 +178,7 @@ func TestLinkHeartbeatIsStoredAsTheNodesLastWord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := b.conn.JS.Stream(ctx, names.HeartbeatStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := st.GetLastMsgForSubject(ctx, names.Heartbeat("n1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb, err := wire.ParseHeartbeat(m.Data)
+	hb, err := wire.ParseHeartbeat(b.LastHeartbeat("n1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +191,8 @@ func TestLinkHeartbeatIsStoredAsTheNodesLastWord(t *testing.T) {
 }
 
 func TestLinkHeartbeatWithoutAStreamSaysRunInit(t *testing.T) {
-	b := startBus(t, false)
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t, meshtest.NoBuckets())
+	l := openLink(t, b.URL(), "n1")
 	waitFor[Connected](t, l, "connected", nil)
 	err := l.PublishHeartbeat(context.Background(), wire.Heartbeat{State: wire.StateRunning})
 	if err == nil || !strings.Contains(err.Error(), "mesh-release init") {
@@ -292,8 +201,8 @@ func TestLinkHeartbeatWithoutAStreamSaysRunInit(t *testing.T) {
 }
 
 func TestLinkCloseEndsTheEvents(t *testing.T) {
-	b := startBus(t, true)
-	l := openLink(t, b.url(), "n1")
+	b := meshtest.StartBus(t)
+	l := openLink(t, b.URL(), "n1")
 	waitFor[Connected](t, l, "connected", nil)
 	l.Close()
 	l.Close()

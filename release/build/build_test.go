@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
@@ -55,20 +56,6 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(tinyBinaries.d)
 	}
 	os.Exit(code)
-}
-
-func testKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
-	t.Helper()
-	dir := t.TempDir()
-	pub, err := Keygen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	priv, err := LoadKey(filepath.Join(dir, KeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pub, priv
 }
 
 func fixedNow() time.Time { return time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC) }
@@ -113,7 +100,7 @@ func TestLoadKeyRefusesMalformedKeys(t *testing.T) {
 	for name, body := range map[string]string{
 		"not base64":  "-----BEGIN PRIVATE KEY-----",
 		"wrong size":  "AAAA",
-		"public half": func() string { pub, _ := testKey(t); return PublicKeyString(pub)[:40] }(),
+		"public half": PublicKeyString(meshtest.ReleaseKey.Public)[:40],
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "k")
@@ -126,7 +113,7 @@ func TestLoadKeyRefusesMalformedKeys(t *testing.T) {
 }
 
 func TestBuildTwiceGivesOneDigest(t *testing.T) {
-	_, priv := testKey(t)
+	priv := meshtest.ReleaseKey.Private
 	// Two go builds of the same source are the same bytes ...
 	var bins [2]string
 	for i := range bins {
@@ -159,7 +146,7 @@ func TestBuildTwiceGivesOneDigest(t *testing.T) {
 }
 
 func TestBuildWritesAVerifiableManifestBesideItsArchive(t *testing.T) {
-	pub, priv := testKey(t)
+	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
 	out := t.TempDir()
 	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, "amd64"), Now: fixedNow})
 	if err != nil {
@@ -194,7 +181,7 @@ func TestBuildWritesAVerifiableManifestBesideItsArchive(t *testing.T) {
 }
 
 func TestBuildNamesTheArchitectureTheBinaryIsFor(t *testing.T) {
-	_, priv := testKey(t)
+	priv := meshtest.ReleaseKey.Private
 	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "arm64"), Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
@@ -205,18 +192,15 @@ func TestBuildNamesTheArchitectureTheBinaryIsFor(t *testing.T) {
 }
 
 func TestBuildWithArchiveSignsItWithoutRepacking(t *testing.T) {
-	pub, priv := testKey(t)
+	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
 	// An archive made elsewhere: a different zstd level and a ./ name, as GNU tar writes.
 	bin, _ := os.ReadFile(tiny(t, "amd64"))
-	var buf bytes.Buffer
-	zw, _ := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	tw := tar.NewWriter(zw)
-	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "./mesh-host", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Now()})
-	tw.Write(bin)
-	tw.Close()
-	zw.Close()
+	made := meshtest.Archive([]meshtest.Entry{{
+		Header: tar.Header{Typeflag: tar.TypeReg, Name: "./mesh-host", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Now()},
+		Body:   bin,
+	}}, nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	src := filepath.Join(t.TempDir(), "pipeline.tar.zst")
-	os.WriteFile(src, buf.Bytes(), 0o644)
+	os.WriteFile(src, made, 0o644)
 
 	out := t.TempDir()
 	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Archive: src, Now: fixedNow})
@@ -224,10 +208,10 @@ func TestBuildWithArchiveSignsItWithoutRepacking(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(r.ArchivePath)
-	if !bytes.Equal(got, buf.Bytes()) {
+	if !bytes.Equal(got, made) {
 		t.Fatal("the archive was changed")
 	}
-	if r.Manifest.Digest != digest.FromBytes(buf.Bytes()) || r.Manifest.BinaryDigest != digest.FromBytes(bin) || r.Manifest.Arch != "amd64" {
+	if r.Manifest.Digest != digest.FromBytes(made) || r.Manifest.BinaryDigest != digest.FromBytes(bin) || r.Manifest.Arch != "amd64" {
 		t.Fatalf("manifest %+v", r.Manifest)
 	}
 	if err := r.Manifest.Verify([]ed25519.PublicKey{pub}); err != nil {
@@ -236,17 +220,12 @@ func TestBuildWithArchiveSignsItWithoutRepacking(t *testing.T) {
 }
 
 func TestBuildRefuses(t *testing.T) {
-	_, priv := testKey(t)
+	priv := meshtest.ReleaseKey.Private
 	script := filepath.Join(t.TempDir(), "mesh-host")
 	os.WriteFile(script, []byte("#!/bin/sh\necho v1.2.3\n"), 0o755)
-	var sym bytes.Buffer
-	zw, _ := zstd.NewWriter(&sym)
-	tw := tar.NewWriter(zw)
-	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"})
-	tw.Close()
-	zw.Close()
+	sym := meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"}}}, nil)
 	symArchive := filepath.Join(t.TempDir(), "evil.tar.zst")
-	os.WriteFile(symArchive, sym.Bytes(), 0o644)
+	os.WriteFile(symArchive, sym, 0o644)
 
 	cases := []struct {
 		name string

@@ -22,6 +22,22 @@ func serveForTest(t *testing.T, dir, listen string) *Server {
 	return s
 }
 
+// connectedForTest serves a fresh bus on a free port and connects to it, both until the test
+// ends; ctx bounds the test's calls.
+func connectedForTest(t *testing.T) (context.Context, *Conn) {
+	t.Helper()
+	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
+	t.Cleanup(s.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	c, err := Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return ctx, c
+}
+
 func TestInitIsIdempotentAndHeartbeatsSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -82,15 +98,7 @@ func TestInitIsIdempotentAndHeartbeatsSurviveARestart(t *testing.T) {
 }
 
 func TestInitRefusesAHeartbeatStreamKeepingMoreThanOne(t *testing.T) {
-	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
-	defer s.Shutdown()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := connectedForTest(t)
 	names := wire.NamesFor("mesh")
 	if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: names.HeartbeatStream(), Subjects: []string{names.HeartbeatWildcard()}, MaxMsgsPerSubject: 5}); err != nil {
 		t.Fatal(err)
@@ -129,15 +137,7 @@ func TestConnectErrorsNeverShowThePasswordInTheURL(t *testing.T) {
 }
 
 func TestInitGivesEveryBucketAndTheStreamExplicitLimits(t *testing.T) {
-	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
-	defer s.Shutdown()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := connectedForTest(t)
 	names := wire.NamesFor("mesh")
 	if err := Init(ctx, c.JS, names); err != nil {
 		t.Fatal(err)
@@ -181,15 +181,7 @@ func TestInitGivesEveryBucketAndTheStreamExplicitLimits(t *testing.T) {
 
 // A bus set up by an older init (no limits) is still accepted, and init stays idempotent on it.
 func TestInitAcceptsBucketsAndAStreamMadeWithoutLimits(t *testing.T) {
-	s := serveForTest(t, t.TempDir(), "127.0.0.1:-1")
-	defer s.Shutdown()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := connectedForTest(t)
 	names := wire.NamesFor("mesh")
 	for _, b := range []string{names.Declarations(), names.Targets(), names.Releases(), names.Rollouts()} {
 		if _, err := c.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 10}); err != nil {

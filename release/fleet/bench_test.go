@@ -6,28 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
 // BenchmarkFleetRead measures reading every node's last heartbeat (what `mesh-release fleet`
 // does) with 1,000 nodes in the stream.
 func BenchmarkFleetRead(b *testing.B) {
-	dir := b.TempDir()
 	ctx := context.Background()
-	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: dir, Listen: "127.0.0.1:-1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown()
-	c, err := bus.Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	if err := bus.Init(ctx, c.JS, names); err != nil {
-		b.Fatal(err)
-	}
+	c := meshtest.StartBus(b).Conn
 	const nodes = 1000
 	for i := 0; i < nodes; i++ {
 		node := fmt.Sprintf("n%04d", i)

@@ -8,41 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
 var names = wire.NamesFor("mesh")
 
-func serve(t *testing.T, dir, listen string, init bool) (*bus.Server, *bus.Conn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: dir, Listen: listen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := bus.Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		s.Shutdown()
-		t.Fatal(err)
-	}
-	if init {
-		if err := bus.Init(ctx, c.JS, names); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { c.Close(); s.Shutdown() })
-	return s, c
-}
-
-func heartbeat(t *testing.T, c *bus.Conn, node, running string) {
+func heartbeat(t *testing.T, b *meshtest.Bus, node, running string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	hb := wire.Heartbeat{Node: node, State: wire.StateRunning, Running: running, KnownGood: running, SentAt: time.Now().UTC(),
 		LastReconcile: &wire.LastReconcile{Trigger: wire.TriggerStart, OK: true}}
-	if _, err := c.JS.Publish(ctx, names.Heartbeat(node), hb.Marshal()); err != nil {
+	if _, err := b.Conn.JS.Publish(ctx, names.Heartbeat(node), hb.Marshal()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -56,23 +34,20 @@ func byNode(es []Entry) map[string]Entry {
 }
 
 func TestFleetReadsEveryNodesLastWordAcrossARestart(t *testing.T) {
-	dir := t.TempDir()
-	s, c := serve(t, dir, "127.0.0.1:-1", true)
+	b := meshtest.StartBus(t)
 	for _, n := range []string{"n1", "n2", "n3"} {
-		heartbeat(t, c, n, "v1.0.0")
+		heartbeat(t, b, n, "v1.0.0")
 	}
-	heartbeat(t, c, "n2", "v1.1.0")
-	if _, err := c.JS.Publish(context.Background(), names.Heartbeat("n4"), []byte("not json")); err != nil {
+	heartbeat(t, b, "n2", "v1.1.0")
+	if _, err := b.Conn.JS.Publish(context.Background(), names.Heartbeat("n4"), []byte("not json")); err != nil {
 		t.Fatal(err)
 	}
-	addr := s.Addr().String()
-	c.Close()
-	s.Shutdown()
+	b.Stop()
+	b.Start()
 
-	_, c = serve(t, dir, addr, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	es, err := Read(ctx, c.JS, names)
+	es, err := Read(ctx, b.Conn.JS, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,30 +67,30 @@ func TestFleetReadsEveryNodesLastWordAcrossARestart(t *testing.T) {
 }
 
 func TestFleetReadOfAnEmptyStreamIsEmpty(t *testing.T) {
-	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
-	es, err := Read(context.Background(), c.JS, names)
+	b := meshtest.StartBus(t)
+	es, err := Read(context.Background(), b.Conn.JS, names)
 	if err != nil || len(es) != 0 {
 		t.Fatalf("entries %v err %v", es, err)
 	}
 }
 
 func TestFleetReadWithoutTheStreamSaysRunInit(t *testing.T) {
-	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", false)
-	_, err := Read(context.Background(), c.JS, names)
+	b := meshtest.StartBus(t, meshtest.NoBuckets())
+	_, err := Read(context.Background(), b.Conn.JS, names)
 	if err == nil || !strings.Contains(err.Error(), "mesh-release init") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestFleetWatchPushesHeartbeatsAsTheyArrive(t *testing.T) {
-	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
-	heartbeat(t, c, "n1", "v1.0.0")
+	b := meshtest.StartBus(t)
+	heartbeat(t, b, "n1", "v1.0.0")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan Entry, 16)
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
-	go func() { errc <- Watch(ctx, c.JS, names, func(e Entry) { got <- e }, func() { close(ready) }) }()
+	go func() { errc <- Watch(ctx, b.Conn.JS, names, func(e Entry) { got <- e }, func() { close(ready) }) }()
 	deadline := time.After(10 * time.Second)
 	next := func() Entry {
 		select {
@@ -134,7 +109,7 @@ func TestFleetWatchPushesHeartbeatsAsTheyArrive(t *testing.T) {
 	case <-deadline:
 		t.Fatal("not ready")
 	}
-	heartbeat(t, c, "n2", "v2.0.0")
+	heartbeat(t, b, "n2", "v2.0.0")
 	if e := next(); e.Node != "n2" || e.Heartbeat.Running != "v2.0.0" {
 		t.Fatalf("pushed = %+v", e)
 	}
@@ -150,11 +125,11 @@ func TestFleetWatchPushesHeartbeatsAsTheyArrive(t *testing.T) {
 }
 
 func TestFleetWatchOfAnEmptyStreamIsReadyAtOnce(t *testing.T) {
-	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
+	b := meshtest.StartBus(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan struct{})
-	go Watch(ctx, c.JS, names, func(Entry) {}, func() { close(ready) })
+	go Watch(ctx, b.Conn.JS, names, func(Entry) {}, func() { close(ready) })
 	select {
 	case <-ready:
 	case <-time.After(10 * time.Second):

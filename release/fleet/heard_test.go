@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
 // LastHeard answers for one node without reading the fleet; Heard lists every node heard.
 func TestLastHeardAndHeardAnswerFromTheStream(t *testing.T) {
-	_, c := serve(t, t.TempDir(), "127.0.0.1:-1", true)
+	c := meshtest.StartBus(t)
 	ctx := context.Background()
-	if nodes, err := Heard(ctx, c.JS, names); err != nil || len(nodes) != 0 {
+	if nodes, err := Heard(ctx, c.Conn.JS, names); err != nil || len(nodes) != 0 {
 		t.Fatalf("an empty stream: %v, %v", nodes, err)
 	}
 	heartbeat(t, c, "web-02", "v1.0.0")
@@ -26,16 +27,16 @@ func TestLastHeardAndHeardAnswerFromTheStream(t *testing.T) {
 		node string
 		ok   bool
 	}{{"web-01", true}, {"web-02", true}, {"web-10", false}} {
-		at, ok, err := LastHeard(ctx, c.JS, names, tc.node)
+		at, ok, err := LastHeard(ctx, c.Conn.JS, names, tc.node)
 		if err != nil || ok != tc.ok || ok == at.IsZero() || (ok && time.Since(at) > time.Minute) {
 			t.Errorf("LastHeard(%s) = %v, %v, %v; want ok=%v and a recent time when ok", tc.node, at, ok, err, tc.ok)
 		}
 	}
-	if nodes, err := Heard(ctx, c.JS, names); err != nil || !reflect.DeepEqual(nodes, []string{"web-01", "web-02"}) {
+	if nodes, err := Heard(ctx, c.Conn.JS, names); err != nil || !reflect.DeepEqual(nodes, []string{"web-01", "web-02"}) {
 		t.Errorf("Heard = %v, %v", nodes, err)
 	}
-	_, bare := serve(t, t.TempDir(), "127.0.0.1:-1", false)
-	if _, _, err := LastHeard(ctx, bare.JS, names, "web-01"); err == nil || !strings.Contains(err.Error(), "mesh-release init") {
+	bare := meshtest.StartBus(t, meshtest.NoBuckets())
+	if _, _, err := LastHeard(ctx, bare.Conn.JS, names, "web-01"); err == nil || !strings.Contains(err.Error(), "mesh-release init") {
 		t.Errorf("no stream: %v; want it to say to run init", err)
 	}
 }

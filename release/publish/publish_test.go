@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,34 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
-
-// startBus runs the mesh's embedded bus (bus.Serve, as `mesh-release serve` does) on a free
-// loopback port and returns a JetStream context on it; with buckets, `mesh-release init`'s
-// buckets and stream are created.
-func startBus(t *testing.T, buckets bool) jetstream.JetStream {
-	t.Helper()
-	ctx := context.Background()
-	s, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	c, err := bus.Connect(ctx, s.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	if buckets {
-		if err := bus.Init(ctx, c.JS, wire.NamesFor("")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c.JS
-}
 
 // buildDir writes what `mesh-release build` writes for payload as the binary.
 func buildDir(t *testing.T, priv ed25519.PrivateKey, version string, payload []byte) (string, wire.Manifest) {
@@ -69,14 +43,6 @@ func buildDir(t *testing.T, priv ed25519.PrivateKey, version string, payload []b
 	return dir, m
 }
 
-func key(t *testing.T) ed25519.PrivateKey {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return priv
-}
-
 var names = wire.NamesFor("")
 
 func storedObject(t *testing.T, js jetstream.JetStream, name string) []byte {
@@ -91,8 +57,8 @@ func storedObject(t *testing.T, js jetstream.JetStream, name string) []byte {
 
 func TestPublishPutsTheArchiveAndAnnouncesTheManifest(t *testing.T) {
 	ctx := context.Background()
-	js := startBus(t, true)
-	priv := key(t)
+	js := meshtest.StartBus(t).Conn.JS
+	priv := meshtest.ReleaseKey.Private
 	dir, m := buildDir(t, priv, "v1.0.0", []byte("binary one"))
 	r, err := Publish(ctx, js, names, dir)
 	if err != nil || r.AlreadyPublished {
@@ -118,8 +84,8 @@ func TestPublishPutsTheArchiveAndAnnouncesTheManifest(t *testing.T) {
 
 func TestPublishSameVersionSameArchiveIsANoOp(t *testing.T) {
 	ctx := context.Background()
-	js := startBus(t, true)
-	priv := key(t)
+	js := meshtest.StartBus(t).Conn.JS
+	priv := meshtest.ReleaseKey.Private
 	dir, _ := buildDir(t, priv, "v1.0.0", []byte("binary one"))
 	if _, err := Publish(ctx, js, names, dir); err != nil {
 		t.Fatal(err)
@@ -140,8 +106,8 @@ func TestPublishSameVersionSameArchiveIsANoOp(t *testing.T) {
 
 func TestPublishRefusesSameVersionWithOtherBytes(t *testing.T) {
 	ctx := context.Background()
-	js := startBus(t, true)
-	priv := key(t)
+	js := meshtest.StartBus(t).Conn.JS
+	priv := meshtest.ReleaseKey.Private
 	dir, m := buildDir(t, priv, "v1.0.0", []byte("binary one"))
 	if _, err := Publish(ctx, js, names, dir); err != nil {
 		t.Fatal(err)
@@ -164,8 +130,8 @@ func TestPublishRefusesSameVersionWithOtherBytes(t *testing.T) {
 
 func TestPublishRefusesAnArchiveThatDoesNotMatchItsManifest(t *testing.T) {
 	ctx := context.Background()
-	js := startBus(t, true)
-	dir, m := buildDir(t, key(t), "v1.0.0", []byte("binary one"))
+	js := meshtest.StartBus(t).Conn.JS
+	dir, m := buildDir(t, meshtest.ReleaseKey.Private, "v1.0.0", []byte("binary one"))
 	p := filepath.Join(dir, m.Object)
 	b, _ := os.ReadFile(p)
 	b[len(b)/2] ^= 0xff // same size, other bytes
@@ -184,7 +150,7 @@ func TestPublishRefusesAnArchiveThatDoesNotMatchItsManifest(t *testing.T) {
 }
 
 func TestPublishRefusesAnUnsignedManifest(t *testing.T) {
-	js := startBus(t, true)
+	js := meshtest.StartBus(t).Conn.JS
 	dir, _ := buildDir(t, nil, "v1.0.0", []byte("binary one"))
 	if _, err := Publish(context.Background(), js, names, dir); !errors.Is(err, wire.ErrUnsigned) {
 		t.Fatalf("got %v, want wire.ErrUnsigned", err)
@@ -192,8 +158,8 @@ func TestPublishRefusesAnUnsignedManifest(t *testing.T) {
 }
 
 func TestPublishWithoutBucketsSaysToRunInit(t *testing.T) {
-	js := startBus(t, false)
-	dir, _ := buildDir(t, key(t), "v1.0.0", []byte("binary one"))
+	js := meshtest.StartBus(t, meshtest.NoBuckets()).Conn.JS
+	dir, _ := buildDir(t, meshtest.ReleaseKey.Private, "v1.0.0", []byte("binary one"))
 	if _, err := Publish(context.Background(), js, names, dir); err == nil || !strings.Contains(err.Error(), "mesh-release init") {
 		t.Fatalf("got %v", err)
 	}
@@ -201,8 +167,8 @@ func TestPublishWithoutBucketsSaysToRunInit(t *testing.T) {
 
 func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 	ctx := context.Background()
-	js := startBus(t, true)
-	dir, _ := buildDir(t, key(t), "v1.0.0", []byte("binary one"))
+	js := meshtest.StartBus(t).Conn.JS
+	dir, _ := buildDir(t, meshtest.ReleaseKey.Private, "v1.0.0", []byte("binary one"))
 	if _, err := Publish(ctx, js, names, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +193,8 @@ func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 
 func TestTargetRefuses(t *testing.T) {
 	ctx := context.Background()
-	js := startBus(t, true)
-	dir, _ := buildDir(t, key(t), "v1.0.0", []byte("binary one"))
+	js := meshtest.StartBus(t).Conn.JS
+	dir, _ := buildDir(t, meshtest.ReleaseKey.Private, "v1.0.0", []byte("binary one"))
 	if _, err := Publish(ctx, js, names, dir); err != nil {
 		t.Fatal(err)
 	}

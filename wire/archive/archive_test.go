@@ -14,48 +14,9 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/novox/mesh-host/internal/meshtest"
 )
-
-// entry is one tar entry of a hand-made archive.
-type entry struct {
-	hdr  tar.Header
-	body []byte
-}
-
-func reg(name string, body []byte) entry {
-	return entry{tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(body))}, body}
-}
-
-// craft writes entries as tar+zstd, then trailer (raw bytes after the tar end, inside the
-// zstd stream), with the given encoder options.
-func craft(t *testing.T, entries []entry, trailer []byte, opts ...zstd.EOption) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw, err := zstd.NewWriter(&buf, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := tar.NewWriter(zw)
-	for _, e := range entries {
-		h := e.hdr
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(e.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := zw.Write(trailer); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 var binaryFixture = []byte("#!/bin/sh\necho v1.0.0\n")
 
@@ -105,7 +66,7 @@ func TestPackRefusesABinaryThatChangedSize(t *testing.T) {
 }
 
 func TestExtractAcceptsDotSlashName(t *testing.T) {
-	a := craft(t, []entry{reg("./mesh-host", binaryFixture)}, nil)
+	a := meshtest.Archive([]meshtest.Entry{meshtest.File("./mesh-host", binaryFixture)}, nil)
 	if _, err := Extract(context.Background(), bytes.NewReader(a), t.TempDir(), Limits{}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,41 +81,41 @@ func TestExtractRefuses(t *testing.T) {
 		want string
 	}{
 		{"TestExtractRefusesArchiveWithDotDot",
-			craft(t, []entry{reg("../mesh-host", binaryFixture)}, nil), Limits{}, "escapes"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("../mesh-host", binaryFixture)}, nil), Limits{}, "escapes"},
 		{"TestExtractRefusesArchiveWithNestedDotDot",
-			craft(t, []entry{reg("a/../../mesh-host", binaryFixture)}, nil), Limits{}, "escapes"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("a/../../mesh-host", binaryFixture)}, nil), Limits{}, "escapes"},
 		{"TestExtractRefusesArchiveWithAbsolutePath",
-			craft(t, []entry{reg("/usr/bin/mesh-host", binaryFixture)}, nil), Limits{}, "absolute path"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("/usr/bin/mesh-host", binaryFixture)}, nil), Limits{}, "absolute path"},
 		{"TestExtractRefusesArchiveWithSymlink",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh", Mode: 0o777}, nil}}, nil), Limits{}, "symlink"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh", Mode: 0o777}}}, nil), Limits{}, "symlink"},
 		{"TestExtractRefusesArchiveWithHardLink",
-			craft(t, []entry{reg("x", binaryFixture), {tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "x"}, nil}}, nil), Limits{}, "not named"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("x", binaryFixture), {Header: tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "x"}}}, nil), Limits{}, "not named"},
 		{"TestExtractRefusesArchiveWithOnlyAHardLink",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "/etc/shadow"}, nil}}, nil), Limits{}, "hard link"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeLink, Name: "mesh-host", Linkname: "/etc/shadow"}}}, nil), Limits{}, "hard link"},
 		{"TestExtractRefusesArchiveWithCharDevice",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeChar, Name: "mesh-host", Devmajor: 1, Devminor: 3, Mode: 0o666}, nil}}, nil), Limits{}, "device"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeChar, Name: "mesh-host", Devmajor: 1, Devminor: 3, Mode: 0o666}}}, nil), Limits{}, "device"},
 		{"TestExtractRefusesArchiveWithBlockDevice",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeBlock, Name: "mesh-host", Devmajor: 8, Mode: 0o666}, nil}}, nil), Limits{}, "device"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeBlock, Name: "mesh-host", Devmajor: 8, Mode: 0o666}}}, nil), Limits{}, "device"},
 		{"TestExtractRefusesArchiveWithFIFO",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeFifo, Name: "mesh-host", Mode: 0o666}, nil}}, nil), Limits{}, "FIFO"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeFifo, Name: "mesh-host", Mode: 0o666}}}, nil), Limits{}, "FIFO"},
 		{"TestExtractRefusesArchiveWithDirectory",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}, nil}, reg("./mesh-host", binaryFixture)}, nil), Limits{}, "directory"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}}, meshtest.File("./mesh-host", binaryFixture)}, nil), Limits{}, "directory"},
 		{"TestExtractRefusesArchiveWithTwoFiles",
-			craft(t, []entry{reg("mesh-host", binaryFixture), reg("README", []byte("hi"))}, nil), Limits{}, "more than one entry"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("README", []byte("hi"))}, nil), Limits{}, "more than one entry"},
 		{"TestExtractRefusesArchiveWithOtherName",
-			craft(t, []entry{reg("mesh-launcher", binaryFixture)}, nil), Limits{}, "not named"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-launcher", binaryFixture)}, nil), Limits{}, "not named"},
 		{"TestExtractRefusesSetuidBinary",
-			craft(t, []entry{{tar.Header{Typeflag: tar.TypeReg, Name: "mesh-host", Mode: 0o4755, Size: int64(len(binaryFixture))}, binaryFixture}}, nil), Limits{}, "setuid"},
+			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeReg, Name: "mesh-host", Mode: 0o4755, Size: int64(len(binaryFixture))}, Body: binaryFixture}}, nil), Limits{}, "setuid"},
 		{"TestExtractRefusesEmptyArchive",
-			craft(t, nil, nil), Limits{}, "empty"},
+			meshtest.Archive(nil, nil), Limits{}, "empty"},
 		{"TestExtractRefusesBinaryOverTheLimit",
-			craft(t, []entry{reg("mesh-host", make([]byte, 1<<20+1))}, nil), small, "over the"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", make([]byte, 1<<20+1))}, nil), small, "over the"},
 		{"TestExtractRefusesDecompressionBombAfterTarEnd",
-			craft(t, []entry{reg("mesh-host", binaryFixture)}, make([]byte, 8<<20)), small, "decompression bomb"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture)}, make([]byte, 8<<20)), small, "decompression bomb"},
 		{"TestExtractRefusesDataAfterTarEnd",
-			craft(t, []entry{reg("mesh-host", binaryFixture)}, []byte("surprise")), Limits{}, "after the end"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture)}, []byte("surprise")), Limits{}, "after the end"},
 		{"TestExtractRefusesZstdWindowOverTheLimit",
-			craft(t, []entry{reg("mesh-host", make([]byte, 4<<20))}, nil, zstd.WithWindowSize(4<<20)), Limits{MaxWindow: 1 << 20}, "more memory"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", make([]byte, 4<<20))}, nil, zstd.WithWindowSize(4<<20)), Limits{MaxWindow: 1 << 20}, "more memory"},
 		{"TestExtractRefusesNonZstdInput",
 			[]byte("this is not an archive at all"), Limits{}, "not a valid tar+zstd"},
 		{"TestExtractRefusesZstdOfNonTar",
@@ -272,7 +233,7 @@ func TestPeekGivesTheBinarysSizeAndChecksTheEntry(t *testing.T) {
 	if err != nil || n != int64(len(binaryFixture)) {
 		t.Fatalf("Peek: %d, %v; want %d", n, err, len(binaryFixture))
 	}
-	bad := craft(t, []entry{reg("../mesh-host", binaryFixture)}, nil)
+	bad := meshtest.Archive([]meshtest.Entry{meshtest.File("../mesh-host", binaryFixture)}, nil)
 	if _, err := Peek(context.Background(), bytes.NewReader(bad), Limits{}); !errors.Is(err, ErrUnsafe) {
 		t.Fatalf("Peek of an archive with ..: %v, want ErrUnsafe", err)
 	}

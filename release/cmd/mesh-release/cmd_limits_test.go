@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/release/bus"
-	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/internal/meshtest"
 )
 
 // bigDeclaration is a valid declaration for node of at least size bytes.
@@ -32,30 +30,14 @@ func bigDeclaration(node string, size int) []byte {
 func TestDeclareRefusesADeclarationOverTheLimitByName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxPayload: 8 << 20, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	c, err := bus.Connect(ctx, srv.ClientURL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := bus.Init(ctx, c.JS, wire.NamesFor("")); err != nil {
-		t.Fatal(err)
-	}
+	b := meshtest.StartBus(t, meshtest.MaxPayload(8<<20))
 	big := bigDeclaration("n1", 1_500_000)
-	err = execCmd(ctx, "declare", bytes.NewReader(big), &bytes.Buffer{}, "--nats", srv.ClientURL(), "n1", "-")
+	err := execCmd(ctx, "declare", bytes.NewReader(big), &bytes.Buffer{}, "--nats", b.URL(), "n1", "-")
 	want := fmt.Sprintf("declaration is %s bytes, over the 1,048,576-byte limit", commas(len(big)))
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--max-bytes") || !strings.Contains(err.Error(), "nothing was put") {
 		t.Fatalf("err = %v, want it to say %q and name --max-bytes", err, want)
 	}
-	kv, err := c.JS.KeyValue(ctx, wire.NamesFor("").Declarations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Get(ctx, "n1"); err == nil {
+	if _, err := b.KV(b.Names.Declarations()).Get(ctx, "n1"); err == nil {
 		t.Fatal("the refused declaration was put")
 	}
 
@@ -64,7 +46,7 @@ func TestDeclareRefusesADeclarationOverTheLimitByName(t *testing.T) {
 		max string
 		ok  bool
 	}{{"1000", false}, {fmt.Sprint(len(small)), true}} {
-		err := execCmd(ctx, "declare", bytes.NewReader(small), &bytes.Buffer{}, "--nats", srv.ClientURL(), "--force", "--max-bytes", tc.max, "n1", "-")
+		err := execCmd(ctx, "declare", bytes.NewReader(small), &bytes.Buffer{}, "--nats", b.URL(), "--force", "--max-bytes", tc.max, "n1", "-")
 		if (err == nil) != tc.ok {
 			t.Errorf("--max-bytes %s with %d bytes: %v, want ok=%v", tc.max, len(small), err, tc.ok)
 		}

@@ -1,0 +1,275 @@
+package meshtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
+)
+
+// Bus is a real NATS server with JetStream, embedded in the test process on loopback, and a
+// client connection to it. It stops when the test ends.
+type Bus struct {
+	// Conn is the test's own connection to the bus; Start replaces it.
+	Conn *bus.Conn
+	// Names are the mesh's bus names under the default prefix.
+	Names wire.Names
+
+	tb   testing.TB
+	o    busOptions
+	dir  string // the JetStream store, kept across Stop and Start
+	port int
+	ns   *server.Server
+}
+
+type busOptions struct {
+	maxPayload     int32
+	user, password string
+	noBuckets      bool
+}
+
+// A BusOption changes the bus StartBus runs.
+type BusOption func(*busOptions)
+
+// MaxPayload makes the server accept messages of at most n bytes (the default is 1 MiB).
+func MaxPayload(n int32) BusOption { return func(o *busOptions) { o.maxPayload = n } }
+
+// User makes the server accept only clients with this user and password; URL carries them.
+func User(name, password string) BusOption {
+	return func(o *busOptions) { o.user, o.password = name, password }
+}
+
+// NoBuckets leaves the bus as a server is before `mesh-release init`; Init creates them later.
+func NoBuckets() BusOption { return func(o *busOptions) { o.noBuckets = true } }
+
+// StartBus runs the bus on a free loopback port with its JetStream store in a temp dir, connects
+// to it and, unless NoBuckets, creates the mesh's buckets and heartbeat stream with bus.Init as
+// `mesh-release init` does.
+func StartBus(tb testing.TB, opts ...BusOption) *Bus {
+	tb.Helper()
+	b := &Bus{Names: wire.NamesFor(""), tb: tb, dir: tb.TempDir(), port: server.RANDOM_PORT}
+	for _, o := range opts {
+		o(&b.o)
+	}
+	b.Start()
+	tb.Cleanup(b.Stop)
+	if !b.o.noBuckets {
+		b.Init()
+	}
+	return b
+}
+
+// Start (re)starts the server on the port and the store it had, and connects Conn to it.
+func (b *Bus) Start() {
+	b.tb.Helper()
+	b.ns = serve(b.tb, &server.Options{
+		Port: b.port, JetStream: true, StoreDir: filepath.Join(b.dir, "jetstream"),
+		MaxPayload: b.o.maxPayload, Username: b.o.user, Password: b.o.password,
+	})
+	b.port = b.ns.Addr().(*net.TCPAddr).Port
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, b.URL(), "")
+	if err != nil {
+		b.Stop()
+		b.tb.Fatal(err)
+	}
+	b.Conn = c
+}
+
+// Stop closes Conn and stops the server; the store stays for Start. Stopping a stopped bus
+// does nothing.
+func (b *Bus) Stop() {
+	if b.Conn != nil {
+		b.Conn.Close()
+		b.Conn = nil
+	}
+	if b.ns != nil {
+		b.ns.Shutdown()
+		b.ns.WaitForShutdown()
+		b.ns = nil
+	}
+}
+
+// Init creates the mesh's buckets and heartbeat stream, as `mesh-release init` does.
+func (b *Bus) Init() {
+	b.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.Init(ctx, b.Conn.JS, b.Names); err != nil {
+		b.tb.Fatal(err)
+	}
+}
+
+// URL is the nats:// URL clients are given, with the user and password if the bus wants them.
+func (b *Bus) URL() string {
+	u := url.URL{Scheme: "nats", Host: b.Addr()}
+	if b.o.user != "" {
+		u.User = url.UserPassword(b.o.user, b.o.password)
+	}
+	return u.String()
+}
+
+// Addr is host:port of the server, the same across Stop and Start.
+func (b *Bus) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)) }
+
+// KV is the key-value bucket named bucket.
+func (b *Bus) KV(bucket string) jetstream.KeyValue {
+	b.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := b.Conn.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	return kv
+}
+
+// Put puts value under key in bucket and returns its revision.
+func (b *Bus) Put(bucket, key string, value []byte) uint64 {
+	b.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rev, err := b.KV(bucket).Put(ctx, key, value)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	return rev
+}
+
+// Delete deletes key from bucket.
+func (b *Bus) Delete(bucket, key string) {
+	b.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.KV(bucket).Delete(ctx, key); err != nil {
+		b.tb.Fatal(err)
+	}
+}
+
+// Declare puts value (any bytes) as node's declaration and returns its revision.
+func (b *Bus) Declare(node string, value []byte) uint64 {
+	b.tb.Helper()
+	return b.Put(b.Names.Declarations(), node, value)
+}
+
+// Heartbeats delivers every heartbeat node publishes from now on (core NATS; the stream keeps
+// only the last) until the test ends or the bus stops. A heartbeat that does not parse fails
+// the test.
+func (b *Bus) Heartbeats(node string) <-chan wire.Heartbeat {
+	b.tb.Helper()
+	ch := make(chan wire.Heartbeat, 1024)
+	var mu sync.Mutex
+	var bad error
+	sub, err := b.Conn.NC.Subscribe(b.Names.Heartbeat(node), func(m *nats.Msg) {
+		hb, err := wire.ParseHeartbeat(m.Data)
+		if err != nil {
+			mu.Lock()
+			if bad == nil {
+				bad = fmt.Errorf("a heartbeat of %s that does not parse: %w: %.300s", node, err, m.Data)
+			}
+			mu.Unlock()
+			return
+		}
+		select {
+		case ch <- hb:
+		default:
+		}
+	})
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	if err := b.Conn.NC.Flush(); err != nil {
+		b.tb.Fatal(err)
+	}
+	b.tb.Cleanup(func() {
+		sub.Unsubscribe()
+		mu.Lock()
+		defer mu.Unlock()
+		if bad != nil {
+			b.tb.Error(bad)
+		}
+	})
+	return ch
+}
+
+// LastHeartbeat is the raw heartbeat the stream keeps as node's last word.
+func (b *Bus) LastHeartbeat(node string) []byte {
+	b.tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := b.Conn.JS.Stream(ctx, b.Names.HeartbeatStream())
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, b.Names.Heartbeat(node))
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	return m.Data
+}
+
+// HeartbeatWait is how long WaitHeartbeat waits.
+const HeartbeatWait = 30 * time.Second
+
+// WaitHeartbeat reads heartbeats from ch until one satisfies ok and returns it; after
+// HeartbeatWait it fails the test, naming what it waited for and the last heartbeat seen.
+func WaitHeartbeat(tb testing.TB, ch <-chan wire.Heartbeat, what string, ok func(wire.Heartbeat) bool) wire.Heartbeat {
+	tb.Helper()
+	timeout := time.After(HeartbeatWait)
+	var last wire.Heartbeat
+	for {
+		select {
+		case hb := <-ch:
+			last = hb
+			if ok(hb) {
+				return hb
+			}
+		case <-timeout:
+			tb.Fatalf("no heartbeat with %s within %s; the last: %+v", what, HeartbeatWait, last)
+		}
+	}
+}
+
+// StartServer runs a bare NATS server with o (its authentication, TLS, JetStream if asked) on a
+// free loopback port until the test ends, for tests of a client the server refuses, and returns
+// the port.
+func StartServer(tb testing.TB, o server.Options) int {
+	tb.Helper()
+	o.Port = server.RANDOM_PORT
+	ns := serve(tb, &o)
+	tb.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return ns.Addr().(*net.TCPAddr).Port
+}
+
+// serve starts a server with o on loopback, quiet and without signal handlers, and waits until it
+// accepts clients.
+func serve(tb testing.TB, o *server.Options) *server.Server {
+	tb.Helper()
+	o.Host, o.NoSigs, o.NoLog = "127.0.0.1", true, true
+	ns, err := server.NewServer(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		tb.Fatalf("the embedded NATS server on port %d did not start", o.Port)
+	}
+	return ns
+}

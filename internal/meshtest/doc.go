@@ -1,0 +1,15 @@
+// Package meshtest is what the mesh's tests share, so that each thing a test needs is made in one
+// place:
+//
+//   - a real bus: StartBus runs an embedded NATS server with JetStream on a free loopback port and
+//     creates the mesh's buckets and stream with bus.Init; StartServer runs a bare one that
+//     refuses clients as a test asks;
+//   - hostile archives: Archive writes tar+zstd from hand-made entries, as Pack never would;
+//   - release keys: ReleaseKey, SecondKey and StrangerKey, ed25519 from fixed seeds, the same in
+//     every run, so examples can print what is signed with them;
+//   - what to wait on: ReadReconciles reads a host's store.db without disturbing the host,
+//     Eventually polls a condition; tests wait on records, store state and heartbeats, never on
+//     log text or a fixed sleep.
+//
+// It is imported only by _test.go files; lab's TestTestSupportIsImportedOnlyByTests keeps it so.
+package meshtest
