@@ -5,9 +5,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
 	"log/slog"
 	"os"
@@ -24,8 +24,11 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
-// exitUsage is a bad flag or argument, as for every mesh command.
-const exitUsage = 2
+// prog answers --help, bad flags and stray arguments as every mesh command does.
+const (
+	prog      = cmdline.Program("mesh-host")
+	exitUsage = cmdline.ExitUsage
+)
 
 // Main runs the command line args (args[0] is the program) of a host stamped with version and
 // returns the exit status.
@@ -49,8 +52,8 @@ func command(version string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version)
 		return 0
 	case "version":
-		fs := newFlagSet("version", "Print this binary's version.")
-		if code, ok := parse(fs, args[1:], stdout, stderr); !ok {
+		fs := prog.NewFlagSet("version", "Print this binary's version.")
+		if code, ok := prog.Parse(fs, args[1:], stdout, stderr); !ok {
 			return code
 		}
 		fmt.Fprintln(stdout, version)
@@ -80,46 +83,6 @@ Run `+"`mesh-host <command> --help`"+` for a command's flags. Every host.json se
 MESH_HOST_* variable (MESH_HOST_ROOT, MESH_HOST_NODE, MESH_HOST_NATS_URL, …).`)
 }
 
-// newFlagSet is a flag set that prints nothing itself: parse says each thing once.
-func newFlagSet(name, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: mesh-host %s", name)
-		n := 0
-		fs.VisitAll(func(*flag.Flag) { n++ })
-		if n > 0 {
-			fmt.Fprint(w, " [flags]")
-		}
-		fmt.Fprintf(w, "\n\n%s\n", about)
-		if n > 0 {
-			fmt.Fprintln(w, "\nflags:")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
-}
-
-// parse parses args: --help prints the usage on stdout (exit 0); a bad flag or any argument is
-// said once on stderr (exit 2). ok is false when the command should stop with code.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	err := fs.Parse(args)
-	if err == nil && fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q; this command takes flags only", fs.Arg(0))
-	}
-	switch {
-	case err == nil:
-		return 0, true
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0, false
-	}
-	fmt.Fprintf(stderr, "mesh-host %s: %v\nrun `mesh-host %s --help` for usage\n", fs.Name(), err, fs.Name())
-	return exitUsage, false
-}
-
 // rootFlags registers the flags run and preflight share.
 func rootFlags(fs *flag.FlagSet) (root, cfgPath *string) {
 	root = fs.String("root", "", "the root (MESH_HOST_ROOT; default "+rollback.DefaultRoot+")")
@@ -128,9 +91,9 @@ func rootFlags(fs *flag.FlagSet) (root, cfgPath *string) {
 }
 
 func run(version string, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", "Hold this node in its declared state: link to the bus, reconcile, heartbeat, and stand aside\nfor a newer version. Started by mesh-launcher, which sets MESH_HOST_VERSION; it refuses to run\nwithout it. The node id is host.json's \"node\" or MESH_HOST_NODE, else the short hostname\n(up to the first dot).")
+	fs := prog.NewFlagSet("run", "Hold this node in its declared state: link to the bus, reconcile, heartbeat, and stand aside\nfor a newer version. Started by mesh-launcher, which sets MESH_HOST_VERSION; it refuses to run\nwithout it. The node id is host.json's \"node\" or MESH_HOST_NODE, else the short hostname\n(up to the first dot).")
 	rootFlag, cfgFlag := rootFlags(fs)
-	if code, ok := parse(fs, args, stdout, stderr); !ok {
+	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	root, cfgPath := *rootFlag, *cfgFlag
@@ -185,9 +148,9 @@ func run(version string, args []string, stdout, stderr io.Writer) int {
 // preflight prints the version first, then checks that this binary can read the node's
 // config and records; the stager compares the printed version with the manifest's.
 func preflight(version string, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("preflight", "Print this binary's version, then check that it can read the node's config, records and\nstore. A host runs it on a staged version before standing aside for it; exit 0 means it can run.")
+	fs := prog.NewFlagSet("preflight", "Print this binary's version, then check that it can read the node's config, records and\nstore. A host runs it on a staged version before standing aside for it; exit 0 means it can run.")
 	rootFlag, cfgFlag := rootFlags(fs)
-	if code, ok := parse(fs, args, stdout, stderr); !ok {
+	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	root, cfgPath := *rootFlag, *cfgFlag

@@ -3,9 +3,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
 	"os"
 	"os/signal"
@@ -17,7 +16,11 @@ import (
 // version is stamped by `make build VERSION=…`.
 var version = "v0.0.0-dev"
 
-const exitUsage = 2
+// prog answers --help, bad flags and stray arguments as every mesh command does.
+const (
+	prog      = cmdline.Program("mesh-lab")
+	exitUsage = cmdline.ExitUsage
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -42,13 +45,13 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer, demo func
 		fmt.Fprintln(stdout, version)
 		return 0
 	case "version":
-		if code, ok := parse("version", "usage: mesh-lab version\n\nPrint this tool's version.", args[1:], stdout, stderr); !ok {
+		if code, ok := parse("version", "Print this tool's version.", args[1:], stdout, stderr); !ok {
 			return code
 		}
 		fmt.Fprintln(stdout, version)
 		return 0
 	case "demo":
-		if code, ok := parse("demo", demoUsage, args[1:], stdout, stderr); !ok {
+		if code, ok := parse("demo", demoAbout, args[1:], stdout, stderr); !ok {
 			return code
 		}
 		if err := demo(ctx, stdout, "."); err != nil {
@@ -61,30 +64,13 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer, demo func
 	return exitUsage
 }
 
-// parse parses the args of a command that takes no flags or arguments: --help prints its usage
-// on stdout (exit 0), anything else is said once on stderr (exit 2). ok is false when the
-// command should stop with code.
-func parse(name, usage string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	if err == nil && fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q; %s takes none", fs.Arg(0), name)
-	}
-	switch {
-	case err == nil:
-		return 0, true
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stdout, usage)
-		return 0, false
-	}
-	fmt.Fprintf(stderr, "mesh-lab %s: %v\nrun `mesh-lab %s --help` for usage\n", name, err, name)
-	return exitUsage, false
+// parse parses the args of a command that takes no flags or arguments, as every mesh command
+// does (internal/cmdline). ok is false when the command should stop with code.
+func parse(name, about string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	return prog.Parse(prog.NewFlagSet(name, about), args, stdout, stderr)
 }
 
-const demoUsage = `usage: mesh-lab demo
-
-Tell the whole story on one node with real processes and a real bus: v1.0.0 confirms, a
+const demoAbout = `Tell the whole story on one node with real processes and a real bus: v1.0.0 confirms, a
 declaration is reconciled, v1.1.0 is built, signed, published and targeted with mesh-release
 and takes over, a broken v1.2.0 is rolled back. Run it from inside the mesh-host source tree:
 it builds what it runs (needs Go). Exit 1 if any step does not happen.`

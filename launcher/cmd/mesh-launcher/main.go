@@ -4,9 +4,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
 	"log/slog"
 	"os"
@@ -21,9 +20,12 @@ import (
 // version is stamped by `make build VERSION=…`.
 var version = "v0.0.0-dev"
 
-// exitUsage is a bad flag or argument, as for every mesh command; `status` uses 1, 3 and 4 for
-// what it finds.
-const exitUsage = 2
+// prog answers --help, bad flags and stray arguments as every mesh command does; `status` uses
+// 1, 3 and 4 for what it finds.
+const (
+	prog      = cmdline.Program("mesh-launcher")
+	exitUsage = cmdline.ExitUsage
+)
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv)) }
 
@@ -45,8 +47,8 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	case "status":
 		return status(args[1:], stdout, stderr, getenv)
 	case "version":
-		fs := newFlagSet("version", "print this launcher's version")
-		if code, ok := parse(fs, args[1:], stdout, stderr); !ok {
+		fs := prog.NewFlagSet("version", "print this launcher's version")
+		if code, ok := prog.Parse(fs, args[1:], stdout, stderr); !ok {
 			return code
 		}
 		fmt.Fprintln(stdout, version)
@@ -72,46 +74,6 @@ Run `+"`mesh-launcher <command> --help`"+` for a command's flags. ROOT is --root
 MESH_HOST_ROOT, else /var/lib/mesh-host.`)
 }
 
-// newFlagSet is a flag set that prints nothing itself: parse says each thing once.
-func newFlagSet(name, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: mesh-launcher %s", name)
-		n := 0
-		fs.VisitAll(func(*flag.Flag) { n++ })
-		if n > 0 {
-			fmt.Fprint(w, " [flags]")
-		}
-		fmt.Fprintf(w, "\n\n%s\n", about)
-		if n > 0 {
-			fmt.Fprintln(w, "\nflags:")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
-}
-
-// parse parses args: --help prints the usage on stdout (exit 0); a bad flag or any argument is
-// said once on stderr (exit 2). ok is false when the command should stop with code.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	err := fs.Parse(args)
-	if err == nil && fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q; this command takes flags only", fs.Arg(0))
-	}
-	switch {
-	case err == nil:
-		return 0, true
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0, false
-	}
-	fmt.Fprintf(stderr, "mesh-launcher %s: %v\nrun `mesh-launcher %s --help` for usage\n", fs.Name(), err, fs.Name())
-	return exitUsage, false
-}
-
 func defaultRoot(getenv func(string) string) string {
 	if v := getenv("MESH_HOST_ROOT"); v != "" {
 		return v
@@ -120,7 +82,7 @@ func defaultRoot(getenv func(string) string) string {
 }
 
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := newFlagSet("run", "Run the newest good version of mesh-host under ROOT/versions, judge how each run ends, and roll\nback once to the known-good predecessor. Exit 3 is the failed state (the unit's\nRestartPreventExitStatus).")
+	fs := prog.NewFlagSet("run", "Run the newest good version of mesh-host under ROOT/versions, judge how each run ends, and roll\nback once to the known-good predecessor. Exit 3 is the failed state (the unit's\nRestartPreventExitStatus).")
 	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	limit := fs.Int("failure-limit", rollback.DefaultPolicy.Limit, "failures that judge a version")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count toward its backoff")
@@ -129,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	backoffMax := fs.Duration("backoff-max", rollback.DefaultPolicy.BackoffMax, "the longest wait before restarting a failed host")
 	backoffMin := fs.Duration("backoff-min", rollback.DefaultPolicy.BackoffMin, "the first wait before restarting a failed host")
 	stopTimeout := fs.Duration("stop-timeout", launcher.DefaultStopTimeout, "how long a stopping host may take before it is killed")
-	if code, ok := parse(fs, args, stdout, stderr); !ok {
+	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	if *limit < 1 {
@@ -159,11 +121,11 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 }
 
 func status(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := newFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error.")
+	fs := prog.NewFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error.")
 	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count (as given to run)")
-	if code, ok := parse(fs, args, stdout, stderr); !ok {
+	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	p := rollback.DefaultPolicy
