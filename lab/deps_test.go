@@ -1,7 +1,9 @@
 package lab
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -86,5 +88,28 @@ func TestTestSupportIsImportedOnlyByTests(t *testing.T) {
 	}
 	if !listed {
 		t.Errorf("go list ./... did not list %s; this test checks nothing", meshtest)
+	}
+}
+
+// No built binary is committed (a 3 MB mesh-release once was): binaries are made by `make build`
+// into bin/, which .gitignore keeps out, as it does the lab's and the tests' outputs.
+func TestNoBinaryIsCommitted(t *testing.T) {
+	cmd := exec.Command("git", "ls-files", "-z")
+	cmd.Dir = bins.Src
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join(bins.Src, name))
+		if err != nil {
+			continue // deleted in the working tree
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		f.Close()
+		if string(head[:n]) == "\x7fELF" {
+			t.Errorf("%s is a compiled binary; build it with make build instead of committing it", name)
+		}
 	}
 }
