@@ -25,10 +25,7 @@ import (
 )
 
 // prog answers --help, bad flags and stray arguments as every mesh command does.
-const (
-	prog      = cmdline.Program("mesh-host")
-	exitUsage = cmdline.ExitUsage
-)
+const prog = cmdline.Program("mesh-host")
 
 // Main runs the command line args (args[0] is the program) of a host stamped with version and
 // returns the exit status.
@@ -40,47 +37,12 @@ func Main(version string, args []string) int {
 }
 
 func command(version string, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		usage(stdout)
-		return 0
-	case "-version", "--version":
-		fmt.Fprintln(stdout, version)
-		return 0
-	case "version":
-		fs := prog.NewFlagSet("version", "Print this binary's version.")
-		if code, ok := prog.Parse(fs, args[1:], stdout, stderr); !ok {
-			return code
-		}
-		fmt.Fprintln(stdout, version)
-		return 0
-	case "run":
-		return run(version, args[1:], stdout, stderr)
-	case "preflight":
-		return preflight(version, args[1:], stdout, stderr)
-	}
-	what := "command"
-	if args[0] != "" && args[0][0] == '-' {
-		what = "flag"
-	}
-	fmt.Fprintf(stderr, "mesh-host: unknown %s %q\nrun `mesh-host --help` for the commands\n", what, args[0])
-	return exitUsage
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: mesh-host <command> [flags]
-
-commands:
-  run        hold this node in its declared state (started by mesh-launcher, never by hand)
-  preflight  print the version, then check this binary can read the node's config and records
-  version    print this binary's version
-
-Run `+"`mesh-host <command> --help`"+` for a command's flags. Every host.json setting is also a
-MESH_HOST_* variable (MESH_HOST_ROOT, MESH_HOST_NODE, MESH_HOST_NATS_URL, …).`)
+	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-host <command> --help` for a command's flags. Every host.json setting is also a\nMESH_HOST_* variable (MESH_HOST_ROOT, MESH_HOST_NODE, MESH_HOST_NATS_URL, …).", []cmdline.Command{
+		{Name: "run", Summary: "hold this node in its declared state (started by mesh-launcher, never by hand)",
+			Run: func(args []string) int { return run(version, args, stdout, stderr) }},
+		{Name: "preflight", Summary: "print the version, then check this binary can read the node's config and records",
+			Run: func(args []string) int { return preflight(version, args, stdout, stderr) }},
+	})
 }
 
 // rootFlags registers the flags run and preflight share.

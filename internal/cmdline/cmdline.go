@@ -58,3 +58,56 @@ func (p Program) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 	fmt.Fprintf(stderr, "%s %s: %v\nrun `%s %s --help` for usage\n", p, fs.Name(), err, p, fs.Name())
 	return ExitUsage, false
 }
+
+// Command is one of a program's commands: its name, a line for the program's usage, and what it
+// does with the arguments after its name (returning the exit status).
+type Command struct {
+	Name    string
+	Summary string
+	Run     func(args []string) int
+}
+
+// Dispatch runs the command args[0] names. No arguments print the program's usage on stderr
+// (exit 2); -h, --help and help print it on stdout (exit 0); --version and version print
+// version; anything else is an unknown command or flag (exit 2). footer ends the usage.
+func (p Program) Dispatch(args []string, stdout, stderr io.Writer, version, footer string, commands []Command) int {
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: %s <command> [flags]\n\ncommands:\n", p)
+		for _, c := range commands {
+			fmt.Fprintf(w, "  %-10s %s\n", c.Name, c.Summary)
+		}
+		fmt.Fprintf(w, "  %-10s %s\n", "version", "print this program's version")
+		if footer != "" {
+			fmt.Fprintf(w, "\n%s\n", footer)
+		}
+	}
+	if len(args) == 0 {
+		usage(stderr)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, version)
+		return 0
+	case "version":
+		if code, ok := p.Parse(p.NewFlagSet("version", "Print this program's version."), args[1:], stdout, stderr); !ok {
+			return code
+		}
+		fmt.Fprintln(stdout, version)
+		return 0
+	}
+	for _, c := range commands {
+		if c.Name == args[0] {
+			return c.Run(args[1:])
+		}
+	}
+	what := "command"
+	if args[0] != "" && args[0][0] == '-' {
+		what = "flag" // before any command: flags belong after one
+	}
+	fmt.Fprintf(stderr, "%s: unknown %s %q\nrun `%s --help` for the commands\n", p, what, args[0], p)
+	return ExitUsage
+}

@@ -17,10 +17,7 @@ import (
 var version = "v0.0.0-dev"
 
 // prog answers --help, bad flags and stray arguments as every mesh command does.
-const (
-	prog      = cmdline.Program("mesh-lab")
-	exitUsage = cmdline.ExitUsage
-)
+const prog = cmdline.Program("mesh-lab")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -33,35 +30,18 @@ func main() {
 // cli runs the command line args (without the program name) and returns the exit status; demo
 // is lab.Demo, replaced in tests.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer, demo func(context.Context, io.Writer, string) error) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		usage(stdout)
-		return 0
-	case "-version", "--version":
-		fmt.Fprintln(stdout, version)
-		return 0
-	case "version":
-		if code, ok := parse("version", "Print this tool's version.", args[1:], stdout, stderr); !ok {
-			return code
-		}
-		fmt.Fprintln(stdout, version)
-		return 0
-	case "demo":
-		if code, ok := parse("demo", demoAbout, args[1:], stdout, stderr); !ok {
-			return code
-		}
-		if err := demo(ctx, stdout, "."); err != nil {
-			fmt.Fprintf(stderr, "mesh-lab demo: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	fmt.Fprintf(stderr, "mesh-lab: unknown command %q\nrun `mesh-lab --help` for the commands\n", args[0])
-	return exitUsage
+	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-lab demo --help` for what the demo does.", []cmdline.Command{
+		{Name: "demo", Summary: "run the narrated demo (from inside the mesh-host source tree)", Run: func(args []string) int {
+			if code, ok := parse("demo", demoAbout, args, stdout, stderr); !ok {
+				return code
+			}
+			if err := demo(ctx, stdout, "."); err != nil {
+				fmt.Fprintf(stderr, "mesh-lab demo: %v\n", err)
+				return 1
+			}
+			return 0
+		}},
+	})
 }
 
 // parse parses the args of a command that takes no flags or arguments, as every mesh command
@@ -74,13 +54,3 @@ const demoAbout = `Tell the whole story on one node with real processes and a re
 declaration is reconciled, v1.1.0 is built, signed, published and targeted with mesh-release
 and takes over, a broken v1.2.0 is rolled back. Run it from inside the mesh-host source tree:
 it builds what it runs (needs Go). Exit 1 if any step does not happen.`
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: mesh-lab <command>
-
-commands:
-  demo     run the narrated demo (from inside the mesh-host source tree)
-  version  print this tool's version
-
-Run `+"`mesh-lab demo --help`"+` for what the demo does.`)
-}

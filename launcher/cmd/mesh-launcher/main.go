@@ -31,47 +31,12 @@ func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv)) }
 
 // cli runs the command line args (without the program name) and returns the exit status.
 func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		usage(stdout)
-		return 0
-	case "-version", "--version":
-		fmt.Fprintln(stdout, version)
-		return 0
-	case "run":
-		return run(args[1:], stdout, stderr, getenv)
-	case "status":
-		return status(args[1:], stdout, stderr, getenv)
-	case "version":
-		fs := prog.NewFlagSet("version", "print this launcher's version")
-		if code, ok := prog.Parse(fs, args[1:], stdout, stderr); !ok {
-			return code
-		}
-		fmt.Fprintln(stdout, version)
-		return 0
-	}
-	what := "command"
-	if args[0] != "" && args[0][0] == '-' {
-		what = "flag"
-	}
-	fmt.Fprintf(stderr, "mesh-launcher: unknown %s %q\nrun `mesh-launcher --help` for the commands\n", what, args[0])
-	return exitUsage
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, `usage: mesh-launcher <command> [flags]
-
-commands:
-  run      run the newest good mesh-host under ROOT/versions (the systemd unit's command)
-  status   show the versions, the running one, failures and the last rollback
-  version  print this launcher's version
-
-Run `+"`mesh-launcher <command> --help`"+` for a command's flags. ROOT is --root, else
-MESH_HOST_ROOT, else /var/lib/mesh-host.`)
+	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-launcher <command> --help` for a command's flags. ROOT is --root, else\nMESH_HOST_ROOT, else "+rollback.DefaultRoot+".", []cmdline.Command{
+		{Name: "run", Summary: "run the newest good mesh-host under ROOT/versions (the systemd unit's command)",
+			Run: func(args []string) int { return run(args, stdout, stderr, getenv) }},
+		{Name: "status", Summary: "show the versions, the running one, failures and the last rollback",
+			Run: func(args []string) int { return status(args, stdout, stderr, getenv) }},
+	})
 }
 
 func defaultRoot(getenv func(string) string) string {
