@@ -159,13 +159,8 @@ func TestBusCommandsReadTheURLAndCredsFromTheEnvironment(t *testing.T) {
 // never heartbeated is refused and nothing is set; --force sets it and says so; --fleet needs
 // no check; the output names what was set and its revision.
 func TestTargetSaysWhatItSetAndRefusesANodeNeverHeard(t *testing.T) {
-	url := startServe(t, t.TempDir())
+	url, c := startServeConnected(t)
 	ctx := context.Background()
-	c, err := bus.Connect(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	n := wire.NamesFor("")
 	announce(t, c, "v1.0.0")
 	heartbeat(t, c, "web-01")
@@ -212,13 +207,8 @@ func TestTargetSaysWhatItSetAndRefusesANodeNeverHeard(t *testing.T) {
 // The list of nodes heard in a refusal is bounded, and printed safely: node ids come from
 // subjects anyone allowed to publish could have made.
 func TestARefusalListsAFewNodesPrintably(t *testing.T) {
-	url := startServe(t, t.TempDir())
+	url, c := startServeConnected(t)
 	ctx := context.Background()
-	c, err := bus.Connect(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	for i := 0; i < 30; i++ {
 		heartbeat(t, c, "node-"+string(rune('a'+i%26))+strings.Repeat("x", i))
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -16,13 +15,8 @@ import (
 // sequences on the operator's terminal. Heartbeats are published as raw bytes to the real bus;
 // neither the table nor the JSON may carry a control byte, and the table stays one line a node.
 func TestFleetPrintsNoTerminalControlFromHeartbeats(t *testing.T) {
-	url := startServe(t, t.TempDir())
+	url, c := startServeConnected(t)
 	ctx := context.Background()
-	c, err := bus.Connect(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	n := wire.NamesFor("")
 	raw := map[string]string{
 		"evil1": `{"schema":1,"node":"evil1","state":"running","running":"v1\u001b[2J\u001b]0;pwned\u0007","known_good":"v0\u009b31m","target":"v2\r\nfake-node  running","sent_at":"2026-11-29T07:12:03Z",` +

@@ -20,6 +20,19 @@ import (
 )
 
 // startServe runs `serve` on a free loopback port and returns its client URL.
+// startServeConnected runs serve on a fresh data directory and connects to it, as most command
+// tests need.
+func startServeConnected(t *testing.T) (string, *bus.Conn) {
+	t.Helper()
+	url := startServe(t, t.TempDir())
+	c, err := bus.Connect(context.Background(), url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return url, c
+}
+
 func startServe(t *testing.T, data string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,13 +62,8 @@ func startServe(t *testing.T, data string) string {
 // has, silently. It says what it did; a node that never heartbeated is refused by name (with
 // how node ids are made, the nodes heard, and --force), and --force pre-declares it.
 func TestDeclareStoresForAHeardNodeAndRefusesAnUnheardOneWithoutForce(t *testing.T) {
-	url := startServe(t, t.TempDir())
+	url, c := startServeConnected(t)
 	ctx := context.Background()
-	c, err := bus.Connect(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	heartbeat(t, c, "n1")
 	kv, err := c.JS.KeyValue(ctx, wire.NamesFor("").Declarations())
 	if err != nil {
@@ -146,13 +154,8 @@ func TestInitIsIdempotentOnAServedBus(t *testing.T) {
 }
 
 func TestFleetListsNodesAsTextAndJSON(t *testing.T) {
-	url := startServe(t, t.TempDir())
+	url, c := startServeConnected(t)
 	ctx := context.Background()
-	c, err := bus.Connect(ctx, url, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	n := wire.NamesFor("")
 	for _, node := range []string{"n1", "n2"} {
 		hb := wire.Heartbeat{Node: node, State: wire.StateRunning, Running: "v1.0.0", SentAt: time.Now().UTC()}
