@@ -38,6 +38,7 @@ bench:
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
+	$(BENCH) -bench ParseDeclaration -benchtime 20x ./wire/
 
 clean:
 	rm -rf bin
