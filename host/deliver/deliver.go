@@ -418,10 +418,10 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 // checks the count and the digest against the manifest.
 func copyVerified(dst io.Writer, src io.Reader, m wire.Manifest, meter io.Writer) error {
 	h := sha256.New()
-	out := &destWriter{w: dst}
+	out := &archive.WriteRecorder{W: dst}
 	n, err := io.Copy(io.MultiWriter(out, h, meter), io.LimitReader(src, m.Size+1))
-	if out.err != nil {
-		return writeErr(m.Version, "writing the download", out.err)
+	if out.Err != nil {
+		return writeErr(m.Version, "writing the download", out.Err)
 	}
 	if errors.Is(err, jetstream.ErrDigestMismatch) {
 		return refuse(m.Version, KindDigestMismatch, "the object store's chunks of %s do not match its own digest; republish the release", m.Object)
@@ -436,21 +436,6 @@ func copyVerified(dst io.Writer, src io.Reader, m wire.Manifest, meter io.Writer
 		return refuse(m.Version, KindDigestMismatch, "%s is %s but the manifest signed %s; republish the release", m.Object, got, m.Digest)
 	}
 	return nil
-}
-
-// destWriter keeps the error of a failed write, so a full disk is not mistaken for a failure
-// of the bus.
-type destWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (d *destWriter) Write(p []byte) (int, error) {
-	n, err := d.w.Write(p)
-	if err != nil {
-		d.err = err
-	}
-	return n, err
 }
 
 // room checks that dir's file system has need bytes free beyond the margin; what says what

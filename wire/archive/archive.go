@@ -176,12 +176,12 @@ func extract(ctx context.Context, r io.Reader, dir string, lim Limits, create fu
 		return Binary{}, fmt.Errorf("extract: %w", err)
 	}
 	h := sha256.New()
-	w := &destWriter{w: f}
+	w := &WriteRecorder{W: f}
 	n, err := io.Copy(io.MultiWriter(w, h), tr)
 	if err != nil {
 		f.Close()
-		if w.err != nil {
-			return Binary{}, fmt.Errorf("extract: %w", w.err)
+		if w.Err != nil {
+			return Binary{}, fmt.Errorf("extract: %w", w.Err)
 		}
 		return Binary{}, readErr(err)
 	}
@@ -243,17 +243,18 @@ func first(tr *tar.Reader, lim Limits) (*tar.Header, error) {
 	return hdr, nil
 }
 
-// destWriter keeps the error of a failed write, so a full disk is not mistaken for a fault of
-// the archive being read.
-type destWriter struct {
-	w   io.Writer
-	err error
+// WriteRecorder passes writes to W and keeps the error of a failed one, so that a caller copying
+// with io.Copy can tell its destination failing (a full disk: the machine's problem) from its
+// source failing (what was being read). Extract and the host's download both use it.
+type WriteRecorder struct {
+	W   io.Writer
+	Err error // the first write error, if any
 }
 
-func (d *destWriter) Write(p []byte) (int, error) {
-	n, err := d.w.Write(p)
-	if err != nil {
-		d.err = err
+func (d *WriteRecorder) Write(p []byte) (int, error) {
+	n, err := d.W.Write(p)
+	if err != nil && d.Err == nil {
+		d.Err = err
 	}
 	return n, err
 }

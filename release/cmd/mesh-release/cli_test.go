@@ -9,12 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
 )
@@ -247,30 +247,12 @@ func announce(t *testing.T, c *bus.Conn, version string) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer the server's goroutines may write while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The issue: the NATS banner filled serve's log. Only the server's warnings and errors are
 // logged unless --verbose; the banner says where it serves and that loopback is this machine only.
 func TestServeIsQuietUnlessVerbose(t *testing.T) {
 	for _, verbose := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
-		var out, errOut lockedBuffer
+		var out, errOut meshtest.Buffer
 		args := []string{"--data", t.TempDir(), "--listen", "127.0.0.1:0"}
 		if verbose {
 			args = append(args, "--verbose")
