@@ -89,6 +89,10 @@ type State struct {
 	// LeftOut are nodes skipped because they were silent when their batch began.
 	LeftOut []LeftOut `json:"left_out"`
 	Halt    *Halt     `json:"halt,omitempty"`
+	// Restored is true once, after a halt or an abort, every node of the batch in progress has
+	// its target set back to the version it ran (Ran); a controller that finds a stopped
+	// rollout not yet restored restores it.
+	Restored bool `json:"targets_restored,omitempty"`
 	// Holder is the controller acting on this rollout and its lease.
 	Holder       *Holder `json:"holder,omitempty"`
 	SupersededBy string  `json:"superseded_by,omitempty"`
