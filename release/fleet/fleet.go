@@ -1,5 +1,7 @@
 // Package fleet is the control side's view of the fleet: every node's last heartbeat, read from
-// the heartbeat stream, as rows an operator can scan — with nodes gone silent standing out.
+// the heartbeat stream, as rows an operator can scan — with nodes gone silent standing out, and
+// each node's STATE saying what it is doing (rolled back, refused, fetching, on trial, …),
+// judged from its last heartbeat by the rules in status.go, the first match winning.
 package fleet
 
 import (
@@ -113,23 +115,47 @@ func entryOf(n wire.Names, subject string, heard time.Time, data []byte) Entry {
 	return e
 }
 
-// View holds the latest entry per node; safe for concurrent use.
+// View holds the latest entry per node, and remembers the nodes it saw restart; safe for
+// concurrent use.
 type View struct {
-	mu      sync.Mutex
-	entries map[string]Entry
+	mu       sync.Mutex
+	entries  map[string]Entry
+	restarts map[string]restart
+}
+
+// restart is a View seeing a node start its running version again: a heartbeat of the same
+// version as the one before it, with a smaller uptime.
+type restart struct {
+	seen    time.Time // when the server stored the heartbeat that showed it
+	running string
 }
 
 // NewView returns an empty view.
-func NewView() *View { return &View{entries: make(map[string]Entry)} }
+func NewView() *View {
+	return &View{entries: make(map[string]Entry), restarts: make(map[string]restart)}
+}
 
-// Update records e as its node's latest word, unless the view already has a newer one.
+// Update records e as its node's latest word, unless the view already has a newer one. A
+// heartbeat that runs the same version as the one before it with a smaller uptime_s is a
+// restart, said in the node's status for RestartShownFor; one running another version ends it.
 func (v *View) Update(e Entry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if old, ok := v.entries[e.Node]; ok && old.Heard.After(e.Heard) {
+	old, ok := v.entries[e.Node]
+	if ok && old.Heard.After(e.Heard) {
 		return
 	}
 	v.entries[e.Node] = e
+	if !ok || old.Err != nil || e.Err != nil {
+		return
+	}
+	prev, hb := old.Heartbeat, e.Heartbeat
+	switch {
+	case hb.Running == prev.Running && hb.UptimeS < prev.UptimeS:
+		v.restarts[e.Node] = restart{seen: e.Heard, running: hb.Running}
+	case hb.Running != v.restarts[e.Node].running:
+		delete(v.restarts, e.Node)
+	}
 }
 
 // Len is the number of nodes in the view.
@@ -139,13 +165,18 @@ func (v *View) Len() int {
 	return len(v.entries)
 }
 
-// Rows returns the view's rows as of now (see Rows).
+// Rows returns the view's rows as of now (see Rows); a node the view saw restart within
+// RestartShownFor, still on the version it restarted, reads "restarted".
 func (v *View) Rows(now time.Time, silentAfter time.Duration) []Row {
 	v.mu.Lock()
 	es := make([]Entry, 0, len(v.entries))
-	for _, e := range v.entries {
+	restarted := make(map[string]bool)
+	for node, e := range v.entries {
 		es = append(es, e)
+		if r, ok := v.restarts[node]; ok && e.Err == nil && e.Heartbeat.Running == r.running && now.Sub(r.seen) < RestartShownFor {
+			restarted[node] = true
+		}
 	}
 	v.mu.Unlock()
-	return Rows(es, now, silentAfter)
+	return rows(es, now, silentAfter, restarted)
 }

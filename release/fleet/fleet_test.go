@@ -141,8 +141,8 @@ func TestFleetRowsPutSilentNodesFirst(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	ok, bad := &wire.LastReconcile{OK: true}, &wire.LastReconcile{OK: false, Error: "file /etc/x: denied"}
 	es := []Entry{
-		{Node: "a", Heard: now.Add(-5 * time.Second), Heartbeat: wire.Heartbeat{Node: "a", State: "running", Running: "v1", LastReconcile: ok}},
-		{Node: "b", Heard: now.Add(-91 * time.Second), Heartbeat: wire.Heartbeat{Node: "b", State: "running", Running: "v1", LastReconcile: ok}},
+		{Node: "a", Heard: now.Add(-5 * time.Second), Heartbeat: wire.Heartbeat{Node: "a", State: "running", Running: "v1", KnownGood: "v1", LastReconcile: ok}},
+		{Node: "b", Heard: now.Add(-91 * time.Second), Heartbeat: wire.Heartbeat{Node: "b", State: "running", Running: "v1", KnownGood: "v1", LastReconcile: ok}},
 		{Node: "c", Heard: now.Add(-10 * time.Second), Heartbeat: wire.Heartbeat{Node: "c", State: "running", LastReconcile: bad}},
 		{Node: "d", Heard: now.Add(-1 * time.Second), Err: errString("heartbeat: schema 2 is not supported")},
 		{Node: "e", Heard: now.Add(-3 * time.Hour), Heartbeat: wire.Heartbeat{Node: "e", State: "stopping"}},
@@ -163,7 +163,7 @@ func TestFleetRowsPutSilentNodesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := buf.String()
-	for _, want := range []string{"SILENT (was running)", "SILENT (was stopping)", "UNREADABLE", "failed: file /etc/x: denied", "5 nodes, 2 silent", "1m31s ago", "3h00m ago"} {
+	for _, want := range []string{"SILENT since 11:58:29 (was running v1)", "SILENT since 09:00:00 (was stopping)", "UNREADABLE", "failed: file /etc/x: denied", "5 nodes, 2 silent", "1m31s ago", "3h00m ago"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}

@@ -16,8 +16,13 @@ import (
 
 // Row is one node as the fleet view shows it.
 type Row struct {
-	Node      string    `json:"node"`
-	Silent    bool      `json:"silent"`
+	Node   string `json:"node"`
+	Silent bool   `json:"silent"`
+	// Status is the STATE column: what the node is doing, bounded and printable (see rules);
+	// StatusKind is it in one word.
+	Status     string `json:"status"`
+	StatusKind Kind   `json:"status_kind"`
+	// State is the host's state as the heartbeat says it (running, standing-aside, stopping).
 	State     string    `json:"state"`
 	Running   string    `json:"running"`
 	KnownGood string    `json:"known_good"`
@@ -33,9 +38,14 @@ type Row struct {
 }
 
 // Rows turns entries into rows as of now: a node unheard for longer than silentAfter is silent.
-// Silent nodes come first, then nodes whose heartbeat is unreadable, then the rest, each group by
-// node id.
+// Silent nodes come first, then nodes whose heartbeat is unreadable, then nodes in trouble
+// (Kind.Trouble), then the rest, each group by node id.
 func Rows(entries []Entry, now time.Time, silentAfter time.Duration) []Row {
+	return rows(entries, now, silentAfter, nil)
+}
+
+// rows is Rows, with the nodes a View saw restart lately.
+func rows(entries []Entry, now time.Time, silentAfter time.Duration, restarted map[string]bool) []Row {
 	if silentAfter <= 0 {
 		silentAfter = DefaultSilentAfter
 	}
@@ -43,6 +53,7 @@ func Rows(entries []Entry, now time.Time, silentAfter time.Duration) []Row {
 	for _, e := range entries {
 		age := now.Sub(e.Heard)
 		r := Row{Node: e.Node, LastHeard: e.Heard.UTC(), AgeS: age.Seconds(), Silent: age > silentAfter}
+		r.StatusKind, r.Status = status(e, now, silentAfter, restarted[e.Node])
 		if e.Err != nil {
 			r.Problem = e.Err.Error()
 		} else {
@@ -71,31 +82,45 @@ func rank(r Row) int {
 		return 0
 	case r.Problem != "":
 		return 1
+	case r.StatusKind.Trouble():
+		return 2
 	}
-	return 2
+	return 3
 }
 
-// WriteText writes rows as an aligned table with a summary line. Silent nodes read "SILENT".
+// TextOptions are the choices WriteTextWith takes.
+type TextOptions struct {
+	// SilentAfter is the rule the rows were made with, said in the summary line
+	// (DefaultSilentAfter when zero).
+	SilentAfter time.Duration
+	// Header, when not empty, is written as one line above the table (a rollout in progress,
+	// say); it is made printable and bounded like every cell.
+	Header string
+}
+
+// WriteText writes rows as an aligned table with a summary line (see WriteTextWith).
 func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
+	return WriteTextWith(w, rows, TextOptions{SilentAfter: silentAfter})
+}
+
+// WriteTextWith writes the optional header line, rows as an aligned table, and a summary line
+// counting the nodes, the silent ones and, when not all are ok, each other kind.
+func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
+	silentAfter := o.SilentAfter
 	if silentAfter <= 0 {
 		silentAfter = DefaultSilentAfter
 	}
+	if o.Header != "" {
+		if _, err := fmt.Fprintln(w, cell(o.Header, maxHeaderCell)); err != nil {
+			return err
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tLAST HEARD\tLAST RECONCILE")
-	silent := 0
+	counts := make(map[Kind]int)
 	for _, r := range rows {
-		state := r.State
-		if r.Problem != "" {
-			state = "UNREADABLE"
-		}
-		if r.Silent {
-			silent++
-			state = "SILENT"
-			if r.State != "" {
-				state += " (was " + r.State + ")"
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), cell(state, maxIDCell),
+		counts[r.StatusKind]++
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
 			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)),
 			ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
 	}
@@ -106,8 +131,32 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 	if len(rows) == 1 {
 		nodes = "node"
 	}
-	_, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)\n", len(rows), nodes, silent, silentAfter)
+	_, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)%s\n", len(rows), nodes, counts[KindSilent], silentAfter, kindCounts(counts))
 	return err
+}
+
+// summaryKinds are the kinds the summary line counts after the silent ones, in precedence order.
+var summaryKinds = []struct {
+	kind Kind
+	word string
+}{
+	{KindUnreadable, "unreadable"}, {KindStopping, "stopping"}, {KindStandingAside, "standing aside"},
+	{KindRolledBack, "rolled back"}, {KindRefused, "refused"}, {KindFetching, "fetching"},
+	{KindRestarted, "restarted"}, {KindTrying, "trying"},
+}
+
+// kindCounts is "; 2 rolled back, 1 refused", or nothing when no node is any of these.
+func kindCounts(counts map[Kind]int) string {
+	var parts []string
+	for _, k := range summaryKinds {
+		if n := counts[k.kind]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k.word))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
 }
 
 func reconcileText(r Row) string {
@@ -127,8 +176,10 @@ func reconcileText(r Row) string {
 // operator's terminal, so no escape sequence, carriage return or tab from a heartbeat is
 // printed, and each node stays one line.
 const (
-	maxIDCell   = 48  // node, state, versions
-	maxTextCell = 120 // the reconcile error or the problem
+	maxIDCell     = 48  // node, versions
+	maxStatusCell = 96  // the STATE column
+	maxTextCell   = 120 // the reconcile error or the problem
+	maxHeaderCell = 240 // the header line above the table
 )
 
 // cell is s as one bounded, printable table cell: runs of white space (newlines and tabs too)

@@ -57,8 +57,10 @@ func TestFleetPrintsNoTerminalControlFromHeartbeats(t *testing.T) {
 		t.Errorf("the JSON carries %s:\n%s", bad, out.String())
 	}
 	var rows []struct {
-		Node    string `json:"node"`
-		Running string `json:"running"`
+		Node       string `json:"node"`
+		Running    string `json:"running"`
+		Status     string `json:"status"`
+		StatusKind string `json:"status_kind"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatal(err)
@@ -67,6 +69,13 @@ func TestFleetPrintsNoTerminalControlFromHeartbeats(t *testing.T) {
 	for _, r := range rows {
 		if r.Node == "evil1" {
 			found = r.Running == "v1\x1b[2J\x1b]0;pwned\x07" // JSON escapes it; the value is kept as sent
+			// The status is the table's text: escaped, not as sent.
+			if r.StatusKind != "trying" || !strings.HasPrefix(r.Status, `trying v1\x1b[2J\x1b]0;pwned\x07 (not confirmed, up `) {
+				t.Errorf("evil1's status = %s %q", r.StatusKind, r.Status)
+			}
+		}
+		if r.Node == "evil2" && (r.StatusKind != "unreadable" || r.Status != "UNREADABLE") {
+			t.Errorf("evil2's status = %s %q, want unreadable", r.StatusKind, r.Status)
 		}
 	}
 	if !found {

@@ -1,0 +1,197 @@
+package rollout
+
+import "time"
+
+// Schema is the format of the state this package writes under rollout.<id>.
+const Schema = 1
+
+// Policy is how a rollout reaches the fleet.
+type Policy string
+
+const (
+	// PolicyCanary stages the release: canaries, then each step, halting on the first sign of
+	// trouble. The default.
+	PolicyCanary Policy = "canary"
+	// PolicyImmediate sets the fleet key at once (for labs): no batches, no gate.
+	PolicyImmediate Policy = "immediate"
+)
+
+// Status is where a rollout is. Only StatusRunning may change; the others are final.
+type Status string
+
+const (
+	StatusRunning    Status = "running"
+	StatusCompleted  Status = "completed"  // every batch soaked; the fleet key names the version
+	StatusHalted     Status = "halted"     // a node of a batch showed trouble; see Halt
+	StatusAborted    Status = "aborted"    // an operator stopped it (`rollout abort`)
+	StatusSuperseded Status = "superseded" // a newer rollout replaced it (--supersede, or watch)
+)
+
+// Final reports whether s can no longer change.
+func (s Status) Final() bool { return s != StatusRunning }
+
+// Defaults of `mesh-release rollout start`.
+const (
+	DefaultCanary      = 2
+	DefaultWindow      = 10 * time.Minute
+	DefaultSoak        = 2 * time.Minute
+	DefaultAlive       = 10 * time.Minute
+	DefaultSilentAfter = 90 * time.Second // fleet.DefaultSilentAfter: 3 of the host's default heartbeat intervals
+	DefaultLease       = 30 * time.Second
+)
+
+// DefaultSteps are the cumulative shares of the fleet after the canaries, in percent.
+var DefaultSteps = []int{10, 50, 100}
+
+// Options are what a rollout is asked to do; the flags of `rollout start`.
+type Options struct {
+	Version     string
+	Policy      Policy        // default PolicyCanary
+	Canary      int           // how many canaries the rule picks (ignored with CanaryNodes)
+	CanaryNodes []string      // the canaries, named; each must be in the fleet
+	Steps       []int         // cumulative percent of the fleet, increasing, the last 100
+	Window      time.Duration // a batch's nodes must confirm within this of its targets being set
+	Soak        time.Duration // and then stay confirmed, without restarting, for this
+	Alive       time.Duration // the fleet is every node heard from within this at the start
+	SilentAfter time.Duration // a node unheard this long when its batch begins is left out
+	Supersede   bool          // replace a running rollout instead of refusing to start
+}
+
+// State is a rollout as KV <prefix>_rollouts holds it under rollout.<ID>: what it was asked,
+// whom it covers, how far it got and why it stopped. It is bounded by the bucket's max value
+// size (bus.MaxRolloutBytes): node lists are stored once, batches as ends into them.
+type State struct {
+	Schema  int       `json:"schema"`
+	ID      string    `json:"id"`
+	Version string    `json:"version"`
+	Policy  Policy    `json:"policy"`
+	Status  Status    `json:"status"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	Ended   time.Time `json:"ended,omitzero"`
+
+	Canary       int      `json:"canary"`
+	CanaryNodes  []string `json:"canary_nodes,omitempty"`
+	Steps        []int    `json:"steps"`
+	WindowS      float64  `json:"window_s"`
+	SoakS        float64  `json:"soak_s"`
+	AliveS       float64  `json:"alive_s"`
+	SilentAfterS float64  `json:"silent_after_s"`
+
+	// Nodes is the fleet at the start in rollout order (canaries first); Ran is, index for
+	// index, the version each node ran then — what a halt sets its target back to.
+	Nodes []string `json:"nodes"`
+	Ran   []string `json:"ran"`
+	// Batches cut Nodes into consecutive runs; Current is the index of the batch in progress
+	// (len(Batches) once all are done).
+	Batches []Batch `json:"batches"`
+	Current int     `json:"current"`
+	// LeftOut are nodes skipped because they were silent when their batch began.
+	LeftOut []LeftOut `json:"left_out"`
+	Halt    *Halt     `json:"halt,omitempty"`
+	// Restored is true once, after a halt or an abort, every node of the batch in progress has
+	// its target set back to the version it ran (Ran); a controller that finds a stopped
+	// rollout not yet restored restores it.
+	Restored bool `json:"targets_restored,omitempty"`
+	// Holder is the controller acting on this rollout and its lease.
+	Holder       *Holder `json:"holder,omitempty"`
+	SupersededBy string  `json:"superseded_by,omitempty"`
+	AbortedBy    string  `json:"aborted_by,omitempty"`
+}
+
+// Batch is Nodes[previous End:End].
+type Batch struct {
+	Name    string    `json:"name"` // "canary", or the step: "10%"
+	End     int       `json:"end"`
+	Started time.Time `json:"started,omitzero"` // when its targets were set
+	Done    time.Time `json:"done,omitzero"`    // when its last node finished its soak
+}
+
+// LeftOut is a node skipped because it was silent when its batch began.
+type LeftOut struct {
+	Node        string    `json:"node"`
+	Batch       int       `json:"batch"` // index into Batches
+	SilentSince time.Time `json:"silent_since"`
+}
+
+// Halt says why a rollout halted: each node of the batch that showed trouble (at most
+// MaxHaltNodes, the rest counted in More).
+type Halt struct {
+	At    time.Time    `json:"at"`
+	Batch int          `json:"batch"` // index into Batches
+	Nodes []NodeReason `json:"nodes"`
+	More  int          `json:"more,omitempty"`
+}
+
+// MaxHaltNodes bounds the nodes a halt report names; the rest are counted.
+const MaxHaltNodes = 20
+
+// Why a node halted a rollout.
+const (
+	WhySilent       = "silent"        // unheard for longer than the window
+	WhyRolledBack   = "rolled-back"   // its launcher rolled back from the version
+	WhyRestarted    = "restarted"     // the version restarted during its soak
+	WhyRefused      = "refused"       // the host refused the target (bad here, verification, preflight)
+	WhyNotConfirmed = "not-confirmed" // it did not confirm the version within the window
+)
+
+// NodeReason is one node's part in a halt. Detail is for a person (bounded, printable); Output
+// is the failed version's last output lines from the node's heartbeat (bounded).
+type NodeReason struct {
+	Node   string    `json:"node"`
+	Why    string    `json:"why"`
+	Detail string    `json:"detail"`
+	Since  time.Time `json:"since,omitzero"` // silent: when last heard; rolled-back: when
+	Output string    `json:"output,omitempty"`
+}
+
+// Holder is the controller acting on a rollout: ID names it for a person ("hostname pid 4242"),
+// and it holds the rollout until Until unless it renews.
+type Holder struct {
+	ID    string    `json:"id"`
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+}
+
+// Event is one thing a controller did or saw, for --follow (text) and --json (one per line).
+type Event struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"event"` // see the Event* constants
+	Rollout string    `json:"rollout"`
+	Version string    `json:"version"`
+	// Batch is 1-based; 0 when the event is not about a batch.
+	Batch     int    `json:"batch,omitempty"`
+	Batches   int    `json:"batches,omitempty"`
+	BatchName string `json:"batch_name,omitempty"`
+	// Progress of the batch (EventProgress, EventBatchDone).
+	Nodes       int     `json:"nodes,omitempty"`
+	Confirmed   int     `json:"confirmed,omitempty"`
+	Soaked      int     `json:"soaked,omitempty"`
+	ElapsedS    float64 `json:"elapsed_s,omitempty"`
+	WindowLeftS float64 `json:"window_left_s,omitempty"`
+	// Node is set for node events; Reasons for EventHalted.
+	Node    string       `json:"node,omitempty"`
+	Reasons []NodeReason `json:"reasons,omitempty"`
+	// Message says the event for a person, in one line.
+	Message string `json:"message"`
+}
+
+// Event kinds.
+const (
+	EventStarted    = "started"    // planned and stored; Message names the batches
+	EventResumed    = "resumed"    // a controller took over a running rollout
+	EventBatch      = "batch"      // a batch's targets were set
+	EventLeftOut    = "left-out"   // a node was skipped: silent when its batch began
+	EventConfirmed  = "confirmed"  // a node runs the version confirmed
+	EventSoaked     = "soaked"     // a node stayed confirmed for the soak
+	EventProgress   = "progress"   // periodic, with --follow
+	EventBatchDone  = "batch-done" // every node of the batch soaked
+	EventHalted     = "halted"     // with Reasons
+	EventCompleted  = "completed"  // the fleet key names the version; per-node keys cleared
+	EventAborted    = "aborted"    // by an operator
+	EventSuperseded = "superseded" // by a newer rollout
+	EventPublished  = "published"  // watch: a newer release was announced
+	EventSkipped    = "skipped"    // watch: a release not rolled out, and why
+)
