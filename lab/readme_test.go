@@ -128,8 +128,8 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	heard("running and confirmed on v1.1.0", func(hb wire.Heartbeat) bool {
 		return hb.Running == "v1.1.0" && hb.KnownGood == "v1.1.0" && hb.DeclarationRevision > 0
 	})
-	if out := run("release (fleet)", release[cut:]); !regexp.MustCompile(`web-01\s+running\s+v1\.1\.0`).MatchString(out) {
-		t.Errorf("fleet does not show web-01 running v1.1.0:\n%s", out)
+	if out := run("release (fleet)", release[cut:]); !regexp.MustCompile(`web-01\s+ok\s+v1\.1\.0`).MatchString(out) {
+		t.Errorf("fleet does not show web-01 ok on v1.1.0:\n%s", out)
 	}
 
 	rb := blocks["rollback"]
