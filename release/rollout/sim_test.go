@@ -34,6 +34,7 @@ const (
 	refuses   = "refuse"    // refuses the target (marked bad here)
 	fetchFail = "fetchfail" // fails the fetch for good
 	goSilent  = "silent"    // stops heartbeating once targeted
+	thenQuiet = "quiet"     // confirms it, then stops heartbeating
 )
 
 type simNode struct {
@@ -190,6 +191,9 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	if n.loop && now.Sub(n.boot) > 1500*time.Millisecond {
 		n.boot = now
 	}
+	if n.takes[n.running] == thenQuiet && now.Sub(n.boot) > 500*time.Millisecond {
+		n.silent = true
+	}
 	v := tg.version
 	if n.pending == "" && v != "" && v != n.running && !n.bad[v] && semver.Compare(v, n.knownGood) > 0 {
 		n.pending, n.pendingAt = v, now
@@ -201,7 +205,7 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	}
 	p := n.pending
 	switch n.takes[p] {
-	case good, crashLoop:
+	case good, crashLoop, thenQuiet:
 		n.running, n.knownGood, n.boot, n.fetch, n.pending = p, p, now, nil, ""
 		n.loop = n.takes[p] == crashLoop
 	case rollsBack:
