@@ -195,7 +195,7 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 		n.silent = true
 	}
 	v := tg.version
-	if n.pending == "" && v != "" && v != n.running && !n.bad[v] && semver.Compare(v, n.knownGood) > 0 {
+	if v != n.pending && v != "" && v != n.running && !n.bad[v] && semver.Compare(v, n.knownGood) > 0 {
 		n.pending, n.pendingAt = v, now
 		n.targeted = append(n.targeted, v)
 		n.fetch = &wire.Fetch{State: "fetching", Version: v, Percent: 50}
