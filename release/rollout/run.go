@@ -276,21 +276,36 @@ func (r *runner) stopErr() error {
 // takeover is noticed at once rather than at the next write.
 func (r *runner) followKey(ctx context.Context, id string, revs chan<- uint64) {
 	for ctx.Err() == nil {
-		w, err := r.s.rollouts.Watch(ctx, stateKey(id), jetstream.MetaOnly())
+		wctx, cancel := context.WithCancel(ctx)
+		back := reconnected(wctx, r.c.cfg.JS.Conn())
+		w, err := r.s.rollouts.Watch(wctx, stateKey(id), jetstream.MetaOnly())
 		if err != nil {
+			cancel()
 			sleep(ctx, time.Second)
 			continue
 		}
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
+	read:
+		for {
 			select {
-			case revs <- e.Revision():
+			case e, ok := <-w.Updates():
+				if !ok {
+					break read
+				}
+				if e == nil {
+					continue
+				}
+				select {
+				case revs <- e.Revision():
+				case <-ctx.Done():
+				}
+			case <-back:
+				break read
 			case <-ctx.Done():
+				break read
 			}
 		}
 		_ = w.Stop()
+		cancel()
 		sleep(ctx, 100*time.Millisecond)
 	}
 }

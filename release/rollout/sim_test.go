@@ -68,12 +68,13 @@ type sim struct {
 	nodes   []*simNode
 	targets map[string]simTarget
 	puts    map[string]int // writes seen per key
+	back    chan struct{}  // the connection came back: watch the targets again
 }
 
 // connect is a connection of its own that rides out a server restart.
-func connect(t *testing.T, b *meshtest.Bus) jetstream.JetStream {
+func connect(t *testing.T, b *meshtest.Bus, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(b.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(b.URL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,14 @@ func node(id, running string, takes ...string) *simNode {
 
 func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
 	t.Helper()
-	s := &sim{js: connect(t, b), names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}}
+	back := make(chan struct{}, 1)
+	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back}
+	s.js = connect(t, b, nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case back <- struct{}{}:
+		default:
+		}
+	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -134,7 +142,18 @@ func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		for e := range w.Updates() {
+	read:
+		for {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case e, ok = <-w.Updates():
+			case <-s.back:
+			case <-ctx.Done():
+			}
+			if !ok {
+				break read
+			}
 			if e == nil {
 				once()
 				continue
