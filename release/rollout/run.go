@@ -32,11 +32,16 @@ func (c *Controller) Run(ctx context.Context, id string) (State, error) {
 		return restore(ctx, s, st, rev, c.cfg.Workers)
 	}
 	r := c.newRunner(s, st, rev)
-	if err := r.acquire(ctx); err != nil {
+	if err := r.acquire(ctx); errors.Is(err, errFinal) {
+		return restore(ctx, s, r.st, r.rev, c.cfg.Workers)
+	} else if err != nil {
 		return r.st, err
 	}
 	return r.drive(ctx)
 }
+
+// errFinal: the rollout ended while this controller tried to take it.
+var errFinal = errors.New("the rollout has ended")
 
 // runner is one controller acting on one rollout.
 type runner struct {
@@ -98,7 +103,7 @@ func (r *runner) acquire(ctx context.Context) error {
 				return err
 			}
 			if r.st.Status.Final() {
-				return &NotRunningError{State: r.st}
+				return errFinal
 			}
 			continue
 		}
@@ -670,6 +675,11 @@ func (r *runner) batchDone(ctx context.Context) error {
 // back to the fleet key), then records the rollout completed. Each step is idempotent, so a
 // controller killed half-way and resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
+	// A compare-and-set first: an abort or a supersede that came in since the last write must
+	// stop the fleet key from being set.
+	if err := r.write(ctx, func(*State) {}); err != nil {
+		return r.st, err
+	}
 	nodes := r.st.Nodes
 	err := r.renewing(ctx, func(ctx context.Context) error {
 		if err := r.s.setFleet(ctx, r.version); err != nil {
