@@ -72,7 +72,7 @@ type sim struct {
 }
 
 // connect is a connection of its own that rides out a server restart.
-func connect(t *testing.T, b *meshtest.Bus, opts ...nats.Option) jetstream.JetStream {
+func connect(t testing.TB, b *meshtest.Bus, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(b.URL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
@@ -96,6 +96,12 @@ func node(id, running string, takes ...string) *simNode {
 
 func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
 	t.Helper()
+	return startSimEvery(t, b, simBeat, nodes...)
+}
+
+// startSimEvery runs nodes heartbeating every beat.
+func startSimEvery(t testing.TB, b *meshtest.Bus, beat time.Duration, nodes ...*simNode) *sim {
+	t.Helper()
 	back := make(chan struct{}, 1)
 	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back}
 	s.js = connect(t, b, nats.ReconnectHandler(func(*nats.Conn) {
@@ -114,7 +120,7 @@ func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
 	s.beat(ctx, time.Now()) // every node heard before the test goes on
 	go func() {
 		defer wg.Done()
-		tk := time.NewTicker(simBeat)
+		tk := time.NewTicker(beat)
 		defer tk.Stop()
 		for {
 			select {
@@ -199,9 +205,12 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, hb := range hbs {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, _ = s.js.Publish(pctx, s.names.Heartbeat(hb.Node), hb.Marshal())
-		cancel()
+		_, _ = s.js.PublishAsync(s.names.Heartbeat(hb.Node), hb.Marshal())
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
 	}
 }
 
@@ -295,7 +304,7 @@ func (e *events) dump(t *testing.T) {
 }
 
 // publishRelease announces version (the controller only checks that it is announced).
-func publishRelease(t *testing.T, b *meshtest.Bus, version string) {
+func publishRelease(t testing.TB, b *meshtest.Bus, version string) {
 	t.Helper()
 	b.Put(b.Names.Releases(), version, []byte(`{"version":"`+version+`"}`))
 }
@@ -306,7 +315,7 @@ func testOptions(version string) Options {
 		Alive: time.Hour, SilentAfter: time.Second}
 }
 
-func newController(t *testing.T, js jetstream.JetStream, ev *events, extra string) *Controller {
+func newController(t testing.TB, js jetstream.JetStream, ev *events, extra string) *Controller {
 	t.Helper()
 	cfg := Config{JS: js, Names: wire.NamesFor(""), Lease: 3 * time.Second, Tick: 50 * time.Millisecond, Holder: extra}
 	if ev != nil {
