@@ -144,9 +144,12 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	}
 	var old *State
 	if curID != "" {
-		st, _, err := s.get(ctx, curID)
+		st, rev, err := s.get(ctx, curID)
 		if err != nil {
 			return State{}, err
+		}
+		if st, err = restore(ctx, s, st, rev, c.cfg.Workers); err != nil {
+			return State{}, err // a halt's targets not yet set back would pin nodes to its version
 		}
 		if !st.Status.Final() {
 			if !o.Supersede {
