@@ -217,7 +217,8 @@ func (r *runner) stopped(ctx context.Context, st State) (State, error) {
 	return st, nil
 }
 
-// release gives the lease up, so that another controller may resume at once.
+// release gives the lease up, so that another controller may resume at once. It reads the
+// rollout first: a write cut short by the ending context may have landed all the same.
 func (r *runner) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -226,16 +227,21 @@ func (r *runner) release() {
 	if r.stop != nil || r.st.Status.Final() {
 		return
 	}
-	next := r.st
-	next.Holder, next.Updated = nil, time.Now().UTC()
-	b, err := json.Marshal(next)
-	if err != nil {
-		return
-	}
-	if rev, err := r.s.rollouts.Update(ctx, stateKey(next.ID), b, r.rev); err == nil {
-		r.st, r.rev = next, rev
-	} else {
-		r.c.log.Warn("could not release the lease; it lapses by itself", "rollout", next.ID, "err", err)
+	for range 3 {
+		st, rev, err := r.s.get(ctx, r.st.ID)
+		if err != nil || st.Status.Final() || !r.c.mine(st.Holder) {
+			return
+		}
+		st.Holder, st.Updated = nil, time.Now().UTC()
+		b, err := json.Marshal(st)
+		if err != nil {
+			return
+		}
+		if rev, err = r.s.rollouts.Update(ctx, stateKey(st.ID), b, rev); err == nil {
+			r.st, r.rev = st, rev
+			return
+		}
+		r.c.log.Warn("could not release the lease; it lapses by itself", "rollout", st.ID, "err", err)
 	}
 }
 
@@ -484,6 +490,7 @@ func (r *runner) begin(ctx context.Context) error {
 	fresh := b.Started.IsZero()
 	have := make([]string, len(nodes))
 	revs := make([]uint64, len(nodes))
+	latest := make([]*fleet.Entry, len(nodes))
 	err := r.renewing(ctx, func(ctx context.Context) error {
 		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
 			have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
@@ -492,6 +499,36 @@ func (r *runner) begin(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if fresh || r.st.LeftOutMore > 0 {
+		// Ask the stream itself about a node that looks silent before leaving it out: the
+		// watch may lag behind what the server stored (just established, or re-established).
+		err := r.renewing(ctx, func(ctx context.Context) error {
+			return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) error {
+				t := r.tracks[nodes[k]]
+				if t.heard && now.Sub(t.last.Heard) <= r.silentAfter {
+					return nil
+				}
+				var e fleet.Entry
+				var ok bool
+				err := retry(ctx, r.c.log, "read a heartbeat", func(ctx context.Context) (err error) {
+					e, ok, err = fleet.Last(ctx, r.c.cfg.JS, r.c.cfg.Names, nodes[k])
+					return err
+				})
+				if ok {
+					latest[k] = &e
+				}
+				return err
+			})
+		})
+		if err != nil {
+			return err
+		}
+		for k, e := range latest {
+			if t := r.tracks[nodes[k]]; e != nil && (!t.heard || e.Heard.After(t.last.Heard)) {
+				t.last, t.heard = *e, true
+			}
+		}
 	}
 	listed := make(map[string]bool)
 	for _, lo := range r.st.LeftOut {
