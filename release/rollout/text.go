@@ -21,7 +21,7 @@ import (
 // line, and a long list is cut to a few with a count of the rest.
 const (
 	maxIDText      = 64  // a node id, a version, a rollout id, a holder
-	maxLineText    = 400 // a message or a detail
+	maxLineText    = 1024 // a message or a detail (a rollback's reason alone may be wire.MaxReasonBytes)
 	maxOutputLines = 10  // the last lines of a failed version's output shown per node
 	maxOutputLine  = 200 // each of them
 	shownNodes     = 20  // nodes listed per batch, the rest counted
@@ -66,21 +66,22 @@ func WriteStatusJSON(w io.Writer, st State) error {
 	return err
 }
 
-// writeReason writes one node's part in a halt: "node-3: rolled back at 13:15:02: detail", and
-// below it the output's last lines. Times are shown in ref's zone, with the date when it is not
-// ref's day.
+// writeReason writes one node's part in a halt, "  node-3: " and its detail (which the
+// controller writes as a whole sentence: "rolled back from v1.2.0 to v1.1.0 at 13:15:02: …"),
+// or without one why in words; below it the last lines of the failed version's output.
 func writeReason(b *strings.Builder, r NodeReason, ref time.Time, indent string) {
-	fmt.Fprintf(b, "%s%s: %s", indent, oneLine(r.Node, maxIDText), whyText(r, ref))
-	if d := oneLine(r.Detail, maxLineText); d != "" {
-		fmt.Fprintf(b, ": %s", d)
+	say := oneLine(r.Detail, maxLineText)
+	if say == "" {
+		say = whyText(r, ref)
 	}
-	b.WriteByte('\n')
+	fmt.Fprintf(b, "%s%s: %s\n", indent, oneLine(r.Node, maxIDText), say)
 	for _, l := range outputLines(r.Output) {
 		fmt.Fprintf(b, "%s    | %s\n", indent, l)
 	}
 }
 
-// whyText says a halt reason in words, with its time when it has one.
+// whyText says a halt reason in words, with its time when it has one (times in ref's zone, with
+// the date when not ref's day).
 func whyText(r NodeReason, ref time.Time) string {
 	at := ""
 	if !r.Since.IsZero() {
@@ -187,7 +188,7 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 				fmt.Fprintf(tw, "  and %d more\n", len(st.LeftOut)-shownNodes)
 				break
 			}
-			fmt.Fprintf(tw, "  %s\tbatch %s\tsilent since %s (%s)\n", oneLine(l.Node, maxIDText), batchLabel(st, l.Batch),
+			fmt.Fprintf(tw, "  %s\tbatch %s\tsilent since %s (%s)\n", oneLine(l.Node, maxIDText), batchOf(st, l.Batch),
 				clockAt(l.SilentSince, now), agoText(now.Sub(l.SilentSince)))
 		}
 		tw.Flush()
@@ -195,7 +196,7 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 
 	if h := st.Halt; h != nil {
 		n := len(h.Nodes) + h.More
-		fmt.Fprintf(&b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchLabel(st, h.Batch), countOf(n, "node", "nodes"))
+		fmt.Fprintf(&b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
 		for _, r := range h.Nodes {
 			writeReason(&b, r, now, "  ")
 		}
@@ -214,7 +215,7 @@ func Summary(st State, now time.Time) string {
 	case StatusRunning:
 		s := fmt.Sprintf("%s (%s): running", head, oneLine(st.ID, maxIDText))
 		if st.Current < len(st.Batches) {
-			s += ", batch " + batchLabel(st, st.Current)
+			s += ", batch " + batchOf(st, st.Current)
 		} else if len(st.Batches) > 0 {
 			s += ", every batch done, setting the fleet target"
 		}
@@ -226,7 +227,7 @@ func Summary(st State, now time.Time) string {
 	case StatusHalted:
 		s := fmt.Sprintf("%s: HALTED", head)
 		if h := st.Halt; h != nil {
-			s += fmt.Sprintf(" in batch %s at %s", batchLabel(st, h.Batch), minuteAt(h.At, now))
+			s += fmt.Sprintf(" in batch %s at %s", batchOf(st, h.Batch), minuteAt(h.At, now))
 			switch n := len(h.Nodes) + h.More; {
 			case n == 1 && len(h.Nodes) == 1:
 				s += fmt.Sprintf(" — %s %s", oneLine(h.Nodes[0].Node, maxIDText), whyText(NodeReason{Why: h.Nodes[0].Why}, now))
@@ -249,7 +250,7 @@ func Summary(st State, now time.Time) string {
 			s += " by " + oneLine(st.AbortedBy, maxIDText)
 		}
 		if st.Current < len(st.Batches) {
-			s += " in batch " + batchLabel(st, st.Current)
+			s += " in batch " + batchOf(st, st.Current)
 		}
 		return s + " at " + minuteAt(endedAt(st), now)
 	case StatusSuperseded:
@@ -277,12 +278,12 @@ func statusWords(st State, now time.Time) string {
 	switch st.Status {
 	case StatusRunning:
 		if st.Current < len(st.Batches) {
-			return "running, batch " + batchLabel(st, st.Current)
+			return "running, batch " + batchOf(st, st.Current)
 		}
 		return "running"
 	case StatusHalted:
 		if h := st.Halt; h != nil {
-			return fmt.Sprintf("HALTED in batch %s at %s", batchLabel(st, h.Batch), clockAt(h.At, now))
+			return fmt.Sprintf("HALTED in batch %s at %s", batchOf(st, h.Batch), clockAt(h.At, now))
 		}
 		return "HALTED"
 	case StatusCompleted:
@@ -312,9 +313,9 @@ func restoredWords(st State) string {
 		return "none were set by this rollout"
 	}
 	if st.Restored {
-		return fmt.Sprintf("batch %s set back to the version each node ran", batchLabel(st, i))
+		return fmt.Sprintf("batch %s set back to the version each node ran", batchOf(st, i))
 	}
-	return fmt.Sprintf("batch %s NOT yet set back to the version each node ran; `mesh-release rollout resume` sets them back", batchLabel(st, i))
+	return fmt.Sprintf("batch %s NOT yet set back to the version each node ran; `mesh-release rollout resume` sets them back", batchOf(st, i))
 }
 
 // batchWhere says where batch i is.
@@ -336,8 +337,8 @@ func batchWhere(st State, i int, now time.Time) string {
 	return fmt.Sprintf("%s, started %s", oneLine(string(st.Status), maxIDText), clockAt(bt.Started, now))
 }
 
-// batchLabel is "2/4 (10%)" for index i; an index outside the batches is said as it is.
-func batchLabel(st State, i int) string {
+// batchOf is "2/4 (10%)" for index i; an index outside the batches is said as it is.
+func batchOf(st State, i int) string {
 	if i < 0 || i >= len(st.Batches) {
 		return fmt.Sprintf("%d/%d", i+1, len(st.Batches))
 	}

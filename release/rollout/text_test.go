@@ -27,9 +27,9 @@ func sampleHalted() State {
 		Batches: []Batch{{Name: "canary", End: 2, Started: at(13, 12, 1)}, {Name: "50%", End: 3}, {Name: "100%", End: 6}},
 		LeftOut: []LeftOut{{Node: "node-x", Batch: 0, SilentSince: at(13, 5, 0)}},
 		Halt: &Halt{At: at(13, 15, 2), Batch: 0, Nodes: []NodeReason{
-			{Node: "node-a", Why: WhyRolledBack, Since: at(13, 15, 1), Detail: "from v1.2.0 to v1.1.0: exited 3 times within 10s (exit status 2)",
+			{Node: "node-a", Why: WhyRolledBack, Since: at(13, 15, 1), Detail: "rolled back from v1.2.0 to v1.1.0 at 13:15:01: exited 3 times within 10s (exit status 2)",
 				Output: "starting\npanic: nil map\n\ngoroutine 1 [running]:\nmain.main()\n"},
-			{Node: "node-b", Why: WhySilent, Since: at(13, 4, 0), Detail: "last heard running v1.1.0"},
+			{Node: "node-b", Why: WhySilent, Since: at(13, 4, 0), Detail: "unheard for 11m, longer than the window 10m; its last word at 13:04:00: state running, running v1.1.0"},
 		}},
 		Restored: true,
 	}
@@ -79,12 +79,12 @@ left out (silent when their batch began; they take the fleet target when it is s
   node-x  batch 1/3 (canary)  silent since 13:05:00 (11m ago)
 
 halted at 13:15:02 in batch 1/3 (canary): 2 nodes showed trouble
-  node-a: rolled back at 13:15:01: from v1.2.0 to v1.1.0: exited 3 times within 10s (exit status 2)
+  node-a: rolled back from v1.2.0 to v1.1.0 at 13:15:01: exited 3 times within 10s (exit status 2)
       | starting
       | panic: nil map
       | goroutine 1 [running]:
       | main.main()
-  node-b: silent since 13:04:00: last heard running v1.1.0
+  node-b: unheard for 11m, longer than the window 10m; its last word at 13:04:00: state running, running v1.1.0
 `
 	if got := b.String(); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
@@ -185,14 +185,14 @@ func TestWriteEventIsTheTimeAndMessageAndAHaltNamesEachNodeAndWhy(t *testing.T) 
 		{"NoMessage", Event{Time: at(13, 12, 1), Kind: EventResumed, Rollout: "r1"}, "13:12:01 resumed r1\n"},
 		{"Halted", Event{Time: at(13, 15, 2), Kind: EventHalted, Message: "halted in batch 1/3 (canary): 2 nodes showed trouble", Reasons: st.Halt.Nodes},
 			"13:15:02 halted in batch 1/3 (canary): 2 nodes showed trouble\n" +
-				"  node-a: rolled back at 13:15:01: from v1.2.0 to v1.1.0: exited 3 times within 10s (exit status 2)\n" +
+				"  node-a: rolled back from v1.2.0 to v1.1.0 at 13:15:01: exited 3 times within 10s (exit status 2)\n" +
 				"      | starting\n      | panic: nil map\n      | goroutine 1 [running]:\n      | main.main()\n" +
-				"  node-b: silent since 13:04:00: last heard running v1.1.0\n"},
-		{"EveryWhy", Event{Time: at(13, 15, 2), Kind: EventHalted, Message: "halted", Reasons: []NodeReason{
-			{Node: "a", Why: WhyRestarted, Detail: "uptime 12s after 130s"}, {Node: "b", Why: WhyRefused, Detail: "v1.2.0 is marked bad here"},
-			{Node: "c", Why: WhyNotConfirmed}, {Node: "d", Why: WhySilent}, {Node: "e", Why: "new-reason"}}},
-			"13:15:02 halted\n  a: restarted after confirming: uptime 12s after 130s\n  b: refused the version: v1.2.0 is marked bad here\n" +
-				"  c: not confirmed within the window\n  d: silent\n  e: new-reason\n"},
+				"  node-b: unheard for 11m, longer than the window 10m; its last word at 13:04:00: state running, running v1.1.0\n"},
+		{"WithoutDetail", Event{Time: at(13, 15, 2), Kind: EventHalted, Message: "halted", Reasons: []NodeReason{
+			{Node: "a", Why: WhyRestarted}, {Node: "b", Why: WhyRefused}, {Node: "c", Why: WhyNotConfirmed},
+			{Node: "d", Why: WhySilent, Since: at(13, 1, 0)}, {Node: "e", Why: WhyRolledBack, Since: at(12, 0, 0).AddDate(0, 0, -1)}, {Node: "f", Why: "new-reason"}}},
+			"13:15:02 halted\n  a: restarted after confirming\n  b: refused the version\n  c: not confirmed within the window\n" +
+				"  d: silent since 13:01:00\n  e: rolled back at 2026-11-28 12:00:00\n  f: new-reason\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -229,7 +229,7 @@ func TestRenderersWriteNoControlCharactersAndBoundEveryLine(t *testing.T) {
 		if rollback.Printable(l) != l {
 			t.Fatalf("a line carries a control character: %q", l)
 		}
-		if len(l) > 1000 {
+		if len(l) > maxLineText+100 {
 			t.Errorf("a line of %d bytes: %.100q…", len(l), l)
 		}
 	}
