@@ -20,11 +20,11 @@ import (
 // bounded (rollback.Cut) here, so no escape sequence reaches a terminal and one node stays one
 // line, and a long list is cut to a few with a count of the rest.
 const (
-	maxIDText      = 64  // a node id, a version, a rollout id, a holder
+	maxIDText      = 64   // a node id, a version, a rollout id, a holder
 	maxLineText    = 1024 // a message or a detail (a rollback's reason alone may be wire.MaxReasonBytes)
-	maxOutputLines = 10  // the last lines of a failed version's output shown per node
-	maxOutputLine  = 200 // each of them
-	shownNodes     = 20  // nodes listed per batch, the rest counted
+	maxOutputLines = 10   // the last lines of a failed version's output shown per node
+	maxOutputLine  = 200  // each of them
+	shownNodes     = 20   // nodes listed per batch, the rest counted
 )
 
 // WriteEvent writes e for a person: its time (hh:mm:ss in e.Time's zone) and message on one
