@@ -210,8 +210,15 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 	return err
 }
 
-// Summary is st in one line, for the top of `mesh-release fleet`.
+// MaxSummaryBytes bounds Summary: a line above the fleet table.
+const MaxSummaryBytes = 240
+
+// Summary is st in one line of at most MaxSummaryBytes, for the top of `mesh-release fleet`.
 func Summary(st State, now time.Time) string {
+	return rollback.Cut(summary(st, now), MaxSummaryBytes)
+}
+
+func summary(st State, now time.Time) string {
 	head := "rollout " + oneLine(st.Version, maxIDText)
 	switch st.Status {
 	case StatusRunning:

@@ -236,7 +236,11 @@ func TestRenderersWriteNoControlCharactersAndBoundEveryLine(t *testing.T) {
 	var text bytes.Buffer
 	WriteEvent(&text, e)
 	WriteStatus(&text, st, at(13, 16, 0))
-	text.WriteString(Summary(st, at(13, 16, 0)) + "\n")
+	sum := Summary(st, at(13, 16, 0))
+	if len(sum) > MaxSummaryBytes {
+		t.Errorf("a summary of %d bytes", len(sum))
+	}
+	text.WriteString(sum + "\n")
 	for _, l := range strings.Split(strings.TrimSuffix(text.String(), "\n"), "\n") {
 		if rollback.Printable(l) != l {
 			t.Fatalf("a line carries a control character: %q", l)

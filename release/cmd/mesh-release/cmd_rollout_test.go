@@ -446,3 +446,33 @@ func TestRolloutCommandsSayWhenNoRolloutWasEverStarted(t *testing.T) {
 		}
 	}
 }
+
+// Fleet upgrade by build announcement: `rollout watch` rolls out the newest published release
+// as soon as it runs (--follow adds each node's confirmation), carries on watching, and a
+// signal ends it with exit 0.
+func TestRolloutWatchRollsOutThePublishedReleaseAndASignalEndsItWithExit0(t *testing.T) {
+	url, c := startServeConnected(t)
+	fleetOf(t, c, 3)
+	env := map[string]string{envNATSURL: url}
+	w := started(t, env, append([]string{"rollout", "watch", "--json", "--follow", "--canary", "1", "--steps", "100%"}, fastRollout...)...)
+	waitStatus(t, c, "v1.2.0 to complete", func(st rollout.State) bool { return st.Version == "v1.2.0" && st.Status == rollout.StatusCompleted })
+	code, out, errOut := w.stop()
+	if code != 0 {
+		t.Fatalf("watch stopped by a signal: exit %d, want 0; stderr:\n%s", code, errOut)
+	}
+	confirmed := 0
+	var kinds []string
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var e rollout.Event
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("a line of stdout is not an event: %v: %q", err, line)
+		}
+		kinds = append(kinds, e.Kind)
+		if e.Kind == rollout.EventConfirmed {
+			confirmed++
+		}
+	}
+	if !slices.Contains(kinds, rollout.EventCompleted) || confirmed != 3 {
+		t.Errorf("watch --follow printed %q (%d confirmed); want the rollout to completion and each of 3 nodes confirming", kinds, confirmed)
+	}
+}
