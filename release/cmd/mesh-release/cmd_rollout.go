@@ -210,7 +210,7 @@ func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 // controller connects with a connection that outlives a NATS server restart and makes the
 // controller that prints to s.
 func (f *rolloutFlags) controller(ctx context.Context, s *stdio, p *eventPrinter, holder string) (*bus.Conn, *rollout.Controller, error) {
-	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "rollout")
 	c, err := f.bus.connect(ctx, bus.Lasting(log))
 	if err != nil {
 		return nil, nil, err

@@ -195,6 +195,17 @@ func simulate(t *testing.T, c *bus.Conn, node, running string, crash ...string) 
 	return n
 }
 
+// lastingConn is a connection of the test's own that outlives the bus restarting.
+func lastingConn(t *testing.T, url string) *bus.Conn {
+	t.Helper()
+	c, err := bus.Connect(context.Background(), url, "", bus.Lasting(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // fleetOf publishes v1.1.0 and v1.2.0 and runs nodes n1…nN on v1.1.0, those named in crashing
 // rolling v1.2.0 back.
 func fleetOf(t *testing.T, c *bus.Conn, n int, crashing ...string) map[string]*simNode {
@@ -474,5 +485,29 @@ func TestRolloutWatchRollsOutThePublishedReleaseAndASignalEndsItWithExit0(t *tes
 	}
 	if !slices.Contains(kinds, rollout.EventCompleted) || confirmed != 3 {
 		t.Errorf("watch --follow printed %q (%d confirmed); want the rollout to completion and each of 3 nodes confirming", kinds, confirmed)
+	}
+}
+
+// The issue's scenario 7 as the command sees it: the NATS server restarts (JetStream on disk)
+// while `rollout start` waits on a batch; the controller carries on by itself and completes.
+func TestRolloutStartCarriesOnAcrossANATSServerRestart(t *testing.T) {
+	b := meshtest.StartBus(t)
+	c := lastingConn(t, b.URL())
+	nodes := fleetOf(t, c, 2)
+	nodes["n1"].setStuck(true)
+	env := map[string]string{envNATSURL: b.URL()}
+	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%"}, fastRollout...)...)
+	waitStatus(t, c, "the canary batch to begin", func(st rollout.State) bool {
+		return len(st.Batches) > 0 && !st.Batches[0].Started.IsZero()
+	})
+	b.Stop()
+	b.Start()
+	nodes["n1"].setStuck(false)
+	code, out, errOut := ctl.wait()
+	if code != 0 || !strings.Contains(out, "completed") {
+		t.Errorf("across a restart: exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "lost the bus; reconnecting") || !strings.Contains(errOut, "back on the bus") {
+		t.Errorf("the outage was not said on stderr:\n%s", errOut)
 	}
 }
