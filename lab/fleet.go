@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/release/rollout"
+	"github.com/novox/mesh-host/wire"
 )
 
 // ScaledLauncherArgs are the launcher flags of a fleet node: the production rules with their
@@ -276,4 +277,63 @@ func (f *Fleet) Close() {
 	if f.Bus != nil {
 		f.Bus.Close()
 	}
+}
+
+// Target is the version KV names under key (wire.FleetTargetKey, or "node.<id>"); ok is false
+// when the key is absent.
+func (f *Fleet) Target(ctx context.Context, key string) (version string, ok bool, err error) {
+	kv, err := f.Bus.Conn.JS.KeyValue(ctx, f.Bus.Names.Targets())
+	if err != nil {
+		return "", false, fmt.Errorf("open %s: %w", f.Bus.Names.Targets(), err)
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("%s %s: %w", f.Bus.Names.Targets(), key, err)
+	}
+	t, err := wire.ParseTarget(e.Value())
+	if err != nil {
+		return "", false, fmt.Errorf("%s %s: %w", f.Bus.Names.Targets(), key, err)
+	}
+	return t.Version, true, nil
+}
+
+// WaitRollout polls the current rollout's state (every 100ms) until ok is true of it; it returns
+// the last state read.
+func (f *Fleet) WaitRollout(ctx context.Context, what string, ok func(rollout.State) bool) (rollout.State, error) {
+	var last rollout.State
+	var lastErr error
+	for {
+		st, found, err := f.RolloutState(ctx)
+		switch {
+		case err != nil:
+			lastErr = err
+		case found:
+			last = st
+			if ok(st) {
+				return st, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("waiting for a rollout %s: %w (last seen: %s %s %s; last error: %v)",
+				what, ctx.Err(), last.ID, last.Version, last.Status, lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// BatchNodes are the nodes of batch i of st (0 is the canaries).
+func BatchNodes(st rollout.State, i int) []string {
+	if i < 0 || i >= len(st.Batches) {
+		return nil
+	}
+	from := 0
+	if i > 0 {
+		from = st.Batches[i-1].End
+	}
+	end := min(st.Batches[i].End, len(st.Nodes))
+	return st.Nodes[min(from, end):end]
 }
