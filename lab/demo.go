@@ -142,13 +142,24 @@ func Demo(ctx context.Context, w io.Writer, src string) (err error) {
 	for _, r := range st.Halt.Nodes {
 		d.line(fmt.Sprintf("      %s %s: %s", r.Node, r.Why, oneLine(r.Detail)))
 	}
-	if err := d.all(ctx, canaries, "the canaries are back on v1.1.0: their launchers rolled back by themselves",
-		func(b Beat) bool {
-			// A canary that staged v1.2.0 ran it; one the halt reached first never did.
-			return RunningConfirmed("v1.1.0")(b) && (rolledBackFrom(b, "v1.2.0") || d.f.Node(b.Node).Staged("v1.2.0") == 0)
-		}); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := f.Beats.WaitAll(wctx, canaries, "v1.1.0 again, rolled back from v1.2.0 if it ran it", func(b Beat) bool {
+		// A canary that staged v1.2.0 ran it; one the halt reached first never did.
+		return RunningConfirmed("v1.1.0")(b) && (rolledBackFrom(b, "v1.2.0") || d.f.Node(b.Node).Staged("v1.2.0") == 0)
+	}); err != nil {
 		return err
 	}
+	var back []string
+	for _, n := range canaries {
+		if b, _ := f.Beats.Last(n); rolledBackFrom(b, "v1.2.0") {
+			back = append(back, n)
+		}
+	}
+	if len(back) == 0 {
+		return fmt.Errorf("no canary rolled back from v1.2.0, yet the rollout halted")
+	}
+	d.ok("the canaries run v1.1.0 again: %s rolled back from v1.2.0 by themselves (each launcher judged it: 3 failures without confirming)", strings.Join(back, " and "))
 	d.status(ctx, canaries[0])
 	if err := d.table(ctx); err != nil {
 		return err
@@ -321,7 +332,7 @@ func later(a, b time.Time) time.Time {
 // oneLine is the first line of a text from the bus, bounded and printable.
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	return rollback.Printable(rollback.Cut(s, 200))
+	return rollback.Printable(rollback.Cut(s, 400))
 }
 
 // syncWriter lets the narration and the watch's lines share one output.

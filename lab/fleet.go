@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -38,6 +39,8 @@ type FleetOptions struct {
 	// Env is extra environment for every node (its launcher and its hosts), such as
 	// MESH_LAB_CRASH_AFTER.
 	Env []string
+	// LogDir, if set, also gets each node's output, in <node>.log, for a person to follow.
+	LogDir string
 }
 
 func (o FleetOptions) withDefaults() FleetOptions {
@@ -71,6 +74,7 @@ type Fleet struct {
 	Opts    FleetOptions
 
 	observer *nats.Conn
+	logs     []*os.File
 
 	mu          sync.Mutex
 	controllers []*Controller
@@ -129,6 +133,16 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 			Env: append([]string{"MESH_HOST_NODE=" + name, "MESH_HOST_NATS_URL=" + f.Bus.URL(), "MESH_HOST_TRUSTED_KEYS=" + f.Key,
 				"MESH_HOST_RECONCILE_INTERVAL=" + o.Interval.String(), "MESH_HOST_HEARTBEAT_INTERVAL=" + o.Interval.String()}, o.Env...),
 			Args: o.LauncherArgs,
+		}
+		if o.LogDir != "" {
+			if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
+				return f, err
+			}
+			log, err := os.OpenFile(filepath.Join(o.LogDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				return f, err
+			}
+			f.logs, n.Tee = append(f.logs, log), log
 		}
 		if err := n.PlaceVersion(o.Base, baseBin); err != nil {
 			return f, fmt.Errorf("seed %s with %s: %w", name, o.Base, err)
@@ -276,6 +290,9 @@ func (f *Fleet) Close() {
 	}
 	if f.Bus != nil {
 		f.Bus.Close()
+	}
+	for _, log := range f.logs {
+		log.Close()
 	}
 }
 

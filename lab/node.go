@@ -26,6 +26,9 @@ type Node struct {
 	Launcher string   // path of the mesh-launcher binary
 	Env      []string // extra environment for the launcher (and so the host): MESH_HOST_*
 	Args     []string // flags every Start gives `mesh-launcher run` before its own
+	// Tee, if set, also receives everything the launcher and its hosts write (a log file for
+	// a person to follow).
+	Tee io.Writer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -82,7 +85,7 @@ func (n *Node) Start(args ...string) error {
 	cmd := exec.Command(n.Launcher, append(append([]string{"run", "--root", n.Root}, n.Args...), args...)...)
 	cmd.Env = append(os.Environ(), n.Env...)
 	if n.log == nil {
-		n.log = &lockedBuffer{}
+		n.log = &lockedBuffer{tee: n.Tee}
 	}
 	cmd.Stdout, cmd.Stderr = n.log, n.log
 	if err := cmd.Start(); err != nil {
@@ -202,13 +205,17 @@ func (n *Node) WaitStatus(ctx context.Context, what string, ok func(launcher.Rep
 
 // lockedBuffer is a bytes.Buffer safe for a process's two output streams.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu  sync.Mutex
+	b   bytes.Buffer
+	tee io.Writer
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.tee != nil {
+		l.tee.Write(p) // a log file that fails must not stop the launcher's output
+	}
 	return l.b.Write(p)
 }
 
