@@ -188,6 +188,17 @@ func (c *Controller) tail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// CPU is the user and system CPU time the process used, once it has exited (from wait4's
+// rusage: /proc/<pid> is gone once the process is reaped).
+func (c *Controller) CPU() (time.Duration, bool) {
+	if exited, _ := c.Exited(); !exited {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime(), true
+}
+
 // Signal sends sig to the process.
 func (c *Controller) Signal(sig syscall.Signal) error {
 	c.mu.Lock()
