@@ -199,8 +199,12 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return State{}, err
 	}
 	if old != nil {
-		if err := c.supersede(ctx, s, old.ID, st.ID); err != nil {
+		// The old rollout's holder (if any) notices and stops; its targets stay.
+		done, err := c.supersede(ctx, s, old.ID, st.ID)
+		if err != nil {
 			c.log.Warn("could not mark the older rollout superseded", "rollout", old.ID, "err", err)
+		} else if done.Status == StatusSuperseded {
+			c.emit(&done, Event{Kind: EventSuperseded, Message: supersededMessage(done)})
 		}
 	}
 	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st)})
@@ -236,20 +240,20 @@ func (c *Controller) forget(s *store, id string) {
 	_ = s.rollouts.Purge(ctx, stateKey(id))
 }
 
-// supersede marks rollout id superseded by next, unless it has ended already.
-func (c *Controller) supersede(ctx context.Context, s *store, id, next string) error {
+// supersede marks rollout id superseded by next, unless it has ended already, and returns it.
+func (c *Controller) supersede(ctx context.Context, s *store, id, next string) (State, error) {
 	for range 10 {
 		st, rev, err := s.get(ctx, id)
 		if err != nil || st.Status.Final() {
-			return err
+			return st, err
 		}
 		now := time.Now().UTC()
 		st.Status, st.SupersededBy, st.Ended, st.Updated = StatusSuperseded, next, now, now
 		if _, err = s.saveState(ctx, st, rev); !errors.Is(err, errConflict) {
-			return err
+			return st, err
 		}
 	}
-	return fmt.Errorf("rollout %s kept changing while it was being superseded", id)
+	return State{}, fmt.Errorf("rollout %s kept changing while it was being superseded", id)
 }
 
 // published checks that version is announced: hosts refuse a target with no manifest.
