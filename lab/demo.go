@@ -47,7 +47,10 @@ func Demo(ctx context.Context, w io.Writer, src string) (err error) {
 	if err != nil {
 		return err
 	}
-	for _, x := range []struct{ pkg, version string }{{PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"}} {
+	// Everything is built before the clocks start: a cold build takes minutes.
+	for _, x := range []struct{ pkg, version string }{
+		{PkgLauncher, ToolVersion}, {PkgRelease, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"},
+	} {
 		if _, err := b.Build(ctx, x.pkg, x.version); err != nil {
 			return err
 		}
