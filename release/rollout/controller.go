@@ -179,9 +179,8 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if st.Batches == nil {
 		st.Batches = []Batch{}
 	}
-	if b, _ := json.Marshal(st); len(b)+haltBudget > bus.MaxRolloutBytes {
-		return State{}, fmt.Errorf("a rollout to %d nodes does not fit the rollout state (%d bytes with room for a halt report; %s holds values of at most %d): roll out to part of the fleet with a shorter --alive, or split the fleet across prefixes",
-			len(nodes), len(b)+haltBudget, c.cfg.Names.Rollouts(), bus.MaxRolloutBytes)
+	if err := fits(st, c.cfg.Names.Rollouts()); err != nil {
+		return State{}, err
 	}
 	rev, err := s.saveState(ctx, st, 0)
 	if errors.Is(err, errConflict) {
@@ -213,6 +212,20 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return r.completeNow(ctx)
 	}
 	return st, nil
+}
+
+// fits refuses a planned state that would not fit the bucket's values with room for a halt
+// report (0006, "Consequences": about 10,000 nodes with 40-byte ids).
+func fits(st State, bucket string) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if len(b)+haltBudget > bus.MaxRolloutBytes {
+		return fmt.Errorf("a rollout to %d nodes does not fit the rollout state (%d bytes with room for a halt report; %s holds values of at most %d): roll out to part of the fleet with a shorter --alive, or split the fleet across prefixes",
+			len(st.Nodes), len(b)+haltBudget, bucket, bus.MaxRolloutBytes)
+	}
+	return nil
 }
 
 // lostStart explains a start that lost the race to another: the rollout now running.

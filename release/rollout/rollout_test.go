@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -24,7 +23,10 @@ func TestAGoodReleaseReachesEveryNodeInBatchOrderThenTheFleetKey(t *testing.T) {
 	publishRelease(t, b, "v1.1.0")
 	s := startSim(t, b, sixNodes()...)
 	ev := &events{}
-	c := newController(t, connect(t, b), ev, "")
+	c, err := New(Config{JS: connect(t, b), Events: ev.add, Tick: 50 * time.Millisecond, Progress: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := ctxFor(t, 60*time.Second)
 	st, err := c.Start(ctx, testOptions("v1.1.0"))
 	if err != nil {
@@ -59,8 +61,21 @@ func TestAGoodReleaseReachesEveryNodeInBatchOrderThenTheFleetKey(t *testing.T) {
 	if got := ev.kinds(EventCompleted); len(got) != 1 {
 		t.Errorf("completed events: %+v", got)
 	}
-	_ = s
-	_ = context.Background
+	p := ev.kinds(EventProgress)
+	if len(p) == 0 {
+		t.Fatal("no progress event")
+	}
+	for _, e := range p {
+		if e.Nodes == 0 || e.Batch == 0 || e.Batches != 3 || e.BatchName == "" ||
+			!strings.Contains(e.Message, fmt.Sprintf("/3 (%s): %d/%d confirmed, %d/%d soaked; ", e.BatchName, e.Confirmed, e.Nodes, e.Soaked, e.Nodes)) {
+			t.Errorf("progress %+v", e)
+		}
+	}
+	for _, n := range st.Nodes {
+		if got := s.targeted(n); len(got) != 1 || got[0] != "v1.1.0" {
+			t.Errorf("%s took %v", n, got)
+		}
+	}
 }
 
 func TestTroubleInABatchHaltsItSetsItsTargetsBackAndLeavesTheFleetKey(t *testing.T) {
