@@ -23,6 +23,11 @@ const (
 	PkgLoud     = "./lab/fixtures/loud"
 	// PkgLinkCrash links to the bus with the real link, then exits 1 before confirming.
 	PkgLinkCrash = "./lab/fixtures/linkcrash"
+	// PkgCrashLater runs as the real host and confirms, then exits 1 after MESH_LAB_CRASH_AFTER
+	// (default 4s): it crashes every few seconds after confirming.
+	PkgCrashLater = "./lab/fixtures/crashlater"
+	// PkgHangRun passes preflight and, when run, hangs without confirming (ignoring SIGTERM).
+	PkgHangRun = "./lab/fixtures/hangrun"
 )
 
 // Builder builds static binaries from the source tree, each (package, version) once.

@@ -13,11 +13,14 @@ import (
 )
 
 // Bus is the lab's NATS server: embedded, on a free loopback port, JetStream in dir, with the
-// mesh's buckets and stream created.
+// mesh's buckets and stream created. The server can be stopped and started again on the same
+// address and data directory (StopServer, StartServer, Restart), as a real server restarts.
 type Bus struct {
-	Server *bus.Server
+	Server *bus.Server // nil while stopped
 	Conn   *bus.Conn
 	Names  wire.Names
+
+	dir, listen, url string
 }
 
 // StartBus starts the server and connects to it.
@@ -26,26 +29,55 @@ func StartBus(ctx context.Context, dir string) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := bus.Connect(ctx, srv.ClientURL(), "")
+	// The port the server picked, kept so a restart listens where every client reconnects.
+	b := &Bus{Server: srv, Names: wire.NamesFor(""), dir: dir, listen: srv.Addr().String(), url: srv.ClientURL()}
+	b.Conn, err = bus.Connect(ctx, b.url, "")
 	if err != nil {
 		srv.Shutdown()
 		return nil, err
 	}
-	b := &Bus{Server: srv, Conn: conn, Names: wire.NamesFor("")}
-	if err := bus.Init(ctx, conn.JS, b.Names); err != nil {
+	if err := bus.Init(ctx, b.Conn.JS, b.Names); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return b, nil
 }
 
-// URL is the client URL hosts are given.
-func (b *Bus) URL() string { return b.Server.ClientURL() }
+// URL is the client URL hosts are given; it stays the same across restarts.
+func (b *Bus) URL() string { return b.url }
+
+// StopServer stops the server as a crash or a restart would: clients lose their connections and
+// try to reconnect; JetStream's data stays on disk.
+func (b *Bus) StopServer() {
+	if b.Server != nil {
+		b.Server.Shutdown()
+		b.Server = nil
+	}
+}
+
+// StartServer starts the stopped server again on the same address and data directory.
+func (b *Bus) StartServer(ctx context.Context) error {
+	if b.Server != nil {
+		return nil
+	}
+	srv, err := bus.Serve(ctx, bus.ServeOptions{DataDir: b.dir, Listen: b.listen, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("restart the bus on %s: %w", b.listen, err)
+	}
+	b.Server = srv
+	return nil
+}
+
+// Restart stops the server and starts it again on the same address and data directory.
+func (b *Bus) Restart(ctx context.Context) error {
+	b.StopServer()
+	return b.StartServer(ctx)
+}
 
 // Close disconnects and stops the server.
 func (b *Bus) Close() {
 	b.Conn.Close()
-	b.Server.Shutdown()
+	b.StopServer()
 }
 
 // Heartbeats delivers every heartbeat of node (core subscription) until the returned stop.

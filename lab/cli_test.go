@@ -29,7 +29,7 @@ var binaries = []binary{
 	{"mesh-launcher", PkgLauncher, []string{"run", "status", "version"}},
 	{"mesh-host", PkgHost, []string{"run", "preflight", "version"}},
 	{"mesh-release", PkgRelease, []string{"serve", "init", "declare", "fleet", "keygen", "build", "publish", "target", "version"}},
-	{"mesh-lab", pkgLab, []string{"demo", "version"}},
+	{"mesh-lab", pkgLab, []string{"demo", "up", "version"}},
 }
 
 const cliVersion = "v8.8.8-cli"

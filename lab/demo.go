@@ -6,197 +6,352 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/release/rollout"
+	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
 
 // PkgCrashRun passes preflight and exits 1 when run: a bad release only rollback catches.
 const PkgCrashRun = "./lab/fixtures/crashrun"
 
-// Demo tells the story on one node with real processes and a real bus: v1 is installed and
-// confirms; a declaration is pushed and reconciled; v2 is built, signed, published and targeted
-// with mesh-release, and the host delivers it to itself and stands aside; a broken v3 is
-// delivered the same way, fails three times, is rolled back to v2 and never fetched again. It
-// prints `mesh-launcher status` at each step and returns an error if any step does not happen.
-func Demo(ctx context.Context, w io.Writer, src string) error {
+// DemoWatchArgs are the demo's `mesh-release rollout` flags: two canaries, then half the fleet,
+// then all of it, with the clocks scaled down (a batch must confirm within 30s and then run 4s
+// without restarting).
+var DemoWatchArgs = []string{"--canary", "2", "--steps", "50%,100%", "--window", "30s", "--soak", "4s",
+	"--alive", "1m", "--silent-after", "10s", "--lease", "6s"}
+
+// Demo tells the fleet's story with real processes: an embedded NATS server and six nodes, each
+// a mesh-launcher process with its own root on v1.0.0, and `mesh-release rollout watch` running
+// as a child process. v1.1.0 is built and published, and the watch rolls it out through two
+// canaries, then half, then all of the fleet; then a broken v1.2.0 (it passes preflight and
+// crashes when run) is published: the rollout halts after the canaries, which roll back to
+// v1.1.0 by themselves, and no other node fetches it. It prints the fleet table and a canary's
+// `mesh-launcher status` at each step, the watch's lines as they come, and a summary; it returns
+// an error if anything does not happen as it says.
+func Demo(ctx context.Context, w io.Writer, src string) (err error) {
 	began := time.Now()
 	work, err := os.MkdirTemp("", "mesh-lab-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	say := func(format string, args ...any) {
-		fmt.Fprintf(w, "\n[%5.1fs] %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
-	}
-	indent := func(text string) {
-		for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", line)
-		}
-	}
+	d := &demo{w: &syncWriter{w: w}, began: began}
 
-	say("building the launcher, mesh-release and three host versions from this tree (v1.2.0 is broken: it passes preflight, then crashes when run)")
+	d.say("building the launcher, mesh-release and three host versions from this tree (v1.2.0 is broken: it passes preflight, then crashes when run)")
 	b, err := NewBuilder(ctx, src, filepath.Join(work, "bin"))
 	if err != nil {
 		return err
 	}
-	bin := map[string]string{}
-	for _, x := range []struct{ key, pkg, version string }{
-		{"launcher", PkgLauncher, "v1.0.0"}, {"release", PkgRelease, "v1.0.0"},
-		{"v1", PkgHost, "v1.0.0"}, {"v2", PkgHost, "v1.1.0"}, {"v3", PkgCrashRun, "v1.2.0"},
+	// Everything is built before the clocks start: a cold build takes minutes.
+	for _, x := range []struct{ pkg, version string }{
+		{PkgLauncher, ToolVersion}, {PkgRelease, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"},
 	} {
-		if bin[x.key], err = b.Build(ctx, x.pkg, x.version); err != nil {
+		if _, err := b.Build(ctx, x.pkg, x.version); err != nil {
 			return err
 		}
 	}
-
-	bus, err := StartBus(ctx, filepath.Join(work, "bus"))
+	fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	f, err := StartFleet(fctx, FleetOptions{Dir: filepath.Join(work, "fleet"), Builder: b, Nodes: 6})
 	if err != nil {
 		return err
 	}
-	defer bus.Close()
-	rel := &Release{Bin: bin["release"], KeyDir: filepath.Join(work, "keys"), Out: filepath.Join(work, "releases"), NATS: bus.URL()}
-	pub, err := rel.Keygen(ctx)
-	if err != nil {
-		return err
-	}
-	say("bus: NATS with JetStream on %s; release key made (hosts trust %s…)", bus.URL(), pub[:12])
-	hbs, stopBeats, err := bus.Heartbeats("node-1")
-	if err != nil {
-		return err
-	}
-	defer stopBeats()
-
-	n := &Node{
-		Name: "node-1", Root: filepath.Join(work, "node-1"), Launcher: bin["launcher"],
-		Env: []string{"MESH_HOST_NODE=node-1", "MESH_HOST_NATS_URL=" + bus.URL(), "MESH_HOST_TRUSTED_KEYS=" + pub,
-			"MESH_HOST_RECONCILE_INTERVAL=1s", "MESH_HOST_HEARTBEAT_INTERVAL=1s"},
-	}
-	fail := func(err error) error {
-		fmt.Fprintf(w, "\nFAILED: %v\nlauncher log:\n%s\n", err, n.Log())
-		return err
-	}
-	step := func(what string, ok func(launcher.Report) bool) error {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if _, err := n.WaitStatus(wctx, what, ok); err != nil {
-			return fail(err)
-		}
-		say("✓ %s", what)
-		indent(n.StatusText(ctx))
-		return nil
-	}
-	beat := func(what string, ok func(wire.Heartbeat) bool) (wire.Heartbeat, error) {
-		hb, err := WaitHeartbeat(hbs, 30*time.Second, what, ok)
-		if err != nil {
-			return hb, fail(err)
-		}
-		say("✓ %s", what)
-		return hb, nil
-	}
+	d.f = f
+	defer f.Close()
 	defer func() {
-		if n.PID() != 0 {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			n.Stop(sctx)
+		if err != nil {
+			d.failed(err)
 		}
 	}()
-
-	say("node-1: v1.0.0 installed under %s/versions (the tarball's way); starting mesh-launcher run", n.Root)
-	if err := n.PlaceVersion("v1.0.0", bin["v1"]); err != nil {
-		return err
-	}
-	if err := n.Start(); err != nil {
-		return err
-	}
-	if err := step("v1.0.0 runs and confirms (it completed a reconcile)", runningConfirmedReport("v1.0.0")); err != nil {
-		return err
-	}
-	launcherPID := n.PID()
-	// mesh-release declares only for a node it has heard from (a typo is refused, not stored).
-	if _, err := beat("node-1 heartbeats on the bus", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" }); err != nil {
+	d.say("bus: NATS with JetStream on %s; six nodes (node-1 … node-6), each a mesh-launcher process with its own root, heartbeating every second, all confirmed on v1.0.0", f.Bus.URL())
+	if err := d.table(ctx); err != nil {
 		return err
 	}
 
-	say("mesh-release declare node-1: an empty declaration, pushed to the host over its watch")
-	declFile := filepath.Join(work, "node-1.json")
-	if err := os.WriteFile(declFile, []byte(`{"version": 1, "node": "node-1", "resources": []}`), 0o644); err != nil {
+	d.say("mesh-release rollout watch %s: fleet upgrade by build announcement — it rolls out each newly published version", strings.Join(DemoWatchArgs, " "))
+	watch := f.Rollout(append([]string{"watch"}, DemoWatchArgs...)...)
+	watch.OnLine = func(line string) { d.line("  watch │ " + line) }
+	if err := watch.Start(); err != nil {
 		return err
 	}
-	out, err := rel.Run(ctx, "declare", "node-1", declFile, "--nats", bus.URL())
+
+	// v1.1.0: canaries, then 50%, then 100%.
+	d.say("mesh-release build + publish v1.1.0 (signed)")
+	good, err := d.publish(ctx, "v1.1.0", PkgHost)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	indent(strings.TrimSpace(out)) // "declaration for node-1 stored, revision N"
-	if _, err := beat("the heartbeat shows the declaration reconciled", func(hb wire.Heartbeat) bool {
-		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == wire.TriggerDeclaration && hb.LastReconcile.OK
+	st, err := d.rollout(ctx, "v1.1.0", "started", func(st rollout.State) bool { return len(st.Batches) > 0 })
+	if err != nil {
+		return err
+	}
+	canaries, goodBatches := BatchNodes(st, 0), len(st.Batches)
+	d.say("the watch started rollout %s: %s", st.ID, plan(st))
+	if err := d.all(ctx, canaries, "the canaries "+strings.Join(canaries, ", ")+" run v1.1.0, confirmed; they soak while the rest wait on v1.0.0", RunningConfirmed("v1.1.0")); err != nil {
+		return err
+	}
+	if err := d.table(ctx); err != nil {
+		return err
+	}
+	d.status(ctx, canaries[0])
+	if _, err := d.rollout(ctx, "v1.1.0", "completed", func(st rollout.State) bool {
+		return st.Version == "v1.1.0" && st.Status == rollout.StatusCompleted
 	}); err != nil {
+		return err
+	}
+	if err := d.all(ctx, f.Names(), "v1.1.0 completed: every node runs it, confirmed", RunningConfirmed("v1.1.0")); err != nil {
+		return err
+	}
+	if err := d.inBatchOrder(st, "v1.1.0"); err != nil {
+		return err
+	}
+	if v, _, err := f.Target(ctx, wire.FleetTargetKey); err != nil || v != "v1.1.0" {
+		return fmt.Errorf("after the rollout completed, the fleet target is %q (%v), want v1.1.0", v, err)
+	}
+	d.ok("batches went in order (from the heartbeats: no node of a batch was targeted before the one before it confirmed), and the fleet key names v1.1.0")
+	goodDone := time.Since(good)
+	if err := d.table(ctx); err != nil {
 		return err
 	}
 
-	say("mesh-release build + publish v1.1.0 (signed), then target node-1: the host fetches, verifies, preflights and stages it, and stands aside")
-	if err := rel.Ship(ctx, "v1.1.0", bin["v2"]); err != nil {
-		return fail(err)
-	}
-	if err := rel.Target(ctx, "v1.1.0", "node-1"); err != nil {
-		return fail(err)
-	}
-	if _, err := beat("v1.0.0 heartbeats that it stands aside for v1.1.0", func(hb wire.Heartbeat) bool {
-		return hb.State == wire.StateStandingAside && hb.StandingAsideFor == "v1.1.0"
-	}); err != nil {
+	// v1.2.0: halted after the canaries.
+	d.say("mesh-release build + publish v1.2.0 — broken: it passes preflight, then crashes when run")
+	bad, err := d.publish(ctx, "v1.2.0", PkgCrashRun)
+	if err != nil {
 		return err
 	}
-	if err := step("v1.1.0 took over and confirmed; the launcher was never restarted", func(rep launcher.Report) bool {
-		return runningConfirmedReport("v1.1.0")(rep) && rep.LauncherPID == launcherPID
-	}); err != nil {
+	st, err = d.rollout(ctx, "v1.2.0", "started", func(st rollout.State) bool { return st.Version == "v1.2.0" && len(st.Batches) > 0 })
+	if err != nil {
 		return err
 	}
-
-	say("shipping the broken v1.2.0 and targeting it: it passes preflight, crashes when run; after 3 failures it is rolled back")
-	if err := rel.Ship(ctx, "v1.2.0", bin["v3"]); err != nil {
-		return fail(err)
-	}
-	if err := rel.Target(ctx, "v1.2.0", "node-1"); err != nil {
-		return fail(err)
-	}
-	if err := step("v1.2.0 was rolled back to v1.1.0, marked bad, its last output kept", func(rep launcher.Report) bool {
-		bad, _ := Version(rep, "v1.2.0")
-		return len(rep.Rollbacks) == 1 && rep.Rollbacks[0].From == "v1.2.0" && rep.Rollbacks[0].To == "v1.1.0" &&
-			bad.Bad && runningConfirmedReport("v1.1.0")(rep)
-	}); err != nil {
-		return err
-	}
-	hb, err := beat("v1.1.0 reports the rollback and refuses its bad target instead of fetching it again", func(hb wire.Heartbeat) bool {
-		return hb.Running == "v1.1.0" && len(hb.Rollbacks) > 0 && hb.Refused != nil && hb.Refused.What == "target"
+	canaries = BatchNodes(st, 0)
+	rest := slices.DeleteFunc(f.Names(), func(n string) bool { return slices.Contains(canaries, n) })
+	d.say("the watch started rollout %s: %s", st.ID, plan(st))
+	st, err = d.rollout(ctx, "v1.2.0", "halted", func(st rollout.State) bool {
+		return st.Version == "v1.2.0" && st.Status.Final()
 	})
 	if err != nil {
 		return err
 	}
-	indent("refused: " + hb.Refused.Error)
-
-	out, err = rel.Run(ctx, "fleet", "--nats", bus.URL())
-	if err != nil {
-		return fail(err)
+	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 {
+		return fmt.Errorf("the rollout of v1.2.0 ended %s (halt %+v), want halted in the canary batch", st.Status, st.Halt)
 	}
-	say("mesh-release fleet: every node's last word")
-	indent(out)
+	d.ok("the rollout of v1.2.0 halted in its canary batch, by itself:")
+	for _, r := range st.Halt.Nodes {
+		d.line(fmt.Sprintf("      %s %s: %s", r.Node, r.Why, oneLine(r.Detail)))
+	}
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := f.Beats.WaitAll(wctx, canaries, "v1.1.0 again, rolled back from v1.2.0 if it ran it", func(b Beat) bool {
+		// A canary that staged v1.2.0 ran it; one the halt reached first never did.
+		return RunningConfirmed("v1.1.0")(b) && (rolledBackFrom(b, "v1.2.0") || d.f.Node(b.Node).Staged("v1.2.0") == 0)
+	}); err != nil {
+		return err
+	}
+	var back []string
+	why := ""
+	for _, n := range canaries {
+		b, _ := f.Beats.Last(n)
+		for _, rb := range b.Rollbacks {
+			if rb.From == "v1.2.0" {
+				back = append(back, n)
+				why, _, _ = strings.Cut(rb.Reason, " (last:")
+				break
+			}
+		}
+	}
+	if len(back) == 0 {
+		return fmt.Errorf("no canary rolled back from v1.2.0, yet the rollout halted")
+	}
+	d.ok("the canaries run v1.1.0 again: %s rolled back from v1.2.0 by themselves, their launchers' judgement: %s", strings.Join(back, " and "), oneLine(why))
+	d.status(ctx, canaries[0])
+	if err := d.table(ctx); err != nil {
+		return err
+	}
+	// Two heartbeats later, the rest still never fetched it.
+	time.Sleep(2 * f.Opts.Interval)
+	for _, n := range rest {
+		if d.touched(n, "v1.2.0") {
+			return fmt.Errorf("%s, not a canary, was targeted at or fetched v1.2.0", n)
+		}
+	}
+	reads, err := f.Reads.Count(ctx, "v1.2.0")
+	if err != nil {
+		return err
+	}
+	if reads > len(canaries) {
+		return fmt.Errorf("the v1.2.0 archive was read %d times; only the %d canaries may have", reads, len(canaries))
+	}
+	if v, _, err := f.Target(ctx, wire.FleetTargetKey); err != nil || v != "v1.1.0" {
+		return fmt.Errorf("after the halt, the fleet target is %q (%v), want v1.1.0 untouched", v, err)
+	}
+	d.ok("%s never fetched v1.2.0 (no target, no fetch in their heartbeats, nothing staged on their disks); the object store served it %d times, to canaries only; the fleet key still names v1.1.0",
+		strings.Join(rest, ", "), reads)
+	badDone := time.Since(bad)
 
-	say("stopping the launcher (SIGTERM): the host stops at a safe point")
+	d.say("stopping the watch (SIGTERM)")
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	code, err := n.Stop(sctx)
-	if err != nil || code != 0 {
-		return fail(fmt.Errorf("stopping the launcher: exit %d, %v", code, err))
+	if code, err := watch.Stop(sctx); err != nil || code != 0 {
+		return fmt.Errorf("the watch did not stop cleanly: exit %d, %v", code, err)
 	}
-	say("done: the whole story in %s", time.Since(began).Round(100*time.Millisecond))
+	d.say("done in %s: v1.1.0 reached all six nodes in %d batches in %s; v1.2.0 halted after %d canaries in %s and reached no other node",
+		time.Since(began).Round(time.Second), goodBatches, goodDone.Round(100*time.Millisecond), len(canaries), badDone.Round(100*time.Millisecond))
 	return nil
 }
 
-func runningConfirmedReport(version string) func(launcher.Report) bool {
-	return func(rep launcher.Report) bool {
-		v, ok := Version(rep, version)
-		return Running(rep) == version && ok && v.Confirmed
+// demo is the demo's narration and its checks.
+type demo struct {
+	w     *syncWriter
+	began time.Time
+	f     *Fleet
+}
+
+func (d *demo) say(format string, args ...any) {
+	d.w.print(fmt.Sprintf("\n[%5.1fs] %s\n", time.Since(d.began).Seconds(), fmt.Sprintf(format, args...)))
+}
+
+func (d *demo) ok(format string, args ...any) { d.say("✓ "+format, args...) }
+
+func (d *demo) line(s string) { d.w.print(s + "\n") }
+
+func (d *demo) indent(text string) {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		b.WriteString("    " + line + "\n")
 	}
+	d.w.print(b.String())
+}
+
+func (d *demo) table(ctx context.Context) error {
+	out, err := d.f.FleetTable(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("mesh-release fleet")
+	d.indent(out)
+	return nil
+}
+
+func (d *demo) status(ctx context.Context, node string) {
+	n := d.f.Node(node)
+	d.say("mesh-launcher status --root %s   (%s, a canary)", n.Root, node)
+	d.indent(n.StatusText(ctx))
+}
+
+func (d *demo) publish(ctx context.Context, version, pkg string) (time.Time, error) {
+	dir, err := d.f.BuildRelease(ctx, version, pkg)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at := time.Now()
+	return at, d.f.Release.Publish(ctx, dir)
+}
+
+func (d *demo) rollout(ctx context.Context, version, what string, ok func(rollout.State) bool) (rollout.State, error) {
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	return d.f.WaitRollout(wctx, version+" "+what, func(st rollout.State) bool { return st.Version == version && ok(st) })
+}
+
+func (d *demo) all(ctx context.Context, nodes []string, what string, ok func(Beat) bool) error {
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := d.f.Beats.WaitAll(wctx, nodes, what, ok); err != nil {
+		return err
+	}
+	d.ok("%s", what)
+	return nil
+}
+
+// touched reports whether node was ever targeted at version, fetched it or staged it.
+func (d *demo) touched(node, version string) bool {
+	for _, b := range d.f.Beats.Of(node) {
+		if b.Target == version || b.Fetch != nil && b.Fetch.Version == version || slices.Contains(b.Staged, version) {
+			return true
+		}
+	}
+	n := d.f.Node(node)
+	return n.Has(version) || n.Staged(version) > 0
+}
+
+// inBatchOrder checks, from the heartbeat history, that no node of a batch heard of version as
+// its target before every node of the batch before it had confirmed it.
+func (d *demo) inBatchOrder(st rollout.State, version string) error {
+	for i := 1; i < len(st.Batches); i++ {
+		var confirmed time.Time
+		for _, n := range BatchNodes(st, i-1) {
+			b, ok := d.f.Beats.First(func(b Beat) bool { return b.Node == n && RunningConfirmed(version)(b) })
+			if !ok {
+				return fmt.Errorf("%s (batch %s) never heartbeat %s confirmed", n, st.Batches[i-1].Name, version)
+			}
+			confirmed = later(confirmed, b.At)
+		}
+		for _, n := range BatchNodes(st, i) {
+			if b, ok := d.f.Beats.First(func(b Beat) bool { return b.Node == n && b.Target == version }); ok && b.At.Before(confirmed) {
+				return fmt.Errorf("%s (batch %s) was targeted at %s before batch %s had confirmed it", n, st.Batches[i].Name, version, st.Batches[i-1].Name)
+			}
+		}
+	}
+	return nil
+}
+
+func (d *demo) failed(err error) {
+	d.w.print(fmt.Sprintf("\nFAILED: %v\n", err))
+	if d.f == nil {
+		return
+	}
+	for _, n := range d.f.Nodes {
+		if b, ok := d.f.Beats.Last(n.Name); ok {
+			d.w.print(fmt.Sprintf("  %s last heartbeat: %s\n", n.Name, Describe(b.Heartbeat)))
+		}
+	}
+}
+
+// plan says a rollout's batches: "canary node-3, node-5 → 50% node-1 → 100% node-2, node-4, node-6".
+func plan(st rollout.State) string {
+	var parts []string
+	for i, b := range st.Batches {
+		parts = append(parts, b.Name+" "+strings.Join(BatchNodes(st, i), ", "))
+	}
+	return strings.Join(parts, " → ")
+}
+
+func rolledBackFrom(b Beat, version string) bool {
+	for _, rb := range b.Rollbacks {
+		if rb.From == version {
+			return true
+		}
+	}
+	return false
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// oneLine is the first line of a text from the bus, bounded and printable.
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return rollback.Printable(rollback.Cut(s, 400))
+}
+
+// syncWriter lets the narration and the watch's lines share one output.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) print(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	io.WriteString(s.w, text)
 }

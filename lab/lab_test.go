@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/novox/mesh-host/launcher"
 )
 
 // bins is built once per test run (TestMain); every test places copies in its own root.
@@ -80,4 +82,11 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+func runningConfirmedReport(version string) func(launcher.Report) bool {
+	return func(rep launcher.Report) bool {
+		v, ok := Version(rep, version)
+		return Running(rep) == version && ok && v.Confirmed
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +25,10 @@ type Node struct {
 	Root     string
 	Launcher string   // path of the mesh-launcher binary
 	Env      []string // extra environment for the launcher (and so the host): MESH_HOST_*
+	Args     []string // flags every Start gives `mesh-launcher run` before its own
+	// Tee, if set, also receives everything the launcher and its hosts write (a log file for
+	// a person to follow).
+	Tee io.Writer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -72,13 +77,16 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	return out.Commit(dst)
 }
 
-// Start runs `mesh-launcher run --root ROOT args…` in the background.
+// Start runs `mesh-launcher run --root ROOT Args… args…` in the background. Started again after
+// it exited, the node keeps one log across its runs.
 func (n *Node) Start(args ...string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cmd := exec.Command(n.Launcher, append([]string{"run", "--root", n.Root}, args...)...)
+	cmd := exec.Command(n.Launcher, append(append([]string{"run", "--root", n.Root}, n.Args...), args...)...)
 	cmd.Env = append(os.Environ(), n.Env...)
-	n.log = &lockedBuffer{}
+	if n.log == nil {
+		n.log = &lockedBuffer{tee: n.Tee}
+	}
 	cmd.Stdout, cmd.Stderr = n.log, n.log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start launcher for %s: %w", n.Name, err)
@@ -197,13 +205,17 @@ func (n *Node) WaitStatus(ctx context.Context, what string, ok func(launcher.Rep
 
 // lockedBuffer is a bytes.Buffer safe for a process's two output streams.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu  sync.Mutex
+	b   bytes.Buffer
+	tee io.Writer
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.tee != nil {
+		l.tee.Write(p) // a log file that fails must not stop the launcher's output
+	}
 	return l.b.Write(p)
 }
 
@@ -229,4 +241,38 @@ func Running(rep launcher.Report) string {
 		return ""
 	}
 	return rep.Running.Version
+}
+
+// Alive reports whether the launcher was started and has not exited.
+func (n *Node) Alive() bool {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Staged counts the times the node's host logged that it staged version (fetched, verified,
+// preflighted and renamed it into place).
+func (n *Node) Staged(version string) int {
+	staged := 0
+	for _, line := range strings.Split(n.Log(), "\n") {
+		if strings.Contains(line, `msg="host version staged"`) && strings.Contains(line, "version="+version+" ") {
+			staged++
+		}
+	}
+	return staged
+}
+
+// Has reports whether versions/<version> is on the node's disk.
+func (n *Node) Has(version string) bool {
+	_, err := os.Stat(rollback.VersionDir(n.Root, version))
+	return err == nil
 }

@@ -40,10 +40,23 @@ func (r *Release) Keygen(ctx context.Context) (string, error) {
 
 // Ship builds (packs and signs) binary as version and publishes it on the bus.
 func (r *Release) Ship(ctx context.Context, version, binary string) error {
-	dir := filepath.Join(r.Out, version)
-	if _, err := r.Run(ctx, "build", "--version", version, "--binary", binary, "--key", filepath.Join(r.KeyDir, "release.key"), "-o", dir); err != nil {
+	dir, err := r.Build(ctx, version, binary)
+	if err != nil {
 		return err
 	}
+	return r.Publish(ctx, dir)
+}
+
+// Build packs and signs binary as version into Out/<version> and returns that directory, ready
+// for `mesh-release publish`.
+func (r *Release) Build(ctx context.Context, version, binary string) (string, error) {
+	dir := filepath.Join(r.Out, version)
+	_, err := r.Run(ctx, "build", "--version", version, "--binary", binary, "--key", filepath.Join(r.KeyDir, "release.key"), "-o", dir)
+	return dir, err
+}
+
+// Publish publishes a release directory Build made.
+func (r *Release) Publish(ctx context.Context, dir string) error {
 	_, err := r.Run(ctx, "publish", dir, "--nats", r.NATS)
 	return err
 }

@@ -1,15 +1,16 @@
-// Command mesh-lab runs the lab's demo: the whole story with real processes, narrated.
+// Command mesh-lab runs the lab for a person: the demo (the fleet's story with real processes,
+// narrated) and up (a fleet left running to try commands against).
 package main
 
 import (
 	"context"
 	"fmt"
-	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/novox/mesh-host/internal/cmdline"
 	"github.com/novox/mesh-host/lab"
 )
 
@@ -22,21 +23,40 @@ const prog = cmdline.Program("mesh-lab")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr, lab.Demo)
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr, runners{demo: lab.Demo, up: lab.Up})
 	stop()
 	os.Exit(code)
 }
 
-// cli runs the command line args (without the program name) and returns the exit status; demo
-// is lab.Demo, replaced in tests.
-func cli(ctx context.Context, args []string, stdout, stderr io.Writer, demo func(context.Context, io.Writer, string) error) int {
-	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-lab demo --help` for what the demo does.", []cmdline.Command{
-		{Name: "demo", Summary: "run the narrated demo (from inside the mesh-host source tree)", Run: func(args []string) int {
-			if code, ok := parse("demo", demoAbout, args, stdout, stderr); !ok {
+// runners are what the commands run: lab.Demo and lab.Up, replaced in tests.
+type runners struct {
+	demo func(context.Context, io.Writer, string) error
+	up   func(context.Context, io.Writer, lab.UpOptions) error
+}
+
+// cli runs the command line args (without the program name) and returns the exit status.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer, run runners) int {
+	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-lab <command> --help` for what a command does. Both build what they run from the\nmesh-host source tree they are started in (they need Go).", []cmdline.Command{
+		{Name: "demo", Summary: "run the narrated demo: a staged rollout across six nodes (from inside the source tree)", Run: func(args []string) int {
+			if code, ok := prog.Parse(prog.NewFlagSet("demo", demoAbout), args, stdout, stderr); !ok {
 				return code
 			}
-			if err := demo(ctx, stdout, "."); err != nil {
+			if err := run.demo(ctx, stdout, "."); err != nil {
 				fmt.Fprintf(stderr, "mesh-lab demo: %v\n", err)
+				return 1
+			}
+			return 0
+		}},
+		{Name: "up", Summary: "start a fleet (a bus and N nodes) and leave it running to try commands against", Run: func(args []string) int {
+			fs := prog.NewFlagSet("up", upAbout)
+			o := lab.UpOptions{Src: "."}
+			fs.IntVar(&o.Nodes, "nodes", 3, "how many nodes")
+			fs.StringVar(&o.Dir, "dir", "", "where the bus, keys, releases, roots and logs go: a new or empty directory, kept after (default: a temporary one, removed)")
+			if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
+				return code
+			}
+			if err := run.up(ctx, stdout, o); err != nil {
+				fmt.Fprintf(stderr, "mesh-lab up: %v\n", err)
 				return 1
 			}
 			return 0
@@ -44,13 +64,17 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer, demo func
 	})
 }
 
-// parse parses the args of a command that takes no flags or arguments, as every mesh command
-// does (internal/cmdline). ok is false when the command should stop with code.
-func parse(name, about string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	return prog.Parse(prog.NewFlagSet(name, about), args, stdout, stderr)
-}
+const demoAbout = `Tell the fleet's story with real processes: an embedded NATS server and six nodes, each a
+mesh-launcher process with its own root on v1.0.0. ` + "`mesh-release rollout watch`" + ` rolls out v1.1.0
+as soon as it is published: two canaries, then half the fleet, then all of it. Then a broken
+v1.2.0 (it passes preflight, crashes when run) is published: the rollout halts after the
+canaries, which roll back to v1.1.0 by themselves, and no other node fetches it. It prints the
+fleet table and a canary's status at each step; about a minute. Run it from inside the
+mesh-host source tree: it builds what it runs (needs Go). Exit 1 if anything does not happen as
+it says.`
 
-const demoAbout = `Tell the whole story on one node with real processes and a real bus: v1.0.0 confirms, a
-declaration is reconciled, v1.1.0 is built, signed, published and targeted with mesh-release
-and takes over, a broken v1.2.0 is rolled back. Run it from inside the mesh-host source tree:
-it builds what it runs (needs Go). Exit 1 if any step does not happen.`
+const upAbout = `Build the binaries from this tree, start a NATS server and --nodes nodes on v1.0.0 (each a
+mesh-launcher process with its own root, heartbeating every second, with the launcher's clocks
+scaled down as in the demo), build and sign — without publishing — a good v1.1.0 and a broken
+v1.2.0, and print the commands to try (mesh-release fleet, publish, rollout …, mesh-launcher
+status). It keeps running until Ctrl-C or SIGTERM, then stops every node and the bus (exit 0).`
