@@ -8,6 +8,7 @@ import (
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/release/rollout"
 )
 
 func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
@@ -28,6 +29,7 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 		return err
 	}
 	defer c.Close()
+	header := rolloutHeader(c, b)
 	render := func(rows []fleet.Row) error {
 		if *asJSON {
 			if *watch {
@@ -40,7 +42,7 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 		} else if *watch {
 			fmt.Fprintf(out, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
 		}
-		return fleet.WriteText(out, rows, *silentAfter)
+		return fleet.WriteTextWith(out, rows, fleet.TextOptions{SilentAfter: *silentAfter, Header: header(ctx)})
 	}
 	if !*watch {
 		es, err := fleet.Read(ctx, c.JS, b.names())
@@ -102,5 +104,29 @@ func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, silentAfter time.D
 			}
 		case <-tick.C:
 		}
+	}
+}
+
+// rolloutHeader returns what the table's top line says about the current rollout: its summary
+// while it runs or once it has halted (a halt stays on top until the next rollout, as it needs a
+// person), nothing otherwise. It reads the bus at most once a second, so --watch stays light.
+func rolloutHeader(c *bus.Conn, b busFlags) func(context.Context) string {
+	var line string
+	var read time.Time
+	return func(ctx context.Context) string {
+		if time.Since(read) < time.Second {
+			return line
+		}
+		read = time.Now()
+		st, ok, err := rollout.Current(ctx, c.JS, b.names())
+		switch {
+		case err != nil:
+			line = "rollout: could not be read: " + err.Error() // bounded and made printable by the table
+		case ok && (st.Status == rollout.StatusRunning || st.Status == rollout.StatusHalted):
+			line = rollout.Summary(st, time.Now())
+		default:
+			line = ""
+		}
+		return line
 	}
 }

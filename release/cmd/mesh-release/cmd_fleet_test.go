@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -94,4 +96,52 @@ func controlBytes(s string) string {
 		}
 	}
 	return ""
+}
+
+// The issue: the fleet view said nothing of a rollout in progress. A running or halted rollout
+// is one line on top of the table; a completed one is not shown.
+func TestFleetShowsTheCurrentRolloutOnTop(t *testing.T) {
+	url, c := startServeConnected(t)
+	ctx := context.Background()
+	n := wire.NamesFor("")
+	if _, err := c.JS.Publish(ctx, n.Heartbeat("web-01"), wire.Heartbeat{Node: "web-01", State: wire.StateRunning, Running: "v1.1.0", KnownGood: "v1.1.0"}.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := c.JS.KeyValue(ctx, n.Rollouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		status rollout.Status
+		want   string // on the first line; "" for no rollout line
+	}{
+		{rollout.StatusRunning, "rollout v1.2.0 (20261129T101500Z-v1.2.0): running, batch 1/1 (canary)"},
+		{rollout.StatusHalted, "rollout v1.2.0: HALTED in batch 1/1 (canary)"},
+		{rollout.StatusCompleted, ""},
+	} {
+		st := rollout.State{Schema: rollout.Schema, ID: "20261129T101500Z-v1.2.0", Version: "v1.2.0", Policy: rollout.PolicyCanary,
+			Status: tc.status, Created: time.Now().Add(-time.Minute), Nodes: []string{"web-01"}, Ran: []string{"v1.1.0"},
+			Batches: []rollout.Batch{{Name: "canary", End: 1, Started: time.Now()}}}
+		if tc.status == rollout.StatusHalted {
+			st.Halt = &rollout.Halt{At: time.Now(), Nodes: []rollout.NodeReason{{Node: "web-01", Why: rollout.WhyRolledBack, Detail: "rolled back"}}}
+		}
+		b, _ := json.Marshal(st)
+		if _, err := kv.Put(ctx, "rollout."+st.ID, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "current", []byte(`{"id":"`+st.ID+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := execCmd(ctx, "fleet", nil, &out, "--nats", url); err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(out.String(), "\n")
+		switch {
+		case tc.want == "" && !strings.HasPrefix(first, "NODE"):
+			t.Errorf("%s: the table has a line on top: %q", tc.status, first)
+		case tc.want != "" && !strings.Contains(first, tc.want):
+			t.Errorf("%s: first line %q, want it to say %q:\n%s", tc.status, first, tc.want, out.String())
+		}
+	}
 }
