@@ -76,8 +76,8 @@ func TestMeshLabUpLeavesAFleetToTryAndStopsCleanly(t *testing.T) {
 	}
 	table := run("mesh-release fleet")
 	for _, node := range []string{"node-1", "node-2"} {
-		if !regexp.MustCompile(node + `\s+running\s+v1\.0\.0`).MatchString(table) {
-			t.Errorf("the fleet table does not show %s running v1.0.0:\n%s", node, table)
+		if !regexp.MustCompile(node + `\s+ok\s+v1\.0\.0`).MatchString(table) {
+			t.Errorf("the fleet table does not show %s ok on v1.0.0:\n%s", node, table)
 		}
 	}
 	run("mesh-release publish " + dir + "/releases/v1.1.0")
