@@ -32,6 +32,7 @@ import (
 //	bus.example:4222, 0.0.0.0:4222 → a free loopback port
 //	systemctl enable --now mesh-launcher → mesh-launcher run & (the unit's ExecStart)
 //	the v1.2.0 build → the same command packing a release that crashes when run (--binary)
+//	the rollout's --soak 2m → --soak 3s
 //
 // Between blocks the test waits as a person would look: for the node to heartbeat, for the
 // release to run, for the rollback.
@@ -45,7 +46,7 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := walkthroughBlocks(t, string(readme))
-	for _, name := range []string{"bus", "node", "release", "rollback"} {
+	for _, name := range []string{"bus", "node", "release", "rollback", "rollout"} {
 		if _, ok := blocks[name]; !ok {
 			t.Fatalf("README has no walkthrough block %q", name)
 		}
@@ -68,6 +69,7 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 		{"0.0.0.0:4222", fmt.Sprintf("127.0.0.1:%d", port)},
 		{"systemctl enable --now mesh-launcher", "mesh-launcher run --backoff-min 200ms &"},
 		{"mesh-release build --version v1.2.0", "mesh-release build --version v1.2.0 --binary " + crashrun},
+		{"--soak 2m", "--soak 3s"},
 	}
 	used := make([]bool, len(subst))
 	replace := func(block string) string {
@@ -146,6 +148,17 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 			t.Errorf("the README's last commands do not show %q:\n%s", want, out)
 		}
 	}
+
+	// The rollout block: one node, so the canary is the whole fleet; it completes, sets the fleet
+	// key, and the node runs v1.3.0 confirmed.
+	out = run("rollout", blocks["rollout"])
+	for _, want := range []string{"batch 1/1 (canary): targets set for 1 node: web-01", "completed: v1.3.0 is the fleet target", "completed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the README's rollout does not say %q:\n%s", want, out)
+		}
+	}
+	heard("running and confirmed on v1.3.0", func(hb wire.Heartbeat) bool { return hb.Running == "v1.3.0" && hb.KnownGood == "v1.3.0" })
+
 	for i, s := range subst {
 		if !used[i] {
 			t.Errorf("the README no longer says %q: update this test's replacements with it", s.old)
