@@ -87,3 +87,24 @@ func unsafeRune(r rune) bool {
 	}
 	return false
 }
+
+// PrintableJSON rewrites JSON so that every character Printable would escape is written as a
+// \u escape: encoding/json escapes C0 controls and U+2028/U+2029 but writes DEL, the C1
+// controls (U+009B is CSI on some terminals) and bidirectional overrides raw. Outside strings
+// JSON is plain ASCII, so only string contents change and every value decodes as before. For
+// JSON built from outside text and printed where a terminal may read it.
+func PrintableJSON(b []byte) []byte {
+	if Printable(string(b)) == string(b) {
+		return b
+	}
+	var out strings.Builder
+	out.Grow(len(b) + 64)
+	for _, r := range string(b) {
+		if r != '\n' && Printable(string(r)) != string(r) {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return []byte(out.String())
+}

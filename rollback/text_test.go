@@ -1,6 +1,7 @@
 package rollback
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -48,5 +49,22 @@ func TestPrintableEscapesWhatCouldDriveATerminal(t *testing.T) {
 				t.Fatalf("Printable(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestPrintableJSONEscapesWhatATerminalActsOnAndKeepsTheValues(t *testing.T) {
+	for _, in := range []string{"plain", "csi \u009b31m", "del \x7f", "bidi \u202eevil", "esc \x1b[2J", "é ok"} {
+		b, err := json.Marshal(map[string]string{"v": in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := PrintableJSON(b)
+		if got := Printable(string(out)); got != string(out) {
+			t.Errorf("%q: the JSON still carries what Printable escapes: %q", in, out)
+		}
+		var back map[string]string
+		if err := json.Unmarshal(out, &back); err != nil || back["v"] != in {
+			t.Errorf("%q: decodes as %q, %v", in, back["v"], err)
+		}
 	}
 }

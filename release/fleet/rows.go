@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -212,13 +211,13 @@ func ago(d time.Duration) string {
 }
 
 // WriteJSON writes rows as one indented JSON array. The values are what the nodes sent, but no
-// character a terminal could act on is written raw (see terminalSafe).
+// character a terminal could act on is written raw (rollback.PrintableJSON).
 func WriteJSON(w io.Writer, rows []Row) error {
 	b, err := json.MarshalIndent(rows, "", "  ")
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(terminalSafe(b), '\n'))
+	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
 	return err
 }
 
@@ -228,27 +227,7 @@ func WriteJSONLine(w io.Writer, rows []Row) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(terminalSafe(b), '\n'))
+	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
 	return err
 }
 
-// terminalSafe rewrites JSON so that every character rollback.Printable would escape is
-// written as a \u escape. encoding/json already escapes C0 controls and U+2028/U+2029 but
-// writes DEL, C1 controls (U+009B is CSI on some terminals) and bidirectional overrides raw.
-// Outside strings JSON is plain ASCII, so this changes only string contents, and every value
-// decodes as before.
-func terminalSafe(b []byte) []byte {
-	if rollback.Printable(string(b)) == string(b) {
-		return b
-	}
-	var out bytes.Buffer
-	out.Grow(len(b) + 64)
-	for _, r := range string(b) {
-		if r != '\n' && rollback.Printable(string(r)) != string(r) {
-			fmt.Fprintf(&out, `\u%04x`, r)
-			continue
-		}
-		out.WriteRune(r)
-	}
-	return out.Bytes()
-}

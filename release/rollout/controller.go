@@ -298,25 +298,35 @@ func (c *Controller) Resume(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	st, _, err := runningCurrent(ctx, s, c.cfg.Workers)
+	if err != nil {
+		return st, err
+	}
+	return c.Run(ctx, st.ID)
+}
+
+// runningCurrent reads the rollout "current" names and its revision: ErrNoRollout when there is
+// none, *NotRunningError when it is final (after finishing a restore a halt or abort left undone).
+func runningCurrent(ctx context.Context, s *store, workers int) (State, uint64, error) {
 	id, _, err := s.current(ctx)
 	if err != nil {
-		return State{}, err
+		return State{}, 0, err
 	}
 	if id == "" {
-		return State{}, ErrNoRollout
+		return State{}, 0, ErrNoRollout
 	}
 	st, rev, err := s.get(ctx, id)
 	if err != nil {
-		return State{}, err
+		return State{}, 0, err
 	}
 	if st.Status.Final() {
-		st, err = restore(ctx, s, st, rev, c.cfg.Workers)
+		st, err = restore(ctx, s, st, rev, workers)
 		if err != nil {
-			return st, err
+			return st, 0, err
 		}
-		return st, &NotRunningError{State: st}
+		return st, 0, &NotRunningError{State: st}
 	}
-	return c.Run(ctx, id)
+	return st, rev, nil
 }
 
 // Abort marks the current running rollout aborted (by names who: "alice@web-01"), sets the
@@ -328,23 +338,9 @@ func Abort(ctx context.Context, js jetstream.JetStream, n wire.Names, by string)
 		return State{}, err
 	}
 	for range 20 {
-		id, _, err := s.current(ctx)
+		st, rev, err := runningCurrent(ctx, s, DefaultWorkers)
 		if err != nil {
-			return State{}, err
-		}
-		if id == "" {
-			return State{}, ErrNoRollout
-		}
-		st, rev, err := s.get(ctx, id)
-		if err != nil {
-			return State{}, err
-		}
-		if st.Status.Final() {
-			st, err = restore(ctx, s, st, rev, DefaultWorkers)
-			if err != nil {
-				return st, err
-			}
-			return st, &NotRunningError{State: st}
+			return st, err
 		}
 		now := time.Now().UTC()
 		st.Status, st.AbortedBy, st.Ended, st.Updated = StatusAborted, text(by), now, now

@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,13 +45,13 @@ func WriteEvent(w io.Writer, e Event) error {
 	return err
 }
 
-// WriteEventJSON writes e as one JSON object on one line, terminal-safe (see safeJSON).
+// WriteEventJSON writes e as one JSON object on one line, terminal-safe (rollback.PrintableJSON).
 func WriteEventJSON(w io.Writer, e Event) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(safeJSON(b), '\n'))
+	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
 	return err
 }
 
@@ -62,7 +61,7 @@ func WriteStatusJSON(w io.Writer, st State) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(safeJSON(b), '\n'))
+	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
 	return err
 }
 
@@ -449,23 +448,3 @@ func countOf(n int, one, many string) string {
 	return strconv.Itoa(n) + " " + many
 }
 
-// safeJSON rewrites JSON so that every character rollback.Printable would escape is written
-// as a \u escape: encoding/json escapes C0 controls but writes DEL, the C1 controls (U+009B is
-// CSI on some terminals) and bidirectional overrides raw. Outside strings JSON is plain ASCII,
-// so only string contents change and every value decodes as before. (The same rule as the
-// fleet view's JSON.)
-func safeJSON(b []byte) []byte {
-	if rollback.Printable(string(b)) == string(b) {
-		return b
-	}
-	var out bytes.Buffer
-	out.Grow(len(b) + 64)
-	for _, r := range string(b) {
-		if r != '\n' && rollback.Printable(string(r)) != string(r) {
-			fmt.Fprintf(&out, `\u%04x`, r)
-			continue
-		}
-		out.WriteRune(r)
-	}
-	return out.Bytes()
-}
