@@ -27,12 +27,27 @@ type track struct {
 	leftOut   bool   // silent when its batch began: not targeted, not judged
 	done      bool   // already had the version (or a newer one) when its batch began
 	targetRev uint64 // the revision of node.<id> naming the version
+	// priorRollback is when (by the node's clock) the node last rolled back from the version
+	// before its batch began: that rollback is history — the node marked the version bad then,
+	// and now refuses it, which is what it is judged on.
+	priorRollback time.Time
 
 	confirmed   bool
 	firstUptime int64 // uptime_s of the first confirmed heartbeat this controller saw
 	lastUptime  int64 // uptime_s of the last heartbeat of the version
 	soaked      bool
 	trouble     *NodeReason // sticky: the first trouble seen on a heartbeat
+}
+
+// lastRollbackFrom is when, by the node's clock, e says it last rolled back from version.
+func lastRollbackFrom(e fleet.Entry, version string) time.Time {
+	var at time.Time
+	for _, rb := range e.Heartbeat.Rollbacks {
+		if rb.From == version && rb.At.After(at) {
+			at = rb.At
+		}
+	}
+	return at
 }
 
 // judged reports whether t counts towards its batch: targeted and not left out.
@@ -65,7 +80,7 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 	}
 	hb := e.Heartbeat
 	for _, rb := range hb.Rollbacks {
-		if rb.From == version {
+		if rb.From == version && rb.At.After(t.priorRollback) {
 			t.trouble = &NodeReason{Node: e.Node, Why: WhyRolledBack, Since: rb.At,
 				Detail: detail(fmt.Sprintf("rolled back from %s to %s at %s: %s", version, field(rb.To), clock(rb.At), rb.Reason)),
 				Output: output(rb.Output)}

@@ -148,3 +148,30 @@ func TestLeftOutNodesPastTheRoomAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The scenario 8: a node that rolled back from the version before the rollout marked it
+// bad then; in the rollout it refuses the target, and that is what it is judged on — the old
+// rollback in its heartbeat is history, not news.
+func TestANodeThatRolledBackBeforeItsBatchIsJudgedOnRefusingTheTarget(t *testing.T) {
+	const v = "v1.2.0"
+	old := func(hb *wire.Heartbeat) {
+		hb.Rollbacks = []wire.Rollback{{From: v, To: "v1.1.0", At: t0.Add(-time.Hour), Reason: "exited 1"}}
+	}
+	refused := func(hb *wire.Heartbeat) {
+		hb.Refused = &wire.Refusal{What: "target", Revision: 7, Error: "target v1.2.0 is marked bad on this node"}
+	}
+	tr := &track{inBatch: true, targetRev: 7, priorRollback: lastRollbackFrom(beat(0, "v1.1.0", "v1.1.0", 1, old), v)}
+	if got := tr.observe(beat(1, "v1.1.0", "v1.1.0", 2, old), v, time.Second); got != changeNone {
+		t.Fatalf("the old rollback alone: %v, want none", got)
+	}
+	if got := tr.observe(beat(2, "v1.1.0", "v1.1.0", 3, old, refused), v, time.Second); got != changeTrouble || tr.trouble.Why != WhyRefused {
+		t.Fatalf("the refusal: %v %+v, want trouble %s", got, tr.trouble, WhyRefused)
+	}
+	fresh := &track{inBatch: true, targetRev: 7, priorRollback: lastRollbackFrom(beat(0, "v1.1.0", "v1.1.0", 1, old), v)}
+	newer := func(hb *wire.Heartbeat) {
+		hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: v, To: "v1.1.0", At: t0, Reason: "exited 1 again"})
+	}
+	if got := fresh.observe(beat(1, "v1.1.0", "v1.1.0", 1, old, newer), v, time.Second); got != changeTrouble || fresh.trouble.Why != WhyRolledBack {
+		t.Fatalf("a rollback after the batch began: %v %+v, want trouble %s", got, fresh.trouble, WhyRolledBack)
+	}
+}

@@ -561,6 +561,9 @@ func (r *runner) begin(ctx context.Context) error {
 			already = append(already, n)
 		default:
 			targeted = append(targeted, n)
+			if t.heard {
+				t.priorRollback = lastRollbackFrom(t.last, r.version)
+			}
 			if have[k] == r.version {
 				t.targetRev = revs[k]
 			} else {

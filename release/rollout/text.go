@@ -447,4 +447,3 @@ func countOf(n int, one, many string) string {
 	}
 	return strconv.Itoa(n) + " " + many
 }
-
