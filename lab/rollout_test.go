@@ -73,6 +73,7 @@ func TestRolloutOfACrashingReleaseHaltsAfterTheCanariesWhichRollBack(t *testing.
 		t.Errorf("after the halt: current batch %d, batch 2 started %s, targets restored %v", st.Current, st.Batches[1].Started, st.Restored)
 	}
 	out := c.Output()
+	t.Logf("the controller printed:\n%s", out)
 	for _, r := range st.Halt.Nodes {
 		if !strings.Contains(strings.Join(canaries, " "), r.Node) || r.Why != rollout.WhyRolledBack {
 			t.Errorf("the halt names %s %s; want only canaries, rolled-back", r.Node, r.Why)
