@@ -26,6 +26,9 @@ var ScaledLauncherArgs = []string{
 	"--backoff-min", "200ms", "--backoff-max", "2s", "--stop-timeout", "10s",
 }
 
+// ToolVersion is the version the lab stamps into the launcher and mesh-release it builds.
+const ToolVersion = "v0.0.0-lab"
+
 // FleetOptions say what fleet StartFleet runs.
 type FleetOptions struct {
 	Dir     string   // required: the bus's data, the keys, the releases and every node's root
@@ -80,18 +83,20 @@ type Fleet struct {
 	controllers []*Controller
 }
 
-// StartFleet builds what it runs, starts the bus and every node, and returns once every node has
-// heartbeat its base version running and confirmed. On error, what it started is stopped.
+// StartFleet builds what it runs (the launcher and mesh-release at ToolVersion, the host at the
+// base version; build them first when ctx is short, as a cold build takes minutes), starts the
+// bus and every node, and returns once every node has heartbeat its base version running and
+// confirmed. On error, what it started is stopped.
 func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 	o = o.withDefaults()
 	if o.Dir == "" || o.Builder == nil {
 		return nil, errors.New("StartFleet: Dir and Builder are required")
 	}
-	launcherBin, err := o.Builder.Build(ctx, PkgLauncher, "v0.0.0-lab")
+	launcherBin, err := o.Builder.Build(ctx, PkgLauncher, ToolVersion)
 	if err != nil {
 		return nil, err
 	}
-	releaseBin, err := o.Builder.Build(ctx, PkgRelease, "v0.0.0-lab")
+	releaseBin, err := o.Builder.Build(ctx, PkgRelease, ToolVersion)
 	if err != nil {
 		return nil, err
 	}

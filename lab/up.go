@@ -13,7 +13,7 @@ import (
 
 // UpOptions say what fleet `mesh-lab up` leaves running.
 type UpOptions struct {
-	Nodes int    // how many nodes (default 3)
+	Nodes int    // how many nodes, at least one
 	Dir   string // where everything goes; "" is a new temporary directory, removed at the end
 	Src   string // inside the mesh-host source tree: what is run is built from it
 }
@@ -27,9 +27,6 @@ const UpRolloutArgs = "--canary 1 --steps 50%,100% --window 30s --soak 5s"
 // against them, and keeps it all running until ctx ends (SIGINT, SIGTERM); then it stops every
 // node and the bus, and returns nil.
 func Up(ctx context.Context, w io.Writer, o UpOptions) (err error) {
-	if o.Nodes == 0 {
-		o.Nodes = 3
-	}
 	if o.Nodes < 1 {
 		return fmt.Errorf("--nodes %d: a fleet needs at least one node", o.Nodes)
 	}
@@ -54,7 +51,15 @@ func Up(ctx context.Context, w io.Writer, o UpOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	// Everything is built before the clocks start: a cold build takes minutes.
+	for _, x := range []struct{ pkg, version string }{
+		{PkgLauncher, ToolVersion}, {PkgRelease, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"},
+	} {
+		if _, err := b.Build(ctx, x.pkg, x.version); err != nil {
+			return err
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	f, err := StartFleet(sctx, FleetOptions{Dir: dir, Builder: b, Nodes: o.Nodes, LogDir: filepath.Join(dir, "logs")})
 	if err != nil {

@@ -43,7 +43,9 @@ type runner struct {
 	c *Controller
 	s *store
 
-	mu   sync.Mutex // guards writes of st, rev and stop: the lease keeper writes too
+	// mu guards st, rev and stop against a renewal running beside a long bus operation (see
+	// renewing); otherwise only the main loop touches them.
+	mu   sync.Mutex
 	st   State
 	rev  uint64
 	stop error // someone else changed the rollout: see conflict
@@ -169,10 +171,10 @@ func (r *runner) drive(ctx context.Context) (State, error) {
 	msgs := make(chan heartbeatMsg, 1024)
 	keys := make(chan uint64, 64)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
+	id := r.st.ID
 	go func() { defer wg.Done(); r.followHeartbeats(rctx, msgs) }()
-	go func() { defer wg.Done(); r.followKey(rctx, keys) }()
-	go func() { defer wg.Done(); r.keepLease(rctx, cancel) }()
+	go func() { defer wg.Done(); r.followKey(rctx, id, keys) }()
 	st, err := r.loop(rctx, msgs, keys)
 	cancel()
 	wg.Wait()
@@ -232,52 +234,78 @@ func (r *runner) release() {
 	}
 }
 
-// keepLease renews the lease every third of it while the run lasts.
-func (r *runner) keepLease(ctx context.Context, cancel context.CancelFunc) {
-	t := time.NewTicker(r.c.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// renewing runs op — a long bus operation of the main loop, such as setting a batch's targets —
+// while renewing the lease every third of it. If a renewal finds that someone else changed the
+// rollout, op's context is cancelled and the reason returned.
+func (r *runner) renewing(ctx context.Context, op func(ctx context.Context) error) error {
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.c.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-octx.Done():
+				return
+			case <-t.C:
+			}
+			if err := r.write(octx, func(*State) {}); err != nil && r.stopErr() != nil {
+				cancel()
+				return
+			}
 		}
-		r.mu.Lock()
-		var err error
-		if !r.st.Status.Final() {
-			err = r.writeLocked(ctx, func(*State) {})
-		}
-		stop := r.stop
-		r.mu.Unlock()
-		if stop != nil {
-			cancel()
-			return
-		}
-		if err != nil && ctx.Err() == nil {
-			r.c.log.Warn("could not renew the lease", "rollout", r.st.ID, "err", err)
-		}
+	}()
+	err := op(octx)
+	cancel()
+	<-done
+	if stop := r.stopErr(); stop != nil {
+		return stop
 	}
+	return err
+}
+
+func (r *runner) stopErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stop
 }
 
 // followKey reports each revision of the rollout's key, so that an abort, a supersede or a
 // takeover is noticed at once rather than at the next write.
-func (r *runner) followKey(ctx context.Context, revs chan<- uint64) {
+func (r *runner) followKey(ctx context.Context, id string, revs chan<- uint64) {
 	for ctx.Err() == nil {
-		w, err := r.s.rollouts.Watch(ctx, stateKey(r.st.ID), jetstream.MetaOnly())
+		wctx, cancel := context.WithCancel(ctx)
+		back := reconnected(wctx, r.c.cfg.JS.Conn())
+		w, err := r.s.rollouts.Watch(wctx, stateKey(id), jetstream.MetaOnly())
 		if err != nil {
+			cancel()
 			sleep(ctx, time.Second)
 			continue
 		}
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
+	read:
+		for {
 			select {
-			case revs <- e.Revision():
+			case e, ok := <-w.Updates():
+				if !ok {
+					break read
+				}
+				if e == nil {
+					continue
+				}
+				select {
+				case revs <- e.Revision():
+				case <-ctx.Done():
+				}
+			case <-back:
+				break read
 			case <-ctx.Done():
+				break read
 			}
 		}
 		_ = w.Stop()
+		cancel()
 		sleep(ctx, 100*time.Millisecond)
 	}
 }
@@ -317,6 +345,8 @@ func (r *runner) followHeartbeats(ctx context.Context, msgs chan<- heartbeatMsg)
 func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan uint64) (State, error) {
 	tick := time.NewTicker(r.c.cfg.Tick)
 	defer tick.Stop()
+	lease := time.NewTicker(r.c.cfg.Lease / 3)
+	defer lease.Stop()
 	r.connected = r.c.cfg.JS.Conn().IsConnected()
 	timeCheck := false
 	for {
@@ -352,6 +382,13 @@ func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan
 			r.connected = r.c.cfg.JS.Conn().IsConnected()
 			r.updateUp(time.Now())
 			timeCheck = true
+		case <-lease.C:
+			if err := r.write(ctx, func(*State) {}); err != nil {
+				if stop := r.stopErr(); stop != nil {
+					return r.st, stop
+				}
+				r.c.log.Warn("could not renew the lease", "rollout", r.st.ID, "err", err)
+			}
 		case rev := <-keys:
 			r.mu.Lock()
 			if rev > r.rev && r.stop == nil {
@@ -442,9 +479,11 @@ func (r *runner) begin(ctx context.Context) error {
 	fresh := b.Started.IsZero()
 	have := make([]string, len(nodes))
 	revs := make([]uint64, len(nodes))
-	err := each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
-		have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
-		return err
+	err := r.renewing(ctx, func(ctx context.Context) error {
+		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
+			have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
+			return err
+		})
 	})
 	if err != nil {
 		return err
@@ -505,7 +544,11 @@ func (r *runner) begin(ctx context.Context) error {
 	for j, k := range toSet {
 		setNodes[j] = nodes[k]
 	}
-	setRevs, err := r.s.setTargets(ctx, setNodes, r.version, r.c.cfg.Workers)
+	var setRevs []uint64
+	err = r.renewing(ctx, func(ctx context.Context) (err error) {
+		setRevs, err = r.s.setTargets(ctx, setNodes, r.version, r.c.cfg.Workers)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -627,10 +670,14 @@ func (r *runner) batchDone(ctx context.Context) error {
 // back to the fleet key), then records the rollout completed. Each step is idempotent, so a
 // controller killed half-way and resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
-	if err := r.s.setFleet(ctx, r.version); err != nil {
-		return r.st, err
-	}
-	if err := r.s.clearTargets(ctx, r.st.Nodes, r.c.cfg.Workers); err != nil {
+	nodes := r.st.Nodes
+	err := r.renewing(ctx, func(ctx context.Context) error {
+		if err := r.s.setFleet(ctx, r.version); err != nil {
+			return err
+		}
+		return r.s.clearTargets(ctx, nodes, r.c.cfg.Workers)
+	})
+	if err != nil {
 		return r.st, err
 	}
 	now := time.Now().UTC()
