@@ -533,7 +533,66 @@ func TestRolloutWatchSupersedesARunningRolloutWhenANewerReleaseIsPublished(t *te
 	}
 	s.allOn(s.f.Names(), "v1.1.1")
 	s.targetsAfterCompletion("v1.1.1", s.f.Names())
+	// The watch says so, for the person following it.
+	if _, err := w.WaitEvent(s.ctx, "v1.1.0's rollout superseded", func(e rollout.Event) bool {
+		return e.Kind == rollout.EventSuperseded && e.Rollout == first.ID
+	}); err != nil {
+		t.Error(err)
+	}
 	if code, err := w.Stop(s.ctx); err != nil || code != 0 {
 		t.Errorf("the watch stopped with exit %d (%v), want 0", code, err)
+	}
+}
+
+// The refusal the host answers a target with halts a rollout too, naming the node "refused"
+// and why: here a node that does not trust the key the release is signed with (it fails
+// verification there), so it never stages it.
+func TestRolloutHaltsNamingTheNodeThatRefusesAReleaseItCannotVerify(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 90*time.Second, FleetOptions{Nodes: 2})
+	s.ship("v1.1.0", PkgHost)
+
+	// node-2 trusts another release key only.
+	other := &Release{Bin: s.f.Release.Bin, KeyDir: t.TempDir()}
+	key, err := other.Keygen(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wary := s.f.Node("node-2")
+	if _, err := wary.Stop(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	wary.Env = append(wary.Env, "MESH_HOST_TRUSTED_KEYS="+key) // the last value of a variable wins
+	from := s.f.Beats.Len()
+	if err := wary.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.f.Beats.WaitAfter(s.ctx, from, "node-2 back on v1.0.0", func(b Beat) bool {
+		return b.Node == wary.Name && RunningConfirmed("v1.0.0")(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	c := s.rollout("start", "v1.1.0", "--json", "--canary-nodes", "node-2", "--steps", "100%", "--window", "20s", "--soak", "2s",
+		"--alive", "1m", "--silent-after", "5s", "--lease", "6s")
+	if code := s.exit(c); code != 3 {
+		t.Fatalf("rollout start exited %d, want 3 (halted)", code)
+	}
+	st := s.waitState("v1.1.0 halted", func(st rollout.State) bool { return st.Version == "v1.1.0" && st.Status.Final() })
+	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 || len(st.Halt.Nodes) != 1 {
+		t.Fatalf("the rollout ended %s (halt %+v); want halted in the canary batch, naming node-2", st.Status, st.Halt)
+	}
+	t.Logf("halted: %s: %s", whys(st.Halt.Nodes), st.Halt.Nodes[0].Detail)
+	if r := st.Halt.Nodes[0]; r.Node != wary.Name || r.Why != rollout.WhyRefused || r.Detail == "" {
+		t.Errorf("the halt names %s %s: %q; want node-2 refused, and why", r.Node, r.Why, r.Detail)
+	}
+	if wary.Has("v1.1.0") || wary.Staged("v1.1.0") != 0 {
+		t.Errorf("node-2 staged v1.1.0, which it cannot verify")
+	}
+	if s.touchedBy("node-1", "v1.1.0") {
+		t.Errorf("node-1, not a canary, was targeted at, fetched or staged v1.1.0")
+	}
+	if v, ok, _ := s.f.Target(s.ctx, "node.node-2"); ok && v != "v1.0.0" {
+		t.Errorf("node-2's target names %s after the halt, want it set back to v1.0.0", v)
 	}
 }
