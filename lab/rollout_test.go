@@ -47,9 +47,10 @@ func TestRolloutOfAGoodReleaseReachesEveryNodeInBatchOrder(t *testing.T) {
 }
 
 // A release that crashes when run halts the rollout after the canaries: each canary's launcher
-// rolls back by itself (its status says so), the report names the canaries "rolled-back" with
-// the release's last output lines, the controller exits 3, and no other node ever fetched it —
-// the object store served it only to the canaries.
+// rolls back by itself (its status says so), the report names the canaries that had rolled back
+// when it halted "rolled-back" with the release's last output lines (it halts at the first), the
+// controller exits 3, and no other node ever fetched it — the object store served it only to the
+// canaries.
 func TestRolloutOfACrashingReleaseHaltsAfterTheCanariesWhichRollBack(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, 90*time.Second, FleetOptions{Nodes: 4})
