@@ -72,7 +72,7 @@ func (s *shard) follow(ctx context.Context) error {
 			}
 			sub.SetPendingLimits(-1, -1)
 		}
-		return s.nc.FlushWithContext(ctx)
+		return s.nc.FlushTimeout(10 * time.Second) // the server has every subscription before the first heartbeat
 	}
 	kv, err := s.js.KeyValue(ctx, bucket)
 	if err != nil {
