@@ -108,14 +108,25 @@ func TestSimNodesFollowTheirTargetsOnACluster(t *testing.T) {
 	if hb := lastHeartbeat(ctx, t, st, names, nodes[0]); hb.Running != "v1.1.0" || hb.Target != "v1.1.0" {
 		t.Errorf("%s follows %s/%s; want its own key v1.1.0 over the fleet key", nodes[0], hb.Running, hb.Target)
 	}
-	targeted := map[string]bool{}
-	for _, n := range fleet.Targeted() {
-		targeted[n] = true
+	if got := fleet.Targeted("v1.1.0"); len(got) != 2 {
+		t.Errorf("targeted with v1.1.0: %v; want the two nodes whose own key named it", got)
 	}
-	if len(targeted) != 3 || !targeted[nodes[0]] || !targeted[nodes[1]] || !targeted[nodes[2]] {
-		t.Errorf("targeted = %v; want the three nodes whose own key was set", fleet.Targeted())
+	if got := fleet.Targeted("v1.2.0"); len(got) != 0 {
+		t.Errorf("targeted with v1.2.0: %v; want none (only the fleet key named it)", got)
 	}
 	if s := fleet.Stats(); s.Heartbeats < int64(len(nodes)) || s.Errors != 0 {
 		t.Errorf("stats %+v: want every heartbeat stored", s)
 	}
+}
+
+// The scale benchmark's machinery at a tiny size, so CI runs it: 30 simulated nodes over a
+// 3-server cluster with R3 buckets; the real controller completes a good rollout batch by batch
+// and halts a bad one in the batch holding the nodes that roll it back (runScale asserts it).
+func TestSimRolloutCompletesAndHaltsOnACluster(t *testing.T) {
+	runScale(t, scaleParams{
+		Nodes: 30, Shards: 3, Servers: 3,
+		Heartbeat: 250 * time.Millisecond, StartMin: 20 * time.Millisecond, StartMax: 200 * time.Millisecond, ConfirmAfter: 50 * time.Millisecond,
+		Canary: 2, Steps: []int{50, 100}, Soak: time.Second, Window: 30 * time.Second, Silent: 10 * time.Second,
+		FailBatch: 1, FailCount: 2,
+	})
 }

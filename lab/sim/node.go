@@ -29,7 +29,7 @@ type node struct {
 	pending            string // the version being started or judged
 	bad                map[string]bool
 	rollbacks          []wire.Rollback
-	targeted           bool // its own key was set at least once
+	targeted           map[string]bool // the versions its own key was ever set to
 	timer              *time.Timer
 }
 
@@ -135,7 +135,12 @@ func (s *shard) apply(u update) {
 	if n == nil {
 		return
 	}
-	n.targeted = n.targeted || !u.deleted
+	if version != "" {
+		if n.targeted == nil {
+			n.targeted = map[string]bool{}
+		}
+		n.targeted[version] = true
+	}
 	n.own = version
 	s.consider(n)
 }

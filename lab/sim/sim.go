@@ -169,13 +169,13 @@ func (f *Fleet) Stats() Stats {
 	}
 }
 
-// Targeted lists the nodes whose own key (node.<id>) was ever set, in no order.
-func (f *Fleet) Targeted() []string {
+// Targeted lists the nodes whose own key (node.<id>) was ever set to version, in no order.
+func (f *Fleet) Targeted(version string) []string {
 	var out []string
 	for _, s := range f.shards {
 		s.mu.Lock()
 		for _, n := range s.order {
-			if n.targeted {
+			if n.targeted[version] {
 				out = append(out, n.id)
 			}
 		}
