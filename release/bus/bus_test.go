@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,3 +202,67 @@ func TestInitAcceptsBucketsAndAStreamMadeWithoutLimits(t *testing.T) {
 		}
 	}
 }
+
+// A command that runs until stopped (a rollout's controller) must outlast a NATS server
+// restarting: a Lasting connection never stops trying, comes back by itself and logs both
+// ends of the outage; a plain one keeps the client's default.
+func TestALastingConnectionOutlivesAServerRestartAndOthersKeepTheDefault(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := serveForTest(t, dir, "127.0.0.1:-1")
+	addr := s.Addr().String()
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	c, err := Connect(ctx, s.ClientURL(), "", Lasting(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	plain, err := Connect(ctx, s.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Close()
+	if c.NC.Opts.MaxReconnect != -1 || plain.NC.Opts.MaxReconnect == -1 {
+		t.Fatalf("MaxReconnect: lasting %d, plain %d; want -1 (for ever) and the client's default", c.NC.Opts.MaxReconnect, plain.NC.Opts.MaxReconnect)
+	}
+	names := wire.NamesFor("mesh")
+	if err := Init(ctx, c.JS, names); err != nil {
+		t.Fatal(err)
+	}
+
+	s.Shutdown()
+	for c.NC.IsConnected() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s = serveForTest(t, dir, addr)
+	defer s.Shutdown()
+	for !c.NC.IsConnected() {
+		if ctx.Err() != nil {
+			t.Fatalf("not reconnected: %v", c.NC.LastError())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	kv, err := c.JS.KeyValue(ctx, names.Rollouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "current", []byte(`{}`)); err != nil {
+		t.Fatalf("the bus after the restart: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "lost the bus; reconnecting") || !strings.Contains(logged.String(), "back on the bus") {
+		t.Errorf("the outage was not logged:\n%s", logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -5,6 +5,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,9 +24,44 @@ type Conn struct {
 	JS jetstream.JetStream
 }
 
+// A ConnectOption changes how Connect's connection behaves once made.
+type ConnectOption func(*[]nats.Option)
+
+// Lasting is for a command that runs until it is stopped (a rollout's controller, `rollout
+// watch`): once connected, the connection tries again for ever when it is lost, every second or
+// so (jittered, so that many clients do not return to a restarted server at once), and keeps
+// up to ReconnectBuffer bytes published meanwhile. A NATS server restarting mid-rollout is then
+// a pause, not the end of the command. Losing and regaining the bus are logged on log (nil:
+// not logged). Without it a connection gives up after the client's default (60 tries, 2 s
+// apart), which suits a command that does one thing and exits.
+func Lasting(log *slog.Logger) ConnectOption {
+	return func(opts *[]nats.Option) {
+		*opts = append(*opts,
+			nats.MaxReconnects(-1),
+			nats.ReconnectWait(time.Second),
+			nats.ReconnectJitter(500*time.Millisecond, time.Second),
+			nats.ReconnectBufSize(ReconnectBuffer))
+		if log != nil {
+			*opts = append(*opts,
+				nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+					if err != nil {
+						log.Warn("lost the bus; reconnecting", "err", rollback.RedactError(err))
+					}
+				}),
+				nats.ReconnectHandler(func(nc *nats.Conn) {
+					log.Warn("back on the bus", "server", rollback.Redact(nc.ConnectedUrlRedacted()))
+				}))
+		}
+	}
+}
+
+// ReconnectBuffer is what a Lasting connection keeps of what is published while it is
+// disconnected (the client's default, said here so that it is a decision).
+const ReconnectBuffer = 8 << 20
+
 // Connect dials url (comma-separated for a cluster) with an optional .creds file, giving up at
 // ctx's deadline (or after 5 s without one).
-func Connect(ctx context.Context, url, creds string) (*Conn, error) {
+func Connect(ctx context.Context, url, creds string, options ...ConnectOption) (*Conn, error) {
 	if url == "" {
 		url = DefaultURL
 	}
@@ -36,6 +72,9 @@ func Connect(ctx context.Context, url, creds string) (*Conn, error) {
 	opts := []nats.Option{nats.Name("mesh-release"), nats.Timeout(timeout)}
 	if creds != "" {
 		opts = append(opts, nats.UserCredentials(creds))
+	}
+	for _, o := range options {
+		o(&opts)
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

@@ -88,7 +88,10 @@ type State struct {
 	Current int     `json:"current"`
 	// LeftOut are nodes skipped because they were silent when their batch began.
 	LeftOut []LeftOut `json:"left_out"`
-	Halt    *Halt     `json:"halt,omitempty"`
+	// LeftOutMore counts nodes left out but not listed, so that the state stays within the
+	// bucket's max value size; a resumed controller tells them by their silence (see leftOut).
+	LeftOutMore int   `json:"left_out_more,omitempty"`
+	Halt        *Halt `json:"halt,omitempty"`
 	// Restored is true once, after a halt or an abort, every node of the batch in progress has
 	// its target set back to the version it ran (Ran); a controller that finds a stopped
 	// rollout not yet restored restores it.
@@ -153,6 +156,11 @@ type Holder struct {
 	PID   int       `json:"pid"`
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
+	// Extra is the text the controller was given to name itself (Config.Holder: "watch").
+	Extra string `json:"extra,omitempty"`
+	// Token tells apart controllers of one process (a watch and a start, or tests): a holder is
+	// this controller only when host, pid and token all match.
+	Token string `json:"token,omitempty"`
 }
 
 // Event is one thing a controller did or saw, for --follow (text) and --json (one per line).

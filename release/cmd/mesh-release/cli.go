@@ -12,12 +12,19 @@ import (
 
 // How every mesh-release command answers, in one place: --help prints the command's usage on
 // stdout and exits 0; a bad flag or argument is said once, with a pointer to --help, and exits
-// 2; a failure exits 1; no arguments at all print the usage on stderr and exit 2.
+// 2; a failure exits 1; no arguments at all print the usage on stderr and exit 2. A command
+// whose outcome is more than success or failure (a rollout halted, aborted) says it on stdout
+// and returns an exitStatus.
 const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
 )
+
+// exitStatus is an exit status a command chose, what it means already said.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // stdio is what a command reads and writes besides the bus: main passes the process's, tests
 // their own.
@@ -53,7 +60,7 @@ func run(ctx context.Context, s *stdio, args []string) int {
 			usage(s.out)
 			return exitOK
 		}
-		return run(ctx, s, []string{args[1], "--help"})
+		return run(ctx, s, append(args[1:len(args):len(args)], "--help")) // `help rollout start` too
 	case "-version", "--version":
 		s.println(version)
 		return exitOK
@@ -63,15 +70,23 @@ func run(ctx context.Context, s *stdio, args []string) int {
 		return unknown(s, args[0])
 	}
 	fs := c.flagSet()
-	err := c.run(ctx, s, fs, args[1:])
+	return c.answer(s, fs, c.run(ctx, s, fs, args[1:]), len(args) == 1)
+}
+
+// answer turns what c's run returned into its exit status, saying it as the rules above want;
+// alone is true when the command line was the command's name and nothing else.
+func (c command) answer(s *stdio, fs *flag.FlagSet, err error, alone bool) int {
 	var ue usageError
+	var es exitStatus
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		c.usage(s.out, fs)
 		return exitOK
-	case errors.As(err, &ue) && len(args) == 1:
+	case errors.As(err, &es):
+		return int(es)
+	case errors.As(err, &ue) && alone:
 		// Nothing but the command: show it all, as for the program alone.
 		fmt.Fprintf(s.err, "mesh-release %s: %v\n", c.name, err)
 		c.usage(s.err, fs)

@@ -13,7 +13,8 @@ import (
 const targetAbout = `VERSION (vX.Y.Z) must be published. Each NODE gets its own target; --fleet sets the one
 every node without its own falls back to. A NODE that has never heartbeated on this bus is
 refused, so that a mistyped id is not targeted silently; --force sets it for a node not yet
-started. Prints "target VERSION set for NODE (revision N)".`
+started. Prints "target VERSION set for NODE (revision N)".
+To stage a release across the fleet, halting by itself on trouble, use ` + "`mesh-release rollout start VERSION`" + `.`
 
 func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	fleet := fs.Bool("fleet", false, "set the fleet target every node without its own falls back to")

@@ -35,7 +35,7 @@ func (b *busFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 func (b *busFlags) names() wire.Names { return wire.NamesFor(b.prefix) }
 
 // connect dials the bus the flags (or the environment) name.
-func (b *busFlags) connect(ctx context.Context) (*bus.Conn, error) {
+func (b *busFlags) connect(ctx context.Context, opts ...bus.ConnectOption) (*bus.Conn, error) {
 	url, creds := b.url, b.creds
 	if b.getenv != nil {
 		if url == "" {
@@ -45,7 +45,7 @@ func (b *busFlags) connect(ctx context.Context) (*bus.Conn, error) {
 			creds = b.getenv(envNATSCreds)
 		}
 	}
-	return bus.Connect(ctx, url, creds)
+	return bus.Connect(ctx, url, creds, opts...)
 }
 
 // parseArgs parses flags wherever they appear among the positional arguments, so that both

@@ -38,6 +38,7 @@ var commands = []command{
 	{"build", "", "build and sign a host archive and its manifest", "", buildCmd},
 	{"publish", "DIR", "put a built archive and manifest on the bus", "DIR is the -o directory of `mesh-release build`.", publishCmd},
 	{"target", "(NODE… | --fleet) VERSION", "set which version nodes (or the fleet) should run", targetAbout, targetCmd},
+	{"rollout", rolloutArgs, "stage a release across the fleet, halting by itself on trouble", rolloutAbout, rolloutCmd},
 	{"version", "", "print this tool's version", "", versionCmd},
 }
 

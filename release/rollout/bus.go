@@ -1,0 +1,73 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A controller outlives server restarts (JetStream keeps everything on disk): a bus operation
+// that fails because the server is away is retried, with backoff, until it succeeds, fails for
+// good, or the context ends. A bus outage is never a reason to halt a rollout.
+
+// opTimeout bounds one attempt of one bus operation.
+const opTimeout = 5 * time.Second
+
+// maxBackoff is the longest wait between two attempts.
+const maxBackoff = 2 * time.Second
+
+// retry runs op until it succeeds or fails with an error that is not transient.
+func retry(ctx context.Context, log *slog.Logger, what string, op func(context.Context) error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := op(octx)
+		cancel()
+		if err == nil || !transient(ctx, err) {
+			return err
+		}
+		log.Warn("the bus did not answer; trying again", "op", what, "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (the bus last said: %v)", what, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// transient reports whether err says the bus is away for now (a server restarting, a reply
+// lost, a connection reconnecting) rather than that the operation is wrong.
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	for _, t := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionReconnecting, nats.ErrDisconnected, nats.ErrStaleConnection,
+		jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 503 // JetStream "temporarily unavailable"
+}
+
+// sleep waits d or until ctx ends; it reports whether the wait ran out.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,372 @@
+package rollout
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/wire"
+)
+
+// Config is what a Controller needs; the zero values of the optional fields are defaults.
+type Config struct {
+	JS       jetstream.JetStream
+	Names    wire.Names
+	Events   func(Event)   // called from one goroutine at a time; nil: none
+	Log      *slog.Logger  // nil: discard
+	Lease    time.Duration // default DefaultLease
+	Progress time.Duration // 0: no EventProgress; else one progress event per this interval while a batch runs
+	Tick     time.Duration // how often the current batch is judged besides on each heartbeat; default 250ms
+	Workers  int           // targets set/deleted concurrently; default 32
+	Holder   string        // optional extra text naming this controller (e.g. "watch"); host name and pid are always recorded
+}
+
+// Defaults of Config.
+const (
+	DefaultTick    = 250 * time.Millisecond
+	DefaultWorkers = 32
+)
+
+// Controller drives rollouts on one bus. One controller may run one rollout at a time (Watch
+// runs them one after the other); two controllers never act on the same rollout at once.
+type Controller struct {
+	cfg   Config
+	log   *slog.Logger
+	host  string
+	pid   int
+	token string
+
+	emitMu sync.Mutex
+}
+
+// New returns a controller for cfg, with its defaults filled in.
+func New(cfg Config) (*Controller, error) {
+	if cfg.JS == nil {
+		return nil, errors.New("rollout: no JetStream connection")
+	}
+	if cfg.Names.Prefix == "" {
+		cfg.Names = wire.NamesFor("")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	var tok [6]byte
+	_, _ = rand.Read(tok[:])
+	return &Controller{cfg: cfg, log: discard(cfg.Log), host: host, pid: os.Getpid(), token: hex.EncodeToString(tok[:])}, nil
+}
+
+// holder is this controller holding a rollout from since, its lease running from now.
+func (c *Controller) holder(since, now time.Time) *Holder {
+	id := fmt.Sprintf("%s pid %d", c.host, c.pid)
+	if c.cfg.Holder != "" {
+		id += " (" + c.cfg.Holder + ")"
+	}
+	return &Holder{ID: id, Host: c.host, PID: c.pid, Since: since, Until: now.Add(c.cfg.Lease), Extra: c.cfg.Holder, Token: c.token}
+}
+
+func (c *Controller) mine(h *Holder) bool {
+	return h != nil && h.Host == c.host && h.PID == c.pid && h.Token == c.token
+}
+
+// mayTake says whether this controller may act on a rollout held by h (0006, "State and one
+// controller"), and why, for the resumed event.
+func (c *Controller) mayTake(h *Holder, now time.Time) (bool, string) {
+	switch {
+	case h == nil:
+		return true, "no controller held it"
+	case c.mine(h):
+		return true, ""
+	case now.After(h.Until):
+		return true, fmt.Sprintf("the lease of %s lapsed at %s", h.describe(), stamp(h.Until))
+	case h.Host == c.host && h.PID != c.pid && processGone(h.PID):
+		return true, fmt.Sprintf("%s is gone", h.describe())
+	}
+	return false, ""
+}
+
+// emit sends ev to Config.Events, one at a time.
+func (c *Controller) emit(st *State, ev Event) {
+	if c.cfg.Events == nil {
+		return
+	}
+	ev.Time = time.Now().UTC()
+	ev.Rollout, ev.Version = st.ID, st.Version
+	c.emitMu.Lock()
+	defer c.emitMu.Unlock()
+	c.cfg.Events(ev)
+}
+
+// haltBudget is room kept in a state for its halt report: MaxHaltNodes reasons with their
+// output and detail.
+const haltBudget = MaxHaltNodes * (wire.MaxOutputBytes + maxDetailBytes + 512)
+
+// Start validates o (with its defaults), plans the fleet from the heartbeat stream, stores the
+// rollout (rollout.<id>, then "current" by compare-and-set) held by this controller, and emits
+// EventStarted. A rollout that needs no batch — PolicyImmediate, or a fleet where no node needs
+// the version — is completed before Start returns. A running rollout is a *RunningError unless
+// o.Supersede, which marks it superseded.
+func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return State{}, err
+	}
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	if err != nil {
+		return State{}, err
+	}
+	if err := published(ctx, c.cfg.JS, c.cfg.Names, o.Version, c.log); err != nil {
+		return State{}, err
+	}
+	curID, curRev, err := s.current(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	var old *State
+	if curID != "" {
+		st, _, err := s.get(ctx, curID)
+		if err != nil {
+			return State{}, err
+		}
+		if !st.Status.Final() {
+			if !o.Supersede {
+				return State{}, &RunningError{State: st}
+			}
+			old = &st
+		}
+	}
+	var entries []fleet.Entry
+	if err := retry(ctx, c.log, "read the heartbeats", func(ctx context.Context) (err error) {
+		entries, err = fleet.Read(ctx, c.cfg.JS, c.cfg.Names)
+		return err
+	}); err != nil {
+		return State{}, err
+	}
+	now := time.Now().UTC()
+	nodes, ran, batches, err := plan(o, entries, now)
+	if err != nil {
+		return State{}, err
+	}
+	st := State{
+		Schema: Schema, ID: rolloutID(now, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
+		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
+		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
+		Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
+	}
+	if st.Nodes == nil {
+		st.Nodes, st.Ran = []string{}, []string{}
+	}
+	if st.Batches == nil {
+		st.Batches = []Batch{}
+	}
+	if b, _ := json.Marshal(st); len(b)+haltBudget > bus.MaxRolloutBytes {
+		return State{}, fmt.Errorf("a rollout to %d nodes does not fit the rollout state (%d bytes with room for a halt report; %s holds values of at most %d): roll out to part of the fleet with a shorter --alive, or split the fleet across prefixes",
+			len(nodes), len(b)+haltBudget, c.cfg.Names.Rollouts(), bus.MaxRolloutBytes)
+	}
+	rev, err := s.saveState(ctx, st, 0)
+	if errors.Is(err, errConflict) {
+		return State{}, c.lostStart(ctx, s, st.ID)
+	}
+	if err != nil {
+		return State{}, err
+	}
+	if _, err := s.savePointer(ctx, st.ID, curRev); err != nil {
+		// Another controller started a rollout since "current" was read: this one never was.
+		c.forget(s, st.ID)
+		if errors.Is(err, errConflict) {
+			return State{}, c.lostStart(ctx, s, "")
+		}
+		return State{}, err
+	}
+	if old != nil {
+		if err := c.supersede(ctx, s, old.ID, st.ID); err != nil {
+			c.log.Warn("could not mark the older rollout superseded", "rollout", old.ID, "err", err)
+		}
+	}
+	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st)})
+	if st.Policy == PolicyImmediate || len(st.Batches) == 0 {
+		r := c.newRunner(s, st, rev)
+		return r.completeNow(ctx)
+	}
+	return st, nil
+}
+
+// lostStart explains a start that lost the race to another: the rollout now running.
+func (c *Controller) lostStart(ctx context.Context, s *store, id string) error {
+	if id == "" {
+		var err error
+		if id, _, err = s.current(ctx); err != nil {
+			return err
+		}
+	}
+	st, _, err := s.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !st.Status.Final() {
+		return &RunningError{State: st}
+	}
+	return fmt.Errorf("another rollout (%s of %s) was started at the same moment; start again", st.ID, st.Version)
+}
+
+// forget removes a rollout that lost the race for "current" (best effort: it is never named).
+func (c *Controller) forget(s *store, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_ = s.rollouts.Purge(ctx, stateKey(id))
+}
+
+// supersede marks rollout id superseded by next, unless it has ended already.
+func (c *Controller) supersede(ctx context.Context, s *store, id, next string) error {
+	for range 10 {
+		st, rev, err := s.get(ctx, id)
+		if err != nil || st.Status.Final() {
+			return err
+		}
+		now := time.Now().UTC()
+		st.Status, st.SupersededBy, st.Ended, st.Updated = StatusSuperseded, next, now, now
+		if _, err = s.saveState(ctx, st, rev); !errors.Is(err, errConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("rollout %s kept changing while it was being superseded", id)
+}
+
+// published checks that version is announced: hosts refuse a target with no manifest.
+func published(ctx context.Context, js jetstream.JetStream, n wire.Names, version string, log *slog.Logger) error {
+	kv, err := openKV(ctx, js, n.Releases(), log)
+	if err != nil {
+		return err
+	}
+	s := &store{n: n, log: discard(log)}
+	_, ok, err := s.entry(ctx, kv, version)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s is not published in %s; publish it first with `mesh-release publish`", version, n.Releases())
+	}
+	return nil
+}
+
+// Resume takes over the rollout "current" names and runs it (see Run). It returns ErrNoRollout
+// when no rollout was started, a *NotRunningError when it has ended (restoring its batch's
+// targets first if a halt or abort left them), and a *HeldError when another live controller
+// holds it.
+func (c *Controller) Resume(ctx context.Context) (State, error) {
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	if err != nil {
+		return State{}, err
+	}
+	id, _, err := s.current(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	if id == "" {
+		return State{}, ErrNoRollout
+	}
+	st, rev, err := s.get(ctx, id)
+	if err != nil {
+		return State{}, err
+	}
+	if st.Status.Final() {
+		st, err = restore(ctx, s, st, rev, c.cfg.Workers)
+		if err != nil {
+			return st, err
+		}
+		return st, &NotRunningError{State: st}
+	}
+	return c.Run(ctx, id)
+}
+
+// Abort marks the current running rollout aborted (by names who: "alice@web-01"), sets the
+// batch in progress back as a halt does, and returns its state. The controller holding it
+// notices and stops. *NotRunningError or ErrNoRollout when there is nothing to abort.
+func Abort(ctx context.Context, js jetstream.JetStream, n wire.Names, by string) (State, error) {
+	s, err := openStore(ctx, js, n, nil)
+	if err != nil {
+		return State{}, err
+	}
+	for range 20 {
+		id, _, err := s.current(ctx)
+		if err != nil {
+			return State{}, err
+		}
+		if id == "" {
+			return State{}, ErrNoRollout
+		}
+		st, rev, err := s.get(ctx, id)
+		if err != nil {
+			return State{}, err
+		}
+		if st.Status.Final() {
+			st, err = restore(ctx, s, st, rev, DefaultWorkers)
+			if err != nil {
+				return st, err
+			}
+			return st, &NotRunningError{State: st}
+		}
+		now := time.Now().UTC()
+		st.Status, st.AbortedBy, st.Ended, st.Updated = StatusAborted, text(by), now, now
+		rev, err = s.saveState(ctx, st, rev)
+		if errors.Is(err, errConflict) {
+			continue // the holder renewed its lease, or moved on: read it again
+		}
+		if err != nil {
+			return st, err
+		}
+		return restore(ctx, s, st, rev, DefaultWorkers)
+	}
+	return State{}, errors.New("the rollout kept changing while it was being aborted; try again")
+}
+
+// restore sets the targets of a halted or aborted rollout's batch back to what its nodes ran
+// and records that it did (targets_restored). Keys that no longer name the rollout's version
+// were not set by it, or were set since by someone else, and are left alone.
+func restore(ctx context.Context, s *store, st State, rev uint64, workers int) (State, error) {
+	if st.Restored || (st.Status != StatusHalted && st.Status != StatusAborted) {
+		return st, nil
+	}
+	i := st.Current
+	if st.Halt != nil {
+		i = st.Halt.Batch
+	}
+	if i < len(st.Batches) && !st.Batches[i].Started.IsZero() {
+		start := st.batchStart(i)
+		nodes := st.BatchNodes(i)
+		if err := s.restoreTargets(ctx, nodes, st.Ran[start:start+len(nodes)], st.Version, workers); err != nil {
+			return st, fmt.Errorf("set the targets of batch %d back: %w", i+1, err)
+		}
+	}
+	for range 20 {
+		st.Restored, st.Updated = true, time.Now().UTC()
+		_, err := s.saveState(ctx, st, rev)
+		if !errors.Is(err, errConflict) {
+			return st, err
+		}
+		if st, rev, err = s.get(ctx, st.ID); err != nil || st.Restored {
+			return st, err
+		}
+	}
+	return st, errors.New("the rollout kept changing while its targets were being restored")
+}

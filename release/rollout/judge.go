@@ -1,0 +1,214 @@
+package rollout
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
+)
+
+// Bounds of the texts a halt report quotes from a heartbeat.
+const (
+	maxDetailBytes = 1024
+	maxFieldBytes  = 128
+)
+
+// track is what the controller knows of one node of the rollout: its last heartbeat, and,
+// while its batch runs, how far it got.
+type track struct {
+	last  fleet.Entry
+	heard bool
+
+	// Set when its batch begins.
+	inBatch   bool
+	leftOut   bool   // silent when its batch began: not targeted, not judged
+	done      bool   // already had the version (or a newer one) when its batch began
+	targetRev uint64 // the revision of node.<id> naming the version
+
+	confirmed   bool
+	firstUptime int64 // uptime_s of the first confirmed heartbeat this controller saw
+	lastUptime  int64 // uptime_s of the last heartbeat of the version
+	soaked      bool
+	trouble     *NodeReason // sticky: the first trouble seen on a heartbeat
+}
+
+// judged reports whether t counts towards its batch: targeted and not left out.
+func (t *track) judged() bool { return t.inBatch && !t.leftOut && !t.done }
+
+// reset forgets what a previous batch (or controller) saw; its last heartbeat stays.
+func (t *track) reset() {
+	*t = track{last: t.last, heard: t.heard}
+}
+
+// change is what a heartbeat changed in a node's standing.
+type change int
+
+const (
+	changeNone change = iota
+	changeConfirmed
+	changeSoaked
+	changeTrouble
+)
+
+// observe judges one heartbeat of a node of the batch in progress (0006, "A batch" and
+// "Halt"): confirmed, soaked, or trouble (rolled back, refused, restarted).
+func (t *track) observe(e fleet.Entry, version string, soak time.Duration) change {
+	if t.heard && e.Heard.Before(t.last.Heard) {
+		return changeNone // an older word than the one held
+	}
+	t.last, t.heard = e, true
+	if !t.judged() || t.trouble != nil || e.Err != nil {
+		return changeNone
+	}
+	hb := e.Heartbeat
+	for _, rb := range hb.Rollbacks {
+		if rb.From == version {
+			t.trouble = &NodeReason{Node: e.Node, Why: WhyRolledBack, Since: rb.At,
+				Detail: detail(fmt.Sprintf("rolled back from %s to %s at %s: %s", version, field(rb.To), clock(rb.At), rb.Reason)),
+				Output: output(rb.Output)}
+			return changeTrouble
+		}
+	}
+	if r := hb.Refused; r != nil && r.What == "target" && t.targetRev != 0 && r.Revision >= t.targetRev {
+		t.trouble = &NodeReason{Node: e.Node, Why: WhyRefused, Since: r.At,
+			Detail: detail(fmt.Sprintf("refused its target (revision %d) at %s: %s", r.Revision, clock(r.At), r.Error))}
+		return changeTrouble
+	}
+	if f := hb.Fetch; f != nil && f.State == "failed" && f.Version == version && f.RetryAt.IsZero() {
+		t.trouble = &NodeReason{Node: e.Node, Why: WhyRefused, Since: e.Heard,
+			Detail: detail(fmt.Sprintf("could not fetch %s and will not try again: %s", version, f.Error))}
+		return changeTrouble
+	}
+	confirmed := hb.State == wire.StateRunning && hb.Running == version && hb.KnownGood == version
+	switch {
+	case t.confirmed && (hb.Running != version || hb.State != wire.StateRunning):
+		t.trouble = &NodeReason{Node: e.Node, Why: WhyRestarted, Since: e.Heard,
+			Detail: detail(fmt.Sprintf("confirmed %s, then no longer ran it: state %s, running %s", version, field(hb.State), dash(field(hb.Running))))}
+		return changeTrouble
+	case t.confirmed && hb.UptimeS < t.lastUptime:
+		t.trouble = &NodeReason{Node: e.Node, Why: WhyRestarted, Since: e.Heard,
+			Detail: detail(fmt.Sprintf("%s restarted after confirming: up %s, was up %s", version, secs(hb.UptimeS), secs(t.lastUptime)))}
+		return changeTrouble
+	case t.confirmed:
+		t.lastUptime = hb.UptimeS
+		if !t.soaked && time.Duration(hb.UptimeS-t.firstUptime)*time.Second >= soak {
+			t.soaked = true
+			return changeSoaked
+		}
+	case confirmed:
+		t.confirmed, t.firstUptime, t.lastUptime = true, hb.UptimeS, hb.UptimeS
+		return changeConfirmed
+	}
+	return changeNone
+}
+
+// overdue judges what only time shows: a node silent past the window, or not confirmed within
+// the window of its target being set (deadline). judgeable is false while the controller's
+// view of the heartbeats cannot be trusted (the bus was away: see runner.graceOver).
+func (t *track) overdue(node, version string, now, deadline time.Time, window time.Duration) *NodeReason {
+	if !t.judged() {
+		return nil
+	}
+	if t.trouble != nil {
+		return t.trouble
+	}
+	if !t.heard {
+		return nil // left out when its batch began if it was never heard
+	}
+	if age := now.Sub(t.last.Heard); age > window {
+		return &NodeReason{Node: node, Why: WhySilent, Since: t.last.Heard,
+			Detail: detail(fmt.Sprintf("unheard for %s, longer than the window %s; its last word at %s: %s", roundDur(age), window, clock(t.last.Heard), lastWord(t.last)))}
+	}
+	if !t.confirmed && now.After(deadline) {
+		return &NodeReason{Node: node, Why: WhyNotConfirmed, Since: t.last.Heard,
+			Detail: detail(fmt.Sprintf("did not confirm %s within the window %s of its target being set; its last word %s ago: %s",
+				version, window, roundDur(now.Sub(t.last.Heard)), lastWord(t.last)))}
+	}
+	return nil
+}
+
+// lastWord describes a heartbeat in one bounded line: what the node was doing.
+func lastWord(e fleet.Entry) string {
+	if e.Err != nil {
+		return "unreadable (" + field(e.Err.Error()) + ")"
+	}
+	hb := e.Heartbeat
+	parts := []string{"state " + field(hb.State), "running " + dash(field(hb.Running)), "known good " + dash(field(hb.KnownGood)), "target " + dash(field(hb.Target))}
+	if f := hb.Fetch; f != nil {
+		s := fmt.Sprintf("fetch of %s %s", field(f.Version), field(f.State))
+		if f.State == "fetching" {
+			s += fmt.Sprintf(" %.0f%%", f.Percent)
+			if f.StalledS > 0 {
+				s += fmt.Sprintf(", stalled %ds", f.StalledS)
+			}
+		}
+		if f.Error != "" {
+			s += ": " + field(f.Error)
+		}
+		parts = append(parts, s)
+	}
+	if r := hb.Refused; r != nil {
+		parts = append(parts, fmt.Sprintf("refused %s revision %d: %s", field(r.What), r.Revision, field(r.Error)))
+	}
+	if lr := hb.LastReconcile; lr != nil && !lr.OK {
+		parts = append(parts, "last reconcile failed: "+field(lr.Error))
+	}
+	if hb.StandingAsideFor != "" {
+		parts = append(parts, "standing aside for "+field(hb.StandingAsideFor))
+	}
+	parts = append(parts, "up "+secs(hb.UptimeS))
+	return strings.Join(parts, ", ")
+}
+
+// text is a short bus-borne string made printable and bounded, for messages.
+func text(s string) string { return rollback.Cut(rollback.Printable(s), maxFieldBytes) }
+
+func field(s string) string { return text(strings.Join(strings.Fields(s), " ")) }
+
+func detail(s string) string { return rollback.Cut(rollback.Printable(s), maxDetailBytes) }
+
+// output keeps the failed version's output lines, each made printable, within
+// wire.MaxOutputBytes; its last lines matter most, so the head is what is cut.
+func output(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = rollback.Printable(l)
+	}
+	out := strings.Join(lines, "\n")
+	if len(out) <= wire.MaxOutputBytes {
+		return out
+	}
+	const marker = "…[cut] "
+	keep := out[len(out)-(wire.MaxOutputBytes-len(marker)):]
+	if i := strings.IndexByte(keep, '\n'); i >= 0 && i < len(keep)-1 {
+		keep = keep[i+1:]
+	}
+	return strings.ToValidUTF8(marker+keep, "")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format("15:04:05")
+}
+
+func secs(s int64) string { return (time.Duration(s) * time.Second).String() }
+
+// roundDur is d rounded for a person: whole seconds, or tenths under 10s.
+func roundDur(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}

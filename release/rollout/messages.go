@@ -1,0 +1,148 @@
+package rollout
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The Message of each event: one complete line for a person. Node ids are checked ids
+// (wire.ValidNode); every other text from the bus went through text or detail.
+
+// maxListed is how many node ids a message names before counting the rest.
+const maxListed = 8
+
+func startedMessage(st State) string {
+	head := fmt.Sprintf("rollout %s: %s to %s", st.ID, st.Version, count(len(st.Nodes), "node"))
+	switch {
+	case len(st.Nodes) == 0:
+		return fmt.Sprintf("rollout %s: %s: no node needs it (every node heard within %s already runs it or newer, or none was heard); it becomes the fleet target at once",
+			st.ID, st.Version, human(secsDur(st.AliveS)))
+	case st.Policy == PolicyImmediate:
+		return head + " at once (policy immediate): it becomes the fleet target now, with no canary and no gate"
+	}
+	var then []string
+	for _, b := range st.Batches[1:] {
+		then = append(then, b.Name)
+	}
+	order := fmt.Sprintf("canary %s", list(st.BatchNodes(0)))
+	if st.Batches[0].Name != "canary" {
+		order, then = "", append([]string{st.Batches[0].Name}, then...)
+	}
+	if len(then) > 0 {
+		if order != "" {
+			order += "; then "
+		}
+		order += strings.Join(then, ", ")
+	}
+	return fmt.Sprintf("%s in %s (%s); window %s, soak %s", head, count(len(st.Batches), "batch"), order, human(secsDur(st.WindowS)), human(secsDur(st.SoakS)))
+}
+
+// batchLabel is "batch 2/3 (50%)".
+func batchLabel(st State, i int) string {
+	return fmt.Sprintf("batch %d/%d (%s)", i+1, len(st.Batches), st.Batches[i].Name)
+}
+
+func batchMessage(st State, i int, targeted, already []string, leftOut int) string {
+	m := fmt.Sprintf("%s: targets set for %s", batchLabel(st, i), count(len(targeted), "node"))
+	if len(targeted) > 0 {
+		m += ": " + list(targeted)
+	}
+	if len(already) > 0 {
+		m += fmt.Sprintf("; %s already %s %s or newer: %s", count(len(already), "node"), has(len(already)), st.Version, list(already))
+	}
+	if leftOut > 0 {
+		m += fmt.Sprintf("; %s left out (silent)", count(leftOut, "node"))
+	}
+	return m
+}
+
+func has(n int) string {
+	if n == 1 {
+		return "has"
+	}
+	return "have"
+}
+
+func leftOutMessage(st State, i int, node string, since time.Time, now time.Time) string {
+	when := "never heard"
+	if !since.IsZero() {
+		when = fmt.Sprintf("silent since %s (%s ago)", clock(since), human(now.Sub(since)))
+	}
+	return fmt.Sprintf("%s left out of %s: %s, longer than --silent-after %s; it takes the fleet target when it returns",
+		node, batchLabel(st, i), when, human(secsDur(st.SilentAfterS)))
+}
+
+func progressMessage(st State, i, confirmed, soaked, nodes int, elapsed, left time.Duration) string {
+	m := fmt.Sprintf("%s: %d/%d confirmed, %d/%d soaked; %s elapsed", batchLabel(st, i), confirmed, nodes, soaked, nodes, human(elapsed))
+	if confirmed < nodes {
+		m += fmt.Sprintf(", %s left in the window", human(left))
+	}
+	return m
+}
+
+func haltedMessage(st State, i, troubled, nodes int) string {
+	return fmt.Sprintf("HALTED in %s: %d of %s showed trouble; %s was not set as the fleet target and the batch's targets are set back",
+		batchLabel(st, i), troubled, count(nodes, "node"), st.Version)
+}
+
+func completedMessage(st State) string {
+	m := fmt.Sprintf("completed: %s is the fleet target; per-node targets cleared; %s in %s", st.Version, count(len(st.Nodes), "node"), human(st.Ended.Sub(st.Created)))
+	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
+		m += fmt.Sprintf(" (%d left out)", n)
+	}
+	return m
+}
+
+func abortedMessage(st State) string {
+	by := st.AbortedBy
+	if by == "" {
+		by = "an operator"
+	}
+	m := fmt.Sprintf("ABORTED by %s: no further batch; %s was not set as the fleet target", by, st.Version)
+	if st.Current < len(st.Batches) && !st.Batches[st.Current].Started.IsZero() {
+		m += fmt.Sprintf(" and the targets of %s are set back", batchLabel(st, st.Current))
+	}
+	return m
+}
+
+func supersededMessage(st State) string {
+	return fmt.Sprintf("superseded by rollout %s: no further batch of %s; the targets it set stay (the new rollout targets every node that needs it)",
+		text(st.SupersededBy), st.Version)
+}
+
+// list names up to maxListed nodes, then counts the rest.
+func list(nodes []string) string {
+	if len(nodes) <= maxListed {
+		return strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(nodes[:maxListed], ", "), len(nodes)-maxListed)
+}
+
+func count(n int, what string) string {
+	switch {
+	case n == 1:
+		return "1 " + what
+	case strings.HasSuffix(what, "ch"):
+		return fmt.Sprintf("%d %ses", n, what)
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func secsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// human is d for a person: "20s", "2m30s", "10m", "1h5m"; tenths under 10s.
+func human(d time.Duration) string {
+	d = roundDur(d)
+	if d < 0 {
+		d = 0
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

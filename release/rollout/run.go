@@ -1,0 +1,646 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/release/fleet"
+)
+
+// Run drives rollout id — held by this controller, or taken over as 0006 allows — until its
+// status is final, and returns the final state: err is nil for completed, halted, aborted and
+// superseded. It returns a *HeldError when another live controller holds it. If ctx ends first,
+// it releases its lease (best effort) and returns the state and ctx.Err(): the rollout stays
+// running, and Resume continues it.
+func (c *Controller) Run(ctx context.Context, id string) (State, error) {
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	if err != nil {
+		return State{}, err
+	}
+	st, rev, err := s.get(ctx, id)
+	if err != nil {
+		return State{}, err
+	}
+	if st.Status.Final() {
+		return restore(ctx, s, st, rev, c.cfg.Workers)
+	}
+	r := c.newRunner(s, st, rev)
+	if err := r.acquire(ctx); err != nil {
+		return r.st, err
+	}
+	return r.drive(ctx)
+}
+
+// runner is one controller acting on one rollout.
+type runner struct {
+	c *Controller
+	s *store
+
+	mu   sync.Mutex // guards writes of st, rev and stop: the lease keeper writes too
+	st   State
+	rev  uint64
+	stop error // someone else changed the rollout: see conflict
+
+	version     string
+	window      time.Duration
+	soak        time.Duration
+	silentAfter time.Duration
+	tracks      map[string]*track
+
+	// The view of the heartbeats: judged only while up, and silence only after a grace once the
+	// bus came back (a node can only be heard once the server is there again).
+	watchReady, connected, wasUp, everUp bool
+	downSince, backAt                    time.Time
+	paused                               time.Duration // the bus was away during this batch
+
+	// The batch in progress.
+	judging                                 bool
+	judgedN, confirmedN, soakedN, troubledN int
+	lastProgress                            time.Time
+}
+
+func (c *Controller) newRunner(s *store, st State, rev uint64) *runner {
+	r := &runner{c: c, s: s, st: st, rev: rev, version: st.Version,
+		window: secsDur(st.WindowS), soak: secsDur(st.SoakS), silentAfter: secsDur(st.SilentAfterS),
+		tracks: make(map[string]*track, len(st.Nodes))}
+	for _, n := range st.Nodes {
+		r.tracks[n] = &track{}
+	}
+	return r
+}
+
+// acquire makes this controller the holder, or says who holds it.
+func (r *runner) acquire(ctx context.Context) error {
+	for range 10 {
+		now := time.Now().UTC()
+		ok, why := r.c.mayTake(r.st.Holder, now)
+		if !ok {
+			return &HeldError{ID: r.st.ID, Holder: *r.st.Holder}
+		}
+		since := now
+		if r.c.mine(r.st.Holder) {
+			since = r.st.Holder.Since
+		}
+		next := r.st
+		next.Holder, next.Updated = r.c.holder(since, now), now
+		rev, err := r.s.saveState(ctx, next, r.rev)
+		if errors.Is(err, errConflict) {
+			if r.st, r.rev, err = r.s.get(ctx, r.st.ID); err != nil {
+				return err
+			}
+			if r.st.Status.Final() {
+				return &NotRunningError{State: r.st}
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.st, r.rev = next, rev
+		if why != "" {
+			msg := fmt.Sprintf("resumed rollout %s of %s at batch %d of %d; %s", r.st.ID, r.version, min(r.st.Current+1, len(r.st.Batches)), len(r.st.Batches), why)
+			r.c.emit(&r.st, Event{Kind: EventResumed, Batch: min(r.st.Current+1, len(r.st.Batches)), Batches: len(r.st.Batches), Message: msg})
+		}
+		return nil
+	}
+	return fmt.Errorf("rollout %s kept changing while this controller tried to take it", r.st.ID)
+}
+
+// write applies change to the state and stores it by compare-and-set, renewing the lease. A
+// write that loses the race reads the rollout again and stops the run (see conflict).
+func (r *runner) write(ctx context.Context, change func(st *State)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writeLocked(ctx, change)
+}
+
+func (r *runner) writeLocked(ctx context.Context, change func(st *State)) error {
+	if r.stop != nil {
+		return r.stop
+	}
+	now := time.Now().UTC()
+	next := r.st
+	next.Batches = append([]Batch(nil), r.st.Batches...)
+	change(&next)
+	since := now
+	if r.st.Holder != nil {
+		since = r.st.Holder.Since
+	}
+	next.Holder, next.Updated = r.c.holder(since, now), now
+	rev, err := r.s.saveState(ctx, next, r.rev)
+	if errors.Is(err, errConflict) {
+		r.stop = r.conflict(ctx)
+		return r.stop
+	}
+	if err != nil {
+		return err
+	}
+	r.st, r.rev = next, rev
+	return nil
+}
+
+// conflict reads the rollout that changed under this controller and says why it must stop.
+func (r *runner) conflict(ctx context.Context) error {
+	st, rev, err := r.s.get(ctx, r.st.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Status == StatusAborted || st.Status == StatusSuperseded:
+		r.st, r.rev = st, rev
+		return &errStopped{State: st}
+	case st.Holder != nil && !r.c.mine(st.Holder):
+		return &HeldError{ID: st.ID, Holder: *st.Holder}
+	}
+	return fmt.Errorf("rollout %s was changed by another writer while this controller held it (now %s); run `mesh-release rollout resume`", st.ID, st.Status)
+}
+
+// drive runs the rollout to its end, or until ctx ends or someone else takes it.
+func (r *runner) drive(ctx context.Context) (State, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs := make(chan heartbeatMsg, 1024)
+	keys := make(chan uint64, 64)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); r.followHeartbeats(rctx, msgs) }()
+	go func() { defer wg.Done(); r.followKey(rctx, keys) }()
+	go func() { defer wg.Done(); r.keepLease(rctx, cancel) }()
+	st, err := r.loop(rctx, msgs, keys)
+	cancel()
+	wg.Wait()
+
+	r.mu.Lock()
+	stop := r.stop
+	r.mu.Unlock()
+	var stopped *errStopped
+	switch {
+	case errors.As(stop, &stopped):
+		return r.stopped(ctx, stopped.State)
+	case stop != nil:
+		return r.st, stop
+	case err == nil:
+		return st, nil
+	case ctx.Err() != nil:
+		r.release()
+		return r.st, ctx.Err()
+	}
+	return r.st, err
+}
+
+// stopped ends a run whose rollout someone else ended: an abort (the batch is set back again
+// here too: targets this controller set after the abort's own restore must not stay) or a
+// supersede.
+func (r *runner) stopped(ctx context.Context, st State) (State, error) {
+	switch st.Status {
+	case StatusAborted:
+		r.c.emit(&st, Event{Kind: EventAborted, Batch: min(st.Current+1, len(st.Batches)), Batches: len(st.Batches), Message: abortedMessage(st)})
+		st.Restored = false
+		return restore(ctx, r.s, st, r.rev, r.c.cfg.Workers)
+	case StatusSuperseded:
+		r.c.emit(&st, Event{Kind: EventSuperseded, Message: supersededMessage(st)})
+	}
+	return st, nil
+}
+
+// release gives the lease up, so that another controller may resume at once.
+func (r *runner) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop != nil || r.st.Status.Final() {
+		return
+	}
+	next := r.st
+	next.Holder, next.Updated = nil, time.Now().UTC()
+	b, err := json.Marshal(next)
+	if err != nil {
+		return
+	}
+	if rev, err := r.s.rollouts.Update(ctx, stateKey(next.ID), b, r.rev); err == nil {
+		r.st, r.rev = next, rev
+	} else {
+		r.c.log.Warn("could not release the lease; it lapses by itself", "rollout", next.ID, "err", err)
+	}
+}
+
+// keepLease renews the lease every third of it while the run lasts.
+func (r *runner) keepLease(ctx context.Context, cancel context.CancelFunc) {
+	t := time.NewTicker(r.c.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		var err error
+		if !r.st.Status.Final() {
+			err = r.writeLocked(ctx, func(*State) {})
+		}
+		stop := r.stop
+		r.mu.Unlock()
+		if stop != nil {
+			cancel()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			r.c.log.Warn("could not renew the lease", "rollout", r.st.ID, "err", err)
+		}
+	}
+}
+
+// followKey reports each revision of the rollout's key, so that an abort, a supersede or a
+// takeover is noticed at once rather than at the next write.
+func (r *runner) followKey(ctx context.Context, revs chan<- uint64) {
+	for ctx.Err() == nil {
+		w, err := r.s.rollouts.Watch(ctx, stateKey(r.st.ID), jetstream.MetaOnly())
+		if err != nil {
+			sleep(ctx, time.Second)
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			select {
+			case revs <- e.Revision():
+			case <-ctx.Done():
+			}
+		}
+		_ = w.Stop()
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+type heartbeatMsg struct {
+	entry fleet.Entry
+	ready bool // the watch has caught up with every node's last word
+	down  bool // the watch stopped; it is being re-established
+}
+
+// followHeartbeats pushes every heartbeat, re-establishing the watch whenever it dies (a server
+// restart takes the consumer with it).
+func (r *runner) followHeartbeats(ctx context.Context, msgs chan<- heartbeatMsg) {
+	send := func(m heartbeatMsg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := fleet.Watch(ctx, r.c.cfg.JS, r.c.cfg.Names, func(e fleet.Entry) { send(heartbeatMsg{entry: e}) },
+			func() { backoff = 100 * time.Millisecond; send(heartbeatMsg{ready: true}) })
+		if ctx.Err() != nil {
+			return
+		}
+		r.c.log.Warn("the heartbeat watch stopped; re-establishing it", "err", err)
+		send(heartbeatMsg{down: true})
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// loop judges the batches one after the other until the rollout ends.
+func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan uint64) (State, error) {
+	tick := time.NewTicker(r.c.cfg.Tick)
+	defer tick.Stop()
+	r.connected = r.c.cfg.JS.Conn().IsConnected()
+	timeCheck := false
+	for {
+		if r.st.Current >= len(r.st.Batches) {
+			return r.complete(ctx)
+		}
+		now := time.Now()
+		if !r.judging && r.wasUp && r.graceOver(now) {
+			if err := r.begin(ctx); err != nil {
+				return r.st, err
+			}
+			timeCheck = true
+		}
+		if r.judging {
+			if trouble := r.troubles(now, timeCheck); len(trouble) > 0 {
+				return r.halt(ctx, trouble)
+			}
+			if r.soakedN == r.judgedN {
+				if err := r.batchDone(ctx); err != nil {
+					return r.st, err
+				}
+				continue
+			}
+			if p := r.c.cfg.Progress; p > 0 && now.Sub(r.lastProgress) >= p {
+				r.progress(now)
+			}
+		}
+		timeCheck = false
+		select {
+		case m := <-msgs:
+			r.heard(m)
+		case <-tick.C:
+			r.connected = r.c.cfg.JS.Conn().IsConnected()
+			r.updateUp(time.Now())
+			timeCheck = true
+		case rev := <-keys:
+			r.mu.Lock()
+			if rev > r.rev && r.stop == nil {
+				r.stop = r.conflict(ctx)
+			}
+			stop := r.stop
+			r.mu.Unlock()
+			if stop != nil {
+				return r.st, stop
+			}
+		case <-ctx.Done():
+			return r.st, ctx.Err()
+		}
+	}
+}
+
+// updateUp follows whether the heartbeats can be trusted: the watch caught up and the
+// connection there.
+func (r *runner) updateUp(now time.Time) {
+	up := r.watchReady && r.connected
+	if up == r.wasUp {
+		return
+	}
+	r.wasUp = up
+	if !up {
+		r.downSince = now
+		r.c.log.Warn("the bus is away; judging paused", "rollout", r.st.ID)
+		return
+	}
+	if r.everUp {
+		r.backAt = now
+		r.paused += now.Sub(r.downSince)
+		r.c.log.Info("the bus is back; judging resumes after a grace", "rollout", r.st.ID, "grace", r.silentAfter)
+	}
+	r.everUp = true
+}
+
+// graceOver reports whether nodes have had time to be heard since the bus came back.
+func (r *runner) graceOver(now time.Time) bool {
+	return r.backAt.IsZero() || now.Sub(r.backAt) > r.silentAfter
+}
+
+func (r *runner) heard(m heartbeatMsg) {
+	switch {
+	case m.down:
+		r.watchReady = false
+		r.updateUp(time.Now())
+		return
+	case m.ready:
+		r.watchReady = true
+		r.updateUp(time.Now())
+		return
+	}
+	t := r.tracks[m.entry.Node]
+	if t == nil {
+		return
+	}
+	r.note(m.entry.Node, t, t.observe(m.entry, r.version, r.soak))
+}
+
+// note counts a node's change and says it.
+func (r *runner) note(node string, t *track, ch change) {
+	i := r.st.Current
+	switch ch {
+	case changeTrouble:
+		r.troubledN++
+	case changeConfirmed:
+		r.confirmedN++
+		r.c.emit(&r.st, Event{Kind: EventConfirmed, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name, Node: node,
+			Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN,
+			Message: fmt.Sprintf("%s confirmed %s (%s: %d/%d confirmed)", node, r.version, batchLabel(r.st, i), r.confirmedN, r.judgedN)})
+	case changeSoaked:
+		r.soakedN++
+		r.c.emit(&r.st, Event{Kind: EventSoaked, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name, Node: node,
+			Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN,
+			Message: fmt.Sprintf("%s soaked: up %s on %s without a restart (%s: %d/%d soaked)", node, secs(t.lastUptime-t.firstUptime), r.version, batchLabel(r.st, i), r.soakedN, r.judgedN)})
+	}
+}
+
+// begin starts the batch in progress: on a fresh batch it leaves out silent nodes and records
+// the batch as started before any target is set; then (fresh or resumed) it sets the targets
+// of its nodes, leaving keys that already name the version as they are.
+func (r *runner) begin(ctx context.Context) error {
+	i := r.st.Current
+	b := r.st.Batches[i]
+	nodes := r.st.BatchNodes(i)
+	now := time.Now().UTC()
+	fresh := b.Started.IsZero()
+	have := make([]string, len(nodes))
+	revs := make([]uint64, len(nodes))
+	err := each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
+		have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	listed := make(map[string]bool)
+	for _, lo := range r.st.LeftOut {
+		if lo.Batch == i {
+			listed[lo.Node] = true
+		}
+	}
+	var leftOut []LeftOut
+	var targeted, already []string
+	var toSet []int
+	for k, n := range nodes {
+		t := r.tracks[n]
+		t.reset()
+		t.inBatch = true
+		switch {
+		case fresh && (!t.heard || now.Sub(t.last.Heard) > r.silentAfter),
+			!fresh && listed[n],
+			!fresh && r.st.LeftOutMore > 0 && (!t.heard || t.last.Heard.Before(b.Started.Add(-r.silentAfter))):
+			t.leftOut = true
+			if fresh {
+				lo := LeftOut{Node: n, Batch: i}
+				if t.heard {
+					lo.SilentSince = t.last.Heard.UTC()
+				}
+				leftOut = append(leftOut, lo)
+			}
+		case t.heard && t.last.Err == nil && alreadyHas(t.last.Heartbeat, r.version) &&
+			(t.last.Heartbeat.KnownGood != r.version || have[k] != r.version):
+			t.done = true // it has the version or a newer one, and not from this rollout
+			already = append(already, n)
+		default:
+			targeted = append(targeted, n)
+			if have[k] == r.version {
+				t.targetRev = revs[k]
+			} else {
+				toSet = append(toSet, k)
+			}
+		}
+	}
+	if fresh {
+		err := r.write(ctx, func(st *State) {
+			st.Batches[i].Started = now
+			st.LeftOut = append(append([]LeftOut(nil), st.LeftOut...), leftOut...)
+			fit(st)
+		})
+		if err != nil {
+			return err
+		}
+		for _, lo := range leftOut {
+			r.c.emit(&r.st, Event{Kind: EventLeftOut, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Node: lo.Node,
+				Message: leftOutMessage(r.st, i, lo.Node, lo.SilentSince, now)})
+		}
+	}
+	setNodes := make([]string, len(toSet))
+	for j, k := range toSet {
+		setNodes[j] = nodes[k]
+	}
+	setRevs, err := r.s.setTargets(ctx, setNodes, r.version, r.c.cfg.Workers)
+	if err != nil {
+		return err
+	}
+	for j, n := range setNodes {
+		r.tracks[n].targetRev = setRevs[j]
+	}
+	r.judging, r.judgedN, r.confirmedN, r.soakedN, r.troubledN, r.paused = true, len(targeted), 0, 0, 0, 0
+	r.lastProgress = time.Now()
+	r.c.emit(&r.st, Event{Kind: EventBatch, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Nodes: len(targeted),
+		Message: batchMessage(r.st, i, targeted, already, len(nodes)-len(targeted)-len(already))})
+	for _, n := range targeted {
+		if t := r.tracks[n]; t.heard {
+			r.note(n, t, t.observe(t.last, r.version, r.soak))
+		}
+	}
+	return nil
+}
+
+// fit keeps the state within the bucket's max value size, with room for a halt report: the
+// newest left-out nodes past the room are counted rather than listed.
+func fit(st *State) {
+	for len(st.LeftOut) > 0 {
+		b, _ := json.Marshal(st)
+		over := len(b) + haltBudget - bus.MaxRolloutBytes
+		if over <= 0 {
+			return
+		}
+		drop := min(len(st.LeftOut), over/64+1)
+		st.LeftOut = st.LeftOut[:len(st.LeftOut)-drop]
+		st.LeftOutMore += drop
+	}
+}
+
+// troubles are the reasons to halt now: each troubled node of the batch, in batch order.
+// Time-based judgement (silent, not confirmed) runs on ticks, and only while the heartbeats can
+// be trusted: the bus up, and a grace over since it came back.
+func (r *runner) troubles(now time.Time, timeCheck bool) []NodeReason {
+	timed := r.wasUp && r.graceOver(now)
+	if r.troubledN == 0 && !(timeCheck && timed) {
+		return nil
+	}
+	i := r.st.Current
+	deadline := r.st.Batches[i].Started.Add(r.window + r.paused)
+	var out []NodeReason
+	for _, n := range r.st.BatchNodes(i) {
+		t := r.tracks[n]
+		if !t.judged() {
+			continue
+		}
+		why := t.trouble
+		if why == nil && timed {
+			why = t.overdue(n, r.version, now, deadline, r.window)
+		}
+		if why != nil {
+			out = append(out, *why)
+		}
+	}
+	return out
+}
+
+func (r *runner) progress(now time.Time) {
+	r.lastProgress = now
+	i := r.st.Current
+	started := r.st.Batches[i].Started
+	left := started.Add(r.window + r.paused).Sub(now)
+	r.c.emit(&r.st, Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
+		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(started).Seconds(), WindowLeftS: max(left, 0).Seconds(),
+		Message: progressMessage(r.st, i, r.confirmedN, r.soakedN, r.judgedN, now.Sub(started), max(left, 0))})
+}
+
+// halt stops the rollout for reasons: halted first, then the batch's targets set back.
+func (r *runner) halt(ctx context.Context, reasons []NodeReason) (State, error) {
+	i := r.st.Current
+	troubled := len(reasons)
+	more := 0
+	if len(reasons) > MaxHaltNodes {
+		more, reasons = len(reasons)-MaxHaltNodes, reasons[:MaxHaltNodes]
+	}
+	now := time.Now().UTC()
+	err := r.write(ctx, func(st *State) {
+		st.Status, st.Ended = StatusHalted, now
+		st.Halt = &Halt{At: now, Batch: i, Nodes: reasons, More: more}
+	})
+	if err != nil {
+		return r.st, err
+	}
+	r.c.emit(&r.st, Event{Kind: EventHalted, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
+		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(r.st.Batches[i].Started).Seconds(),
+		Reasons: reasons, Message: haltedMessage(r.st, i, troubled, r.judgedN)})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, err := restore(ctx, r.s, r.st, r.rev, r.c.cfg.Workers)
+	r.st = st
+	return st, err
+}
+
+// batchDone records the batch as done and moves on: "current" advances only with done written.
+func (r *runner) batchDone(ctx context.Context) error {
+	i := r.st.Current
+	now := time.Now().UTC()
+	if err := r.write(ctx, func(st *State) {
+		st.Batches[i].Done = now
+		st.Current = i + 1
+	}); err != nil {
+		return err
+	}
+	b := r.st.Batches[i]
+	r.c.emit(&r.st, Event{Kind: EventBatchDone, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name,
+		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(b.Started).Seconds(),
+		Message: fmt.Sprintf("%s done: %s soaked in %s", batchLabel(r.st, i), count(r.soakedN, "node"), human(now.Sub(b.Started)))})
+	for _, n := range r.st.BatchNodes(i) {
+		r.tracks[n].inBatch = false
+	}
+	r.judging = false
+	return nil
+}
+
+// complete sets the fleet key, deletes the per-node keys of the rollout's nodes (each falls
+// back to the fleet key), then records the rollout completed. Each step is idempotent, so a
+// controller killed half-way and resumed completes it again.
+func (r *runner) complete(ctx context.Context) (State, error) {
+	if err := r.s.setFleet(ctx, r.version); err != nil {
+		return r.st, err
+	}
+	if err := r.s.clearTargets(ctx, r.st.Nodes, r.c.cfg.Workers); err != nil {
+		return r.st, err
+	}
+	now := time.Now().UTC()
+	if err := r.write(ctx, func(st *State) { st.Status, st.Ended = StatusCompleted, now }); err != nil {
+		return r.st, err
+	}
+	r.c.emit(&r.st, Event{Kind: EventCompleted, Batches: len(r.st.Batches), Nodes: len(r.st.Nodes), ElapsedS: now.Sub(r.st.Created).Seconds(),
+		Message: completedMessage(r.st)})
+	return r.st, nil
+}
+
+// completeNow completes a rollout that has no batch (policy immediate, or no node needing it).
+func (r *runner) completeNow(ctx context.Context) (State, error) { return r.complete(ctx) }

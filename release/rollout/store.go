@@ -1,0 +1,209 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/wire"
+)
+
+// currentKey names the newest rollout: {"id": …}.
+const currentKey = "current"
+
+func stateKey(id string) string { return "rollout." + id }
+
+type pointer struct {
+	ID string `json:"id"`
+}
+
+// errConflict is a compare-and-set that lost: someone else wrote the key since it was read.
+var errConflict = errors.New("the rollout was changed by someone else")
+
+// store is the buckets a rollout reads and writes, each call retried on transient errors.
+type store struct {
+	n        wire.Names
+	log      *slog.Logger
+	rollouts jetstream.KeyValue
+	targets  jetstream.KeyValue
+}
+
+func discard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return l
+}
+
+// openStore opens the rollouts and targets buckets.
+func openStore(ctx context.Context, js jetstream.JetStream, n wire.Names, log *slog.Logger) (*store, error) {
+	s := &store{n: n, log: discard(log)}
+	var err error
+	if s.rollouts, err = openKV(ctx, js, n.Rollouts(), s.log); err != nil {
+		return nil, err
+	}
+	if s.targets, err = openKV(ctx, js, n.Targets(), s.log); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func openKV(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	err := retry(ctx, log, "open "+bucket, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, bucket)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("KV bucket %s does not exist on this bus; create the buckets with `mesh-release init`: %w", bucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("KV bucket %s: %w", bucket, err)
+	}
+	return kv, nil
+}
+
+// entry reads key; ok is false when it is absent or deleted.
+func (s *store) entry(ctx context.Context, kv jetstream.KeyValue, key string) (e jetstream.KeyValueEntry, ok bool, err error) {
+	err = retry(ctx, s.log, "read "+key, func(ctx context.Context) (err error) {
+		e, err = kv.Get(ctx, key)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s in %s: %w", key, kv.Bucket(), err)
+	}
+	return e, true, nil
+}
+
+// get reads rollout id and the revision it was read at.
+func (s *store) get(ctx context.Context, id string) (State, uint64, error) {
+	e, ok, err := s.entry(ctx, s.rollouts, stateKey(id))
+	if err != nil {
+		return State{}, 0, err
+	}
+	if !ok {
+		return State{}, 0, fmt.Errorf("no rollout %s in %s (`mesh-release rollout status` names the current one)", text(id), s.n.Rollouts())
+	}
+	st, err := decodeState(e.Value())
+	if err != nil {
+		return State{}, 0, fmt.Errorf("%s in %s: %w", stateKey(id), s.n.Rollouts(), err)
+	}
+	return st, e.Revision(), nil
+}
+
+func decodeState(b []byte) (State, error) {
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return State{}, fmt.Errorf("unreadable rollout state: %w", err)
+	}
+	if st.Schema != Schema {
+		return State{}, fmt.Errorf("rollout state of schema %d; this tool reads schema %d", st.Schema, Schema)
+	}
+	if len(st.Ran) != len(st.Nodes) {
+		return State{}, fmt.Errorf("rollout state lists %d nodes but %d versions they ran", len(st.Nodes), len(st.Ran))
+	}
+	end := 0
+	for _, b := range st.Batches {
+		if b.End < end || b.End > len(st.Nodes) {
+			return State{}, fmt.Errorf("rollout state has a batch ending at %d of %d nodes", b.End, len(st.Nodes))
+		}
+		end = b.End
+	}
+	if st.Current < 0 || st.Current > len(st.Batches) {
+		return State{}, fmt.Errorf("rollout state is at batch %d of %d", st.Current, len(st.Batches))
+	}
+	return st, nil
+}
+
+// current reads the pointer to the newest rollout; rev is its revision (0: absent).
+func (s *store) current(ctx context.Context) (id string, rev uint64, err error) {
+	e, ok, err := s.entry(ctx, s.rollouts, currentKey)
+	if err != nil || !ok {
+		return "", 0, err
+	}
+	var p pointer
+	if err := json.Unmarshal(e.Value(), &p); err != nil || p.ID == "" {
+		return "", 0, fmt.Errorf("%s in %s is unreadable (%q); set it with a new rollout", currentKey, s.n.Rollouts(), text(string(e.Value())))
+	}
+	return p.ID, e.Revision(), nil
+}
+
+// save writes v under key, created when rev is 0, else only if the key is still at rev; it
+// returns the new revision, or errConflict. A write whose reply was lost and that landed is
+// recognised by its bytes.
+func (s *store) save(ctx context.Context, kv jetstream.KeyValue, key string, v []byte, rev uint64) (uint64, error) {
+	var out uint64
+	err := retry(ctx, s.log, "write "+key, func(ctx context.Context) (err error) {
+		if rev == 0 {
+			out, err = kv.Create(ctx, key, v)
+		} else {
+			out, err = kv.Update(ctx, key, v, rev)
+		}
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		e, ok, gerr := s.entry(ctx, kv, key)
+		if gerr != nil {
+			return 0, gerr
+		}
+		if ok && bytes.Equal(e.Value(), v) {
+			return e.Revision(), nil
+		}
+		return 0, errConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write %s in %s: %w", key, kv.Bucket(), err)
+	}
+	return out, nil
+}
+
+// saveState writes st (its Updated set by the caller) with compare-and-set on rev.
+func (s *store) saveState(ctx context.Context, st State, rev uint64) (uint64, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) > bus.MaxRolloutBytes {
+		return 0, fmt.Errorf("rollout %s: its state is %d bytes, over the %d the bucket holds", st.ID, len(b), bus.MaxRolloutBytes)
+	}
+	return s.save(ctx, s.rollouts, stateKey(st.ID), b, rev)
+}
+
+func (s *store) savePointer(ctx context.Context, id string, rev uint64) (uint64, error) {
+	b, _ := json.Marshal(pointer{ID: id})
+	return s.save(ctx, s.rollouts, currentKey, b, rev)
+}
+
+// Get reads rollout id from the rollouts bucket.
+func Get(ctx context.Context, js jetstream.JetStream, n wire.Names, id string) (State, error) {
+	s, err := openStore(ctx, js, n, nil)
+	if err != nil {
+		return State{}, err
+	}
+	st, _, err := s.get(ctx, id)
+	return st, err
+}
+
+// Current reads the rollout "current" names; ok is false when no rollout was ever started.
+func Current(ctx context.Context, js jetstream.JetStream, n wire.Names) (st State, ok bool, err error) {
+	s, err := openStore(ctx, js, n, nil)
+	if err != nil {
+		return State{}, false, err
+	}
+	id, _, err := s.current(ctx)
+	if err != nil || id == "" {
+		return State{}, false, err
+	}
+	st, _, err = s.get(ctx, id)
+	return st, err == nil, err
+}

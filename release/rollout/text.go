@@ -1,0 +1,462 @@
+package rollout
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/novox/mesh-host/rollback"
+)
+
+// What a person reads of a rollout: its events as lines (--follow, and the milestones every
+// controller prints), its state as `rollout status` shows it, and the one line `mesh-release
+// fleet` puts on top. Node ids, details and output lines came from the bus, where anyone allowed
+// to publish could have written them: every text is made printable (rollback.Printable) and
+// bounded (rollback.Cut) here, so no escape sequence reaches a terminal and one node stays one
+// line, and a long list is cut to a few with a count of the rest.
+const (
+	maxIDText      = 64   // a node id, a version, a rollout id, a holder
+	maxLineText    = 1024 // a message or a detail (a rollback's reason alone may be wire.MaxReasonBytes)
+	maxOutputLines = 10   // the last lines of a failed version's output shown per node
+	maxOutputLine  = 200  // each of them
+	shownNodes     = 20   // nodes listed per batch, the rest counted
+)
+
+// WriteEvent writes e for a person: its time (hh:mm:ss in e.Time's zone) and message on one
+// line, and for EventHalted one indented line per node saying why, each followed by the last
+// lines of the failed version's output, indented further.
+func WriteEvent(w io.Writer, e Event) error {
+	var b strings.Builder
+	msg := e.Message
+	if msg == "" {
+		msg = e.Kind + " " + e.Rollout
+	}
+	fmt.Fprintf(&b, "%s %s\n", e.Time.Format(time.TimeOnly), oneLine(msg, maxLineText))
+	if e.Kind == EventHalted {
+		for _, r := range e.Reasons {
+			writeReason(&b, r, e.Time, "  ")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteEventJSON writes e as one JSON object on one line, terminal-safe (see safeJSON).
+func WriteEventJSON(w io.Writer, e Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(safeJSON(b), '\n'))
+	return err
+}
+
+// WriteStatusJSON writes st as indented JSON, terminal-safe.
+func WriteStatusJSON(w io.Writer, st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(safeJSON(b), '\n'))
+	return err
+}
+
+// writeReason writes one node's part in a halt, "  node-3: " and its detail (which the
+// controller writes as a whole sentence: "rolled back from v1.2.0 to v1.1.0 at 13:15:02: …"),
+// or without one why in words; below it the last lines of the failed version's output.
+func writeReason(b *strings.Builder, r NodeReason, ref time.Time, indent string) {
+	say := oneLine(r.Detail, maxLineText)
+	if say == "" {
+		say = whyText(r, ref)
+	}
+	fmt.Fprintf(b, "%s%s: %s\n", indent, oneLine(r.Node, maxIDText), say)
+	for _, l := range outputLines(r.Output) {
+		fmt.Fprintf(b, "%s    | %s\n", indent, l)
+	}
+}
+
+// whyText says a halt reason in words, with its time when it has one (times in ref's zone, with
+// the date when not ref's day).
+func whyText(r NodeReason, ref time.Time) string {
+	at := ""
+	if !r.Since.IsZero() {
+		at = clockAt(r.Since, ref)
+	}
+	switch r.Why {
+	case WhySilent:
+		if at != "" {
+			return "silent since " + at
+		}
+		return "silent"
+	case WhyRolledBack:
+		if at != "" {
+			return "rolled back at " + at
+		}
+		return "rolled back"
+	case WhyRestarted:
+		return "restarted after confirming"
+	case WhyRefused:
+		return "refused the version"
+	case WhyNotConfirmed:
+		return "not confirmed within the window"
+	}
+	return oneLine(r.Why, maxIDText)
+}
+
+// outputLines is the last maxOutputLines non-blank lines of out, each printable and bounded.
+func outputLines(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(strings.ReplaceAll(out, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > maxOutputLines {
+		lines = lines[len(lines)-maxOutputLines:]
+	}
+	for i, l := range lines {
+		lines[i] = rollback.Cut(rollback.Printable(strings.TrimRight(l, " \t")), maxOutputLine)
+	}
+	return lines
+}
+
+// WriteStatus writes st as `mesh-release rollout status` shows it, as of now (whose zone the
+// times are shown in): what it is, what it was asked, each batch and its nodes, the nodes left
+// out, and why it halted.
+func WriteStatus(w io.Writer, st State, now time.Time) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rollout %s\n", oneLine(st.ID, maxIDText))
+	kv := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(kv, "  version\t%s\n", oneLine(st.Version, maxIDText))
+	fmt.Fprintf(kv, "  policy\t%s\n", policyWords(st))
+	fmt.Fprintf(kv, "  status\t%s\n", statusWords(st, now))
+	fmt.Fprintf(kv, "  created\t%s\n", stampAt(st.Created, now))
+	fmt.Fprintf(kv, "  updated\t%s\n", stampAt(st.Updated, now))
+	if !st.Ended.IsZero() {
+		fmt.Fprintf(kv, "  ended\t%s\n", stampAt(st.Ended, now))
+	}
+	if st.Status == StatusRunning {
+		fmt.Fprintf(kv, "  controller\t%s\n", holderWords(st.Holder, now))
+	}
+	if st.Policy != PolicyImmediate {
+		fmt.Fprintf(kv, "  options\twindow %s, soak %s, alive %s, silent after %s\n",
+			secondsText(st.WindowS), secondsText(st.SoakS), secondsText(st.AliveS), secondsText(st.SilentAfterS))
+	}
+	fleet := countOf(len(st.Nodes), "node", "nodes")
+	if len(st.Batches) > 0 {
+		fleet += " in " + countOf(len(st.Batches), "batch", "batches")
+	}
+	if len(st.LeftOut) > 0 {
+		fleet += fmt.Sprintf(", %d left out", len(st.LeftOut))
+	}
+	fmt.Fprintf(kv, "  fleet\t%s\n", fleet)
+	if st.Status == StatusHalted || st.Status == StatusAborted {
+		fmt.Fprintf(kv, "  targets\t%s\n", restoredWords(st))
+	}
+	if st.SupersededBy != "" {
+		fmt.Fprintf(kv, "  superseded by\t%s\n", oneLine(st.SupersededBy, maxIDText))
+	}
+	if st.AbortedBy != "" {
+		fmt.Fprintf(kv, "  aborted by\t%s\n", oneLine(st.AbortedBy, maxIDText))
+	}
+	kv.Flush()
+
+	if len(st.Batches) > 0 {
+		b.WriteString("\nbatches\n")
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		start := 0
+		for i, bt := range st.Batches {
+			end := clampedEnd(bt.End, start, len(st.Nodes))
+			nodes := st.Nodes[start:end]
+			fmt.Fprintf(tw, "  %d/%d\t%s\t%s\t%s\t%s\n", i+1, len(st.Batches), oneLine(bt.Name, maxIDText),
+				countOf(len(nodes), "node", "nodes"), batchWhere(st, i, now), shownList(nodes))
+			start = end
+		}
+		tw.Flush()
+	}
+
+	if len(st.LeftOut) > 0 {
+		b.WriteString("\nleft out (silent when their batch began; they take the fleet target when it is set)\n")
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		for i, l := range st.LeftOut {
+			if i == shownNodes {
+				fmt.Fprintf(tw, "  and %d more\n", len(st.LeftOut)-shownNodes)
+				break
+			}
+			fmt.Fprintf(tw, "  %s\tbatch %s\tsilent since %s (%s)\n", oneLine(l.Node, maxIDText), batchOf(st, l.Batch),
+				clockAt(l.SilentSince, now), agoText(now.Sub(l.SilentSince)))
+		}
+		tw.Flush()
+	}
+
+	if h := st.Halt; h != nil {
+		n := len(h.Nodes) + h.More
+		fmt.Fprintf(&b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
+		for _, r := range h.Nodes {
+			writeReason(&b, r, now, "  ")
+		}
+		if h.More > 0 {
+			fmt.Fprintf(&b, "  and %s more\n", countOf(h.More, "node", "nodes"))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Summary is st in one line, for the top of `mesh-release fleet`.
+func Summary(st State, now time.Time) string {
+	head := "rollout " + oneLine(st.Version, maxIDText)
+	switch st.Status {
+	case StatusRunning:
+		s := fmt.Sprintf("%s (%s): running", head, oneLine(st.ID, maxIDText))
+		if st.Current < len(st.Batches) {
+			s += ", batch " + batchOf(st, st.Current)
+		} else if len(st.Batches) > 0 {
+			s += ", every batch done, setting the fleet target"
+		}
+		s += ", started " + agoText(now.Sub(st.Created))
+		if h := st.Holder; h == nil || !h.Until.After(now) {
+			s += "; no controller drives it (`mesh-release rollout resume` continues it)"
+		}
+		return s
+	case StatusHalted:
+		s := fmt.Sprintf("%s: HALTED", head)
+		if h := st.Halt; h != nil {
+			s += fmt.Sprintf(" in batch %s at %s", batchOf(st, h.Batch), minuteAt(h.At, now))
+			switch n := len(h.Nodes) + h.More; {
+			case n == 1 && len(h.Nodes) == 1:
+				s += fmt.Sprintf(" — %s %s", oneLine(h.Nodes[0].Node, maxIDText), whyText(NodeReason{Why: h.Nodes[0].Why}, now))
+			case n > 0:
+				s += fmt.Sprintf(" — %d nodes showed trouble", n)
+			}
+		}
+		if !st.Restored {
+			s += "; targets not yet set back"
+		}
+		return s + " (`mesh-release rollout status`)"
+	case StatusCompleted:
+		if st.Policy == PolicyImmediate {
+			return fmt.Sprintf("%s: set as the fleet target at once (policy immediate) %s", head, agoText(now.Sub(endedAt(st))))
+		}
+		return fmt.Sprintf("%s: completed %s, %s", head, agoText(now.Sub(endedAt(st))), countOf(len(st.Nodes), "node", "nodes"))
+	case StatusAborted:
+		s := head + ": aborted"
+		if st.AbortedBy != "" {
+			s += " by " + oneLine(st.AbortedBy, maxIDText)
+		}
+		if st.Current < len(st.Batches) {
+			s += " in batch " + batchOf(st, st.Current)
+		}
+		return s + " at " + minuteAt(endedAt(st), now)
+	case StatusSuperseded:
+		s := head + ": superseded"
+		if st.SupersededBy != "" {
+			s += " by " + oneLine(st.SupersededBy, maxIDText)
+		}
+		return s + " at " + minuteAt(endedAt(st), now)
+	}
+	return fmt.Sprintf("%s: %s", head, oneLine(string(st.Status), maxIDText))
+}
+
+func policyWords(st State) string {
+	if st.Policy == PolicyImmediate {
+		return "immediate: the fleet target at once, no batches"
+	}
+	canaries := countOf(st.Canary, "canary", "canaries")
+	if len(st.CanaryNodes) > 0 {
+		canaries = "canaries " + shownList(st.CanaryNodes)
+	}
+	return fmt.Sprintf("%s: %s, then %s of the fleet", oneLine(string(st.Policy), maxIDText), canaries, FormatSteps(st.Steps))
+}
+
+func statusWords(st State, now time.Time) string {
+	switch st.Status {
+	case StatusRunning:
+		if st.Current < len(st.Batches) {
+			return "running, batch " + batchOf(st, st.Current)
+		}
+		return "running"
+	case StatusHalted:
+		if h := st.Halt; h != nil {
+			return fmt.Sprintf("HALTED in batch %s at %s", batchOf(st, h.Batch), clockAt(h.At, now))
+		}
+		return "HALTED"
+	case StatusCompleted:
+		return "completed: the fleet target is " + oneLine(st.Version, maxIDText)
+	}
+	return oneLine(string(st.Status), maxIDText)
+}
+
+func holderWords(h *Holder, now time.Time) string {
+	if h == nil {
+		return "none: no controller drives it (`mesh-release rollout resume` continues it)"
+	}
+	id := oneLine(h.ID, maxIDText)
+	if !h.Until.After(now) {
+		return fmt.Sprintf("none since %s (%s's lease lapsed): `mesh-release rollout resume` continues it", clockAt(h.Until, now), id)
+	}
+	return fmt.Sprintf("%s, lease until %s (in %s)", id, clockAt(h.Until, now), shortDur(h.Until.Sub(now)))
+}
+
+// restoredWords says whether the stopped batch's targets are back to what each node ran.
+func restoredWords(st State) string {
+	i := st.Current
+	if st.Halt != nil {
+		i = st.Halt.Batch
+	}
+	if i < 0 || i >= len(st.Batches) || st.Batches[i].Started.IsZero() {
+		return "none were set by this rollout"
+	}
+	if st.Restored {
+		return fmt.Sprintf("batch %s set back to the version each node ran", batchOf(st, i))
+	}
+	return fmt.Sprintf("batch %s NOT yet set back to the version each node ran; `mesh-release rollout resume` sets them back", batchOf(st, i))
+}
+
+// batchWhere says where batch i is.
+func batchWhere(st State, i int, now time.Time) string {
+	bt := st.Batches[i]
+	switch {
+	case !bt.Done.IsZero():
+		return "done " + clockAt(bt.Done, now)
+	case bt.Started.IsZero():
+		if st.Status == StatusRunning {
+			return "pending"
+		}
+		return "not reached"
+	case st.Halt != nil && st.Halt.Batch == i:
+		return "HALTED " + clockAt(st.Halt.At, now)
+	case st.Status == StatusRunning && i == st.Current:
+		return "in progress since " + clockAt(bt.Started, now)
+	}
+	return fmt.Sprintf("%s, started %s", oneLine(string(st.Status), maxIDText), clockAt(bt.Started, now))
+}
+
+// batchOf is "2/4 (10%)" for index i; an index outside the batches is said as it is.
+func batchOf(st State, i int) string {
+	if i < 0 || i >= len(st.Batches) {
+		return fmt.Sprintf("%d/%d", i+1, len(st.Batches))
+	}
+	return fmt.Sprintf("%d/%d (%s)", i+1, len(st.Batches), oneLine(st.Batches[i].Name, maxIDText))
+}
+
+// clampedEnd keeps a batch's end inside the node list even if the stored state is inconsistent.
+func clampedEnd(end, start, n int) int {
+	return max(start, min(end, n))
+}
+
+// shownList is the first shownNodes of nodes, printable, then how many more.
+func shownList(nodes []string) string {
+	shown := make([]string, 0, min(len(nodes), shownNodes)+1)
+	for i, n := range nodes {
+		if i == shownNodes {
+			shown = append(shown, fmt.Sprintf("and %d more", len(nodes)-shownNodes))
+			break
+		}
+		shown = append(shown, oneLine(n, maxIDText))
+	}
+	return strings.Join(shown, ", ")
+}
+
+// endedAt is when st ended, or its last update if the end was not recorded.
+func endedAt(st State) time.Time {
+	if !st.Ended.IsZero() {
+		return st.Ended
+	}
+	return st.Updated
+}
+
+// oneLine is s as one printable line of at most max bytes: runs of white space joined into one
+// space, other control characters escaped.
+func oneLine(s string, max int) string {
+	return rollback.Cut(rollback.Printable(strings.Join(strings.Fields(s), " ")), max)
+}
+
+// clockAt is t's time of day in ref's zone, with the date when it is not ref's day.
+func clockAt(t, ref time.Time) string {
+	t = t.In(ref.Location())
+	if y, m, d := t.Date(); y == ref.Year() && m == ref.Month() && d == ref.Day() {
+		return t.Format(time.TimeOnly)
+	}
+	return t.Format("2006-01-02 15:04:05")
+}
+
+// minuteAt is clockAt to the minute.
+func minuteAt(t, ref time.Time) string {
+	t = t.In(ref.Location())
+	if y, m, d := t.Date(); y == ref.Year() && m == ref.Month() && d == ref.Day() {
+		return t.Format("15:04")
+	}
+	return t.Format("2006-01-02 15:04")
+}
+
+// stampAt is t in full, in now's zone, and how long ago.
+func stampAt(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.In(now.Location()).Format("2006-01-02 15:04:05 MST") + " (" + agoText(now.Sub(t)) + ")"
+}
+
+func agoText(d time.Duration) string {
+	if d < time.Second {
+		return "just now"
+	}
+	return shortDur(d) + " ago"
+}
+
+// shortDur is d to the second, as a person writes it: 45s, 1m12s, 10m, 2h05m, 3d.
+func shortDur(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		if s := int(d.Seconds()) % 60; s != 0 {
+			return fmt.Sprintf("%dm%02ds", int(d.Minutes()), s)
+		}
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// secondsText is a stored duration in seconds, said as shortDur does.
+func secondsText(s float64) string {
+	return shortDur(time.Duration(s * float64(time.Second)))
+}
+
+// countOf is "1 node", "2 nodes".
+func countOf(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// safeJSON rewrites JSON so that every character rollback.Printable would escape is written
+// as a \u escape: encoding/json escapes C0 controls but writes DEL, the C1 controls (U+009B is
+// CSI on some terminals) and bidirectional overrides raw. Outside strings JSON is plain ASCII,
+// so only string contents change and every value decodes as before. (The same rule as the
+// fleet view's JSON.)
+func safeJSON(b []byte) []byte {
+	if rollback.Printable(string(b)) == string(b) {
+		return b
+	}
+	var out bytes.Buffer
+	out.Grow(len(b) + 64)
+	for _, r := range string(b) {
+		if r != '\n' && rollback.Printable(string(r)) != string(r) {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.Bytes()
+}
