@@ -1,0 +1,321 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/mod/semver"
+
+	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire"
+)
+
+// The simulated fleet: nodes that speak the wire protocol only — they watch their target keys,
+// heartbeat every simBeat, and "upgrade" after simDelay in the way each was told to for a
+// version: well, or by failing as a host would report it.
+
+const (
+	simBeat  = 100 * time.Millisecond
+	simDelay = 200 * time.Millisecond
+)
+
+// How a simulated node takes a version.
+const (
+	good      = ""
+	rollsBack = "rollback"  // the launcher rolls back from it before it confirms
+	hangs     = "hang"      // never confirms it (and stays on the old version)
+	crashLoop = "crashloop" // confirms it, then restarts every 1.5s
+	refuses   = "refuse"    // refuses the target (marked bad here)
+	fetchFail = "fetchfail" // fails the fetch for good
+	goSilent  = "silent"    // stops heartbeating once targeted
+)
+
+type simNode struct {
+	id        string
+	running   string
+	knownGood string
+	takes     map[string]string // version → how it takes it (good when absent)
+
+	boot      time.Time
+	rollbacks []wire.Rollback
+	refused   *wire.Refusal
+	fetch     *wire.Fetch
+	bad       map[string]bool
+	silent    bool
+	stopped   bool // not heartbeating (stopped by the test)
+	pending   string
+	pendingAt time.Time
+	loop      bool
+	targeted  []string // versions it started to take, in order
+}
+
+type simTarget struct {
+	version string
+	rev     uint64
+}
+
+type sim struct {
+	js      jetstream.JetStream
+	names   wire.Names
+	mu      sync.Mutex
+	nodes   []*simNode
+	targets map[string]simTarget
+	puts    map[string]int // writes seen per key
+}
+
+// connect is a connection of its own that rides out a server restart.
+func connect(t *testing.T, b *meshtest.Bus) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(b.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func node(id, running string, takes ...string) *simNode {
+	n := &simNode{id: id, running: running, knownGood: running, takes: map[string]string{}, bad: map[string]bool{}, boot: time.Now().Add(-time.Hour)}
+	for i := 0; i+1 < len(takes); i += 2 {
+		n.takes[takes[i]] = takes[i+1]
+	}
+	return n
+}
+
+func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
+	t.Helper()
+	s := &sim{js: connect(t, b), names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	ready := make(chan struct{})
+	wg.Add(2)
+	go func() { defer wg.Done(); s.watchTargets(ctx, ready) }()
+	<-ready
+	s.beat(ctx, time.Now()) // every node heard before the test goes on
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(simBeat)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tk.C:
+				s.beat(ctx, now)
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
+	once := sync.OnceFunc(func() { close(ready) })
+	defer once()
+	for ctx.Err() == nil {
+		kv, err := s.js.KeyValue(ctx, s.names.Targets())
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil {
+				once()
+				continue
+			}
+			s.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				if tg, err := wire.ParseTarget(e.Value()); err == nil {
+					if old, ok := s.targets[e.Key()]; !ok || old.rev < e.Revision() {
+						s.targets[e.Key()] = simTarget{tg.Version, e.Revision()}
+						s.puts[e.Key()]++
+					}
+				}
+			} else {
+				delete(s.targets, e.Key())
+			}
+			s.mu.Unlock()
+		}
+		_ = w.Stop()
+	}
+}
+
+// target is what node n runs by the keys: its own, else the fleet's.
+func (s *sim) target(n string) simTarget {
+	if t, ok := s.targets[wire.NodeTargetKey(n)]; ok {
+		return t
+	}
+	return s.targets[wire.FleetTargetKey]
+}
+
+func (s *sim) beat(ctx context.Context, now time.Time) {
+	s.mu.Lock()
+	var hbs []wire.Heartbeat
+	for _, n := range s.nodes {
+		tg := s.target(n.id)
+		n.step(now, tg)
+		if n.silent || n.stopped {
+			continue
+		}
+		hbs = append(hbs, wire.Heartbeat{Node: n.id, State: wire.StateRunning, Running: n.running, KnownGood: n.knownGood,
+			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(),
+			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch,
+			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}})
+	}
+	s.mu.Unlock()
+	for _, hb := range hbs {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = s.js.Publish(pctx, s.names.Heartbeat(hb.Node), hb.Marshal())
+		cancel()
+	}
+}
+
+// step moves a node along: it takes a newer target after simDelay, as it was told to.
+func (n *simNode) step(now time.Time, tg simTarget) {
+	if n.loop && now.Sub(n.boot) > 1500*time.Millisecond {
+		n.boot = now
+	}
+	v := tg.version
+	if n.pending == "" && v != "" && v != n.running && !n.bad[v] && semver.Compare(v, n.knownGood) > 0 {
+		n.pending, n.pendingAt = v, now
+		n.targeted = append(n.targeted, v)
+		n.fetch = &wire.Fetch{State: "fetching", Version: v, Percent: 50}
+	}
+	if n.pending == "" || now.Sub(n.pendingAt) < simDelay {
+		return
+	}
+	p := n.pending
+	switch n.takes[p] {
+	case good, crashLoop:
+		n.running, n.knownGood, n.boot, n.fetch, n.pending = p, p, now, nil, ""
+		n.loop = n.takes[p] == crashLoop
+	case rollsBack:
+		n.rollbacks = append(n.rollbacks, wire.Rollback{From: p, To: n.running, At: now.UTC(), Reason: "exited with status 2 before confirming",
+			Output: "starting " + p + "\npanic: boom\x1b[31m\ngoroutine 1 [running]"})
+		n.bad[p], n.boot, n.fetch, n.pending = true, now, nil, ""
+	case hangs:
+		n.fetch = &wire.Fetch{State: "staged", Version: p}
+	case refuses:
+		n.refused = &wire.Refusal{What: "target", Revision: tg.rev, Error: "target " + p + " is marked bad on this node and is not fetched again", At: now.UTC()}
+		n.bad[p], n.fetch, n.pending = true, nil, ""
+	case fetchFail:
+		n.fetch = &wire.Fetch{State: "failed", Version: p, Error: "archive digest mismatch"}
+		n.bad[p], n.pending = true, ""
+	case goSilent:
+		n.silent = true
+	}
+}
+
+// the node named id, under the lock.
+func (s *sim) with(id string, fn func(n *simNode)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		if n.id == id {
+			fn(n)
+		}
+	}
+}
+
+func (s *sim) targeted(id string) []string {
+	var out []string
+	s.with(id, func(n *simNode) { out = slices.Clone(n.targeted) })
+	return out
+}
+
+// events collects a controller's events.
+type events struct {
+	mu  sync.Mutex
+	all []Event
+}
+
+func (e *events) add(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+}
+
+func (e *events) kinds(kind string) []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Event
+	for _, ev := range e.all {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (e *events) dump(t *testing.T) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.all {
+		t.Logf("%s %s", ev.Time.Format("15:04:05.000"), ev.Message)
+	}
+}
+
+// publishRelease announces version (the controller only checks that it is announced).
+func publishRelease(t *testing.T, b *meshtest.Bus, version string) {
+	t.Helper()
+	b.Put(b.Names.Releases(), version, []byte(`{"version":"`+version+`"}`))
+}
+
+// testOptions are small durations for tests.
+func testOptions(version string) Options {
+	return Options{Version: version, Canary: 2, Steps: []int{50, 100}, Window: 3 * time.Second, Soak: time.Second,
+		Alive: time.Hour, SilentAfter: time.Second}
+}
+
+func newController(t *testing.T, js jetstream.JetStream, ev *events, extra string) *Controller {
+	t.Helper()
+	cfg := Config{JS: js, Names: wire.NamesFor(""), Lease: 3 * time.Second, Tick: 50 * time.Millisecond, Holder: extra}
+	if ev != nil {
+		cfg.Events = ev.add
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func targetKey(t *testing.T, b *meshtest.Bus, key string) (string, uint64, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := b.KV(b.Names.Targets()).Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return "", 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := wire.ParseTarget(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg.Version, e.Revision(), true
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
