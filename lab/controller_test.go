@@ -38,11 +38,14 @@ func (r controllerRun) Last(kind string) (rollout.Event, bool) {
 	return rollout.Event{}, false
 }
 
-// runController runs bin with args (which should include --json) and waits for it to exit;
-// env is added to its environment. Each event line is also passed to onEvent as it arrives,
-// if given.
-func runController(ctx context.Context, tb testing.TB, bin string, env []string, onEvent func(rollout.Event), args ...string) controllerRun {
+// runController runs bin with args (which should include --json) and waits for it to exit,
+// killing it if it runs past limit (a controller that never ends fails the test rather than
+// hanging it); env is added to its environment. Each event line is also passed to onEvent as
+// it arrives, if given.
+func runController(ctx context.Context, tb testing.TB, limit time.Duration, bin string, env []string, onEvent func(rollout.Event), args ...string) controllerRun {
 	tb.Helper()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
@@ -72,6 +75,9 @@ func runController(ctx context.Context, tb testing.TB, bin string, env []string,
 	err = cmd.Wait()
 	run.Wall = time.Since(began)
 	run.Stderr = stderr.String()
+	if ctx.Err() != nil {
+		tb.Fatalf("the controller (%s) did not end within %s; killed. Its events:\n%s\n%s", strings.Join(args, " "), limit, eventLines(run), run.Stderr)
+	}
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		tb.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, run.Stderr)
@@ -150,15 +156,19 @@ func buildProfiled(tb testing.TB) string {
 	return out
 }
 
-// controllerBinary is mesh-release as the benchmarks run it: profiled into $MESH_BENCH_PPROF
-// when that names a directory, and env is what to give the process for that.
-func controllerBinary(tb testing.TB) (bin string, env []string) {
+// controllerBinary is mesh-release as the benchmarks run it: profiled when $MESH_BENCH_PPROF
+// names a directory. profile(name) is the environment that makes one run write its profiles
+// to that directory's subdirectory name (none when not profiling).
+func controllerBinary(tb testing.TB) (bin string, profile func(name string) []string) {
 	dir := os.Getenv("MESH_BENCH_PPROF")
 	if dir == "" {
-		return build(tb, PkgRelease, "v0.0.0-lab"), nil
+		return build(tb, PkgRelease, "v0.0.0-lab"), func(string) []string { return nil }
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
+	return buildProfiled(tb), func(name string) []string {
+		sub := filepath.Join(dir, name)
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		return []string{"MESH_LAB_PROFILE=" + sub}
 	}
-	return buildProfiled(tb), []string{"MESH_LAB_PROFILE=" + dir}
 }

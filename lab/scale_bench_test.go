@@ -41,7 +41,7 @@ func BenchmarkRolloutThousandHosts(b *testing.B) {
 	if _, ok := tinyRelease("v1.1.0"); !ok {
 		b.Skip("the lab's tiny release binary is amd64 machine code")
 	}
-	ctl, ctlEnv := controllerBinary(b)
+	ctl, profile := controllerBinary(b)
 	tmp := b.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -130,7 +130,7 @@ func BenchmarkRolloutThousandHosts(b *testing.B) {
 		s0, _ := CPUTicks(serve.Process.Pid)
 		r0 := received.Load()
 		b.StartTimer()
-		run := runController(ctx, b, ctl, ctlEnv, nil, "rollout", "start", v, "--json", "--nats", url,
+		run := runController(ctx, b, 10*time.Minute, ctl, profile(v), nil, "rollout", "start", v, "--json", "--nats", url,
 			"--canary", "2", "--steps", "1%,10%,50%,100%", "--window", "5m", "--soak", "2s", "--alive", "5m", "--silent-after", "20s")
 		b.StopTimer()
 		s1, _ := CPUTicks(serve.Process.Pid)

@@ -66,7 +66,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	ctl, ctlEnv := controllerBinary(tb)
+	ctl, profile := controllerBinary(tb)
 	cl := startCluster(tb, p.Servers)
 	c, err := bus.Connect(ctx, cl.URL(), "")
 	if err != nil {
@@ -129,7 +129,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 			f.Servers = append(f.Servers, procFigures{Name: s.Name, before: t})
 		}
 		self0, hb0 := selfCPU(), fleet.Stats().Heartbeats
-		f.Run = runController(ctx, tb, ctl, ctlEnv, nil, args(v)...)
+		f.Run = runController(ctx, tb, time.Duration(len(p.Steps)+2)*(p.Window+time.Minute), ctl, profile(v), nil, args(v)...)
 		f.Self, f.Heartbeats = selfCPU()-self0, fleet.Stats().Heartbeats-hb0
 		for i, s := range cl.Servers {
 			sf := &f.Servers[i]
