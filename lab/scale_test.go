@@ -60,8 +60,7 @@ type procFigures struct {
 // with no later batch's node ever targeted. It returns the figures of both.
 func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	tb.Helper()
-	exe, ok := tinyRelease("v1.1.0")
-	if !ok {
+	if _, ok := tinyRelease("v1.1.0"); !ok {
 		tb.Skip("the lab's tiny release binary is amd64 machine code")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -83,7 +82,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 		tb.Fatal(err)
 	}
 	for _, v := range []string{"v1.1.0", "v1.2.0"} {
-		exe, _ = tinyRelease(v)
+		exe, _ := tinyRelease(v)
 		path := filepath.Join(tmp, "mesh-host-"+v)
 		if err := os.WriteFile(path, exe, 0o755); err != nil {
 			tb.Fatal(err)
