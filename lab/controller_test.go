@@ -10,7 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,12 +18,15 @@ import (
 )
 
 // controllerRun is one `mesh-release rollout …` process run to its end, and what it cost: its
-// own CPU and peak RSS, from the kernel's accounting of the child (wait4's rusage).
+// own CPU, from the kernel's accounting of the child (wait4's rusage), and its peak RSS.
 type controllerRun struct {
-	Code    int
-	Wall    time.Duration
-	CPU     time.Duration // user + system
-	PeakRSS int64         // kB, the process's high-water mark (VmHWM)
+	Code int
+	Wall time.Duration
+	CPU  time.Duration // user + system
+	// PeakRSS is the process's VmHWM in kB, read every 50ms while it runs. Not wait4's
+	// ru_maxrss: exec records the parent's high-water mark there (Go starts children with
+	// CLONE_VM), so it would report this test process's size, not the controller's.
+	PeakRSS int64
 	Events  []rollout.Event
 	Stderr  string
 }
@@ -59,6 +62,24 @@ func runController(ctx context.Context, tb testing.TB, limit time.Duration, bin 
 		tb.Fatal(err)
 	}
 	var run controllerRun
+	var hwm atomic.Int64
+	watched := make(chan struct{})
+	stopWatch := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if kb, err := MemoryKB(cmd.Process.Pid, "VmHWM"); err == nil && kb > hwm.Load() {
+				hwm.Store(kb)
+			}
+			select {
+			case <-stopWatch:
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	sc := bufio.NewScanner(out)
 	sc.Buffer(nil, 4<<20)
 	for sc.Scan() {
@@ -74,6 +95,9 @@ func runController(ctx context.Context, tb testing.TB, limit time.Duration, bin 
 	}
 	err = cmd.Wait()
 	run.Wall = time.Since(began)
+	close(stopWatch)
+	<-watched
+	run.PeakRSS = hwm.Load()
 	run.Stderr = stderr.String()
 	if ctx.Err() != nil {
 		tb.Fatalf("the controller (%s) did not end within %s; killed. Its events:\n%s\n%s", strings.Join(args, " "), limit, eventLines(run), run.Stderr)
@@ -85,9 +109,6 @@ func runController(ctx context.Context, tb testing.TB, limit time.Duration, bin 
 	ps := cmd.ProcessState
 	run.Code = ps.ExitCode()
 	run.CPU = ps.UserTime() + ps.SystemTime()
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		run.PeakRSS = ru.Maxrss // kB on Linux
-	}
 	return run
 }
 

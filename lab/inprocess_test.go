@@ -18,6 +18,14 @@ import (
 // over the bus is staged, stood aside for, run and confirmed without a process per version.
 // Nothing here judges failures: the versions it runs are this tree's host.
 func launchInProcess(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	err := launchLoop(ctx, cfg, log)
+	if ctx.Err() != nil {
+		return nil // stopped: whatever was interrupted no longer matters
+	}
+	return err
+}
+
+func launchLoop(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	records, _, err := rollback.OpenForLauncher(ctx, cfg.Root)
 	if err != nil {
 		return err

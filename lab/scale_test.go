@@ -33,6 +33,9 @@ type scaleParams struct {
 	Soak, Window, Silent   time.Duration
 	// FailBatch is the batch (0 the canaries) in which FailCount nodes roll back the bad release.
 	FailBatch, FailCount int
+	// Watch makes each simulated node follow its keys with a KV watch, as a real host does,
+	// instead of plain subscriptions (sim.Config.Watch).
+	Watch bool
 }
 
 // scaleFigures are what one rollout cost.
@@ -108,14 +111,23 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	began := time.Now()
 	fleet, err := sim.Start(ctx, sim.Config{
 		URLs: urls, Names: names, Nodes: nodes, Shards: p.Shards, Running: "v1.0.0", Heartbeat: p.Heartbeat,
-		StartMin: p.StartMin, StartMax: p.StartMax, ConfirmAfter: p.ConfirmAfter,
+		StartMin: p.StartMin, StartMax: p.StartMax, ConfirmAfter: p.ConfirmAfter, Watch: p.Watch,
 		Fails: func(node, version string) bool { return version == "v1.2.0" && failing[node] },
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer fleet.Close()
-	tb.Logf("%d simulated nodes on %d connections over %d servers heartbeat once each in %s", p.Nodes, p.Shards, p.Servers, time.Since(began).Round(time.Millisecond))
+	how := "subscriptions"
+	if p.Watch {
+		how = "KV watches"
+	}
+	tb.Logf("%d simulated nodes on %d connections over %d servers follow their keys (%s) and heartbeat once each in %s",
+		p.Nodes, p.Shards, p.Servers, how, time.Since(began).Round(time.Millisecond))
+	for _, s := range cl.Servers {
+		rss, _ := MemoryKB(s.Cmd.Process.Pid, "VmRSS")
+		tb.Logf("  %s RSS %.0f MB before the rollouts", s.Name, float64(rss)/1024)
+	}
 
 	args := func(v string) []string {
 		return []string{"rollout", "start", v, "--json", "--nats", cl.URL(), "--canary", itoa(p.Canary), "--steps", formatSteps(p.Steps),
@@ -282,6 +294,9 @@ func eventLines(run controllerRun) string {
 	var b strings.Builder
 	for _, ev := range run.Events {
 		fmt.Fprintf(&b, "%s %s %s\n", ev.Time.Format("15:04:05.000"), ev.Kind, ev.Message)
+		for _, r := range ev.Reasons {
+			fmt.Fprintf(&b, "    %s %s: %s\n", r.Node, r.Why, r.Detail)
+		}
 	}
 	return b.String()
 }
