@@ -124,7 +124,9 @@ func (c *natsCluster) stop() {
 // initReplicated creates what bus.Init creates — the same buckets, object store and heartbeat
 // stream with the same limits — with every stream replicated on replicas servers, retrying
 // while the cluster elects its JetStream leaders. bus.Init then accepts them as they are.
-func initReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, replicas int) error {
+// consumers > 0 lets the targets bucket hold that many consumers (KV watches): nats-server
+// allows 1,000 per stream unless the stream says otherwise (JSDefaultMaxConsumersPerStream).
+func initReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, replicas, consumers int) error {
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: n.Declarations(), History: 10, MaxValueSize: wire.DefaultMaxDeclarationBytes},
 		{Bucket: n.Targets(), History: 10, MaxValueSize: bus.MaxTargetBytes},
@@ -165,6 +167,17 @@ func initReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, r
 	}
 	if err := retry("create the heartbeat stream", func(ctx context.Context) error { _, err := js.CreateStream(ctx, sc); return err }); err != nil {
 		return err
+	}
+	if consumers > 0 {
+		st, err := js.Stream(ctx, "KV_"+n.Targets())
+		if err != nil {
+			return err
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxConsumers = consumers
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("let %s hold %d consumers: %w", cfg.Name, consumers, err)
+		}
 	}
 	return bus.Init(ctx, js, n)
 }

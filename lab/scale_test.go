@@ -76,7 +76,11 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	}
 	defer c.Close()
 	names := wire.NamesFor("")
-	if err := initReplicated(ctx, c.JS, names, min(3, p.Servers)); err != nil {
+	consumers := 0
+	if p.Watch {
+		consumers = p.Nodes + 100 // a watch per node, and the controller's and the test's own
+	}
+	if err := initReplicated(ctx, c.JS, names, min(3, p.Servers), consumers); err != nil {
 		tb.Fatal(err)
 	}
 	tmp := tb.TempDir()

@@ -49,7 +49,7 @@ func TestSimNodesFollowTheirTargetsOnACluster(t *testing.T) {
 	}
 	defer c.Close()
 	names := wire.NamesFor("")
-	if err := initReplicated(ctx, c.JS, names, 3); err != nil {
+	if err := initReplicated(ctx, c.JS, names, 3, 0); err != nil {
 		t.Fatal(err)
 	}
 	nodes := simNodes(6)
