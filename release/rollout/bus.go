@@ -71,3 +71,28 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// reconnected closes its channel once the connection has reconnected since the call: a KV
+// watch (an ordered push consumer) does not always survive a server restart, and is then
+// established again. It watches the connection's counters, so it needs no handler of the
+// caller's connection.
+func reconnected(ctx context.Context, nc *nats.Conn) <-chan struct{} {
+	ch := make(chan struct{})
+	base := nc.Stats().Reconnects
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if nc.Stats().Reconnects != base && nc.IsConnected() {
+				close(ch)
+				return
+			}
+		}
+	}()
+	return ch
+}

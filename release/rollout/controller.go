@@ -144,9 +144,12 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	}
 	var old *State
 	if curID != "" {
-		st, _, err := s.get(ctx, curID)
+		st, rev, err := s.get(ctx, curID)
 		if err != nil {
 			return State{}, err
+		}
+		if st, err = restore(ctx, s, st, rev, c.cfg.Workers); err != nil {
+			return State{}, err // a halt's targets not yet set back would pin nodes to its version
 		}
 		if !st.Status.Final() {
 			if !o.Supersede {
@@ -179,9 +182,8 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if st.Batches == nil {
 		st.Batches = []Batch{}
 	}
-	if b, _ := json.Marshal(st); len(b)+haltBudget > bus.MaxRolloutBytes {
-		return State{}, fmt.Errorf("a rollout to %d nodes does not fit the rollout state (%d bytes with room for a halt report; %s holds values of at most %d): roll out to part of the fleet with a shorter --alive, or split the fleet across prefixes",
-			len(nodes), len(b)+haltBudget, c.cfg.Names.Rollouts(), bus.MaxRolloutBytes)
+	if err := fits(st, c.cfg.Names.Rollouts()); err != nil {
+		return State{}, err
 	}
 	rev, err := s.saveState(ctx, st, 0)
 	if errors.Is(err, errConflict) {
@@ -199,8 +201,12 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return State{}, err
 	}
 	if old != nil {
-		if err := c.supersede(ctx, s, old.ID, st.ID); err != nil {
+		// The old rollout's holder (if any) notices and stops; its targets stay.
+		done, err := c.supersede(ctx, s, old.ID, st.ID)
+		if err != nil {
 			c.log.Warn("could not mark the older rollout superseded", "rollout", old.ID, "err", err)
+		} else if done.Status == StatusSuperseded {
+			c.emit(&done, Event{Kind: EventSuperseded, Message: supersededMessage(done)})
 		}
 	}
 	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st)})
@@ -209,6 +215,20 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return r.completeNow(ctx)
 	}
 	return st, nil
+}
+
+// fits refuses a planned state that would not fit the bucket's values with room for a halt
+// report (0006, "Consequences": about 10,000 nodes with 40-byte ids).
+func fits(st State, bucket string) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if len(b)+haltBudget > bus.MaxRolloutBytes {
+		return fmt.Errorf("a rollout to %d nodes does not fit the rollout state (%d bytes with room for a halt report; %s holds values of at most %d): roll out to part of the fleet with a shorter --alive, or split the fleet across prefixes",
+			len(st.Nodes), len(b)+haltBudget, bucket, bus.MaxRolloutBytes)
+	}
+	return nil
 }
 
 // lostStart explains a start that lost the race to another: the rollout now running.
@@ -236,20 +256,20 @@ func (c *Controller) forget(s *store, id string) {
 	_ = s.rollouts.Purge(ctx, stateKey(id))
 }
 
-// supersede marks rollout id superseded by next, unless it has ended already.
-func (c *Controller) supersede(ctx context.Context, s *store, id, next string) error {
+// supersede marks rollout id superseded by next, unless it has ended already, and returns it.
+func (c *Controller) supersede(ctx context.Context, s *store, id, next string) (State, error) {
 	for range 10 {
 		st, rev, err := s.get(ctx, id)
 		if err != nil || st.Status.Final() {
-			return err
+			return st, err
 		}
 		now := time.Now().UTC()
 		st.Status, st.SupersededBy, st.Ended, st.Updated = StatusSuperseded, next, now, now
 		if _, err = s.saveState(ctx, st, rev); !errors.Is(err, errConflict) {
-			return err
+			return st, err
 		}
 	}
-	return fmt.Errorf("rollout %s kept changing while it was being superseded", id)
+	return State{}, fmt.Errorf("rollout %s kept changing while it was being superseded", id)
 }
 
 // published checks that version is announced: hosts refuse a target with no manifest.

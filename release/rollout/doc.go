@@ -10,4 +10,9 @@
 // naming the newest), and every write is a compare-and-set on the revision last read, so two
 // controllers can never both act: the one that holds a rollout renews a lease on it, and a
 // controller killed at any point is resumed from what the bucket says (docs/decisions/0006).
+//
+// A controller is long-lived: a bus operation that fails because the server is away is retried,
+// and its watches are established again, so a server restart (JetStream on disk) pauses a
+// rollout but never halts it — silence is judged only on heartbeats the server stored, and only
+// once nodes have had time to be heard again.
 package rollout

@@ -32,18 +32,25 @@ func (c *Controller) Run(ctx context.Context, id string) (State, error) {
 		return restore(ctx, s, st, rev, c.cfg.Workers)
 	}
 	r := c.newRunner(s, st, rev)
-	if err := r.acquire(ctx); err != nil {
+	if err := r.acquire(ctx); errors.Is(err, errFinal) {
+		return restore(ctx, s, r.st, r.rev, c.cfg.Workers)
+	} else if err != nil {
 		return r.st, err
 	}
 	return r.drive(ctx)
 }
+
+// errFinal: the rollout ended while this controller tried to take it.
+var errFinal = errors.New("the rollout has ended")
 
 // runner is one controller acting on one rollout.
 type runner struct {
 	c *Controller
 	s *store
 
-	mu   sync.Mutex // guards writes of st, rev and stop: the lease keeper writes too
+	// mu guards st, rev and stop against a renewal running beside a long bus operation (see
+	// renewing); otherwise only the main loop touches them.
+	mu   sync.Mutex
 	st   State
 	rev  uint64
 	stop error // someone else changed the rollout: see conflict
@@ -96,7 +103,7 @@ func (r *runner) acquire(ctx context.Context) error {
 				return err
 			}
 			if r.st.Status.Final() {
-				return &NotRunningError{State: r.st}
+				return errFinal
 			}
 			continue
 		}
@@ -169,10 +176,10 @@ func (r *runner) drive(ctx context.Context) (State, error) {
 	msgs := make(chan heartbeatMsg, 1024)
 	keys := make(chan uint64, 64)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
+	id := r.st.ID
 	go func() { defer wg.Done(); r.followHeartbeats(rctx, msgs) }()
-	go func() { defer wg.Done(); r.followKey(rctx, keys) }()
-	go func() { defer wg.Done(); r.keepLease(rctx, cancel) }()
+	go func() { defer wg.Done(); r.followKey(rctx, id, keys) }()
 	st, err := r.loop(rctx, msgs, keys)
 	cancel()
 	wg.Wait()
@@ -210,7 +217,8 @@ func (r *runner) stopped(ctx context.Context, st State) (State, error) {
 	return st, nil
 }
 
-// release gives the lease up, so that another controller may resume at once.
+// release gives the lease up, so that another controller may resume at once. It reads the
+// rollout first: a write cut short by the ending context may have landed all the same.
 func (r *runner) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -219,65 +227,96 @@ func (r *runner) release() {
 	if r.stop != nil || r.st.Status.Final() {
 		return
 	}
-	next := r.st
-	next.Holder, next.Updated = nil, time.Now().UTC()
-	b, err := json.Marshal(next)
-	if err != nil {
-		return
-	}
-	if rev, err := r.s.rollouts.Update(ctx, stateKey(next.ID), b, r.rev); err == nil {
-		r.st, r.rev = next, rev
-	} else {
-		r.c.log.Warn("could not release the lease; it lapses by itself", "rollout", next.ID, "err", err)
+	for range 3 {
+		st, rev, err := r.s.get(ctx, r.st.ID)
+		if err != nil || st.Status.Final() || !r.c.mine(st.Holder) {
+			return
+		}
+		st.Holder, st.Updated = nil, time.Now().UTC()
+		b, err := json.Marshal(st)
+		if err != nil {
+			return
+		}
+		if rev, err = r.s.rollouts.Update(ctx, stateKey(st.ID), b, rev); err == nil {
+			r.st, r.rev = st, rev
+			return
+		}
+		r.c.log.Warn("could not release the lease; it lapses by itself", "rollout", st.ID, "err", err)
 	}
 }
 
-// keepLease renews the lease every third of it while the run lasts.
-func (r *runner) keepLease(ctx context.Context, cancel context.CancelFunc) {
-	t := time.NewTicker(r.c.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// renewing runs op — a long bus operation of the main loop, such as setting a batch's targets —
+// while renewing the lease every third of it. If a renewal finds that someone else changed the
+// rollout, op's context is cancelled and the reason returned.
+func (r *runner) renewing(ctx context.Context, op func(ctx context.Context) error) error {
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.c.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-octx.Done():
+				return
+			case <-t.C:
+			}
+			if err := r.write(octx, func(*State) {}); err != nil && r.stopErr() != nil {
+				cancel()
+				return
+			}
 		}
-		r.mu.Lock()
-		var err error
-		if !r.st.Status.Final() {
-			err = r.writeLocked(ctx, func(*State) {})
-		}
-		stop := r.stop
-		r.mu.Unlock()
-		if stop != nil {
-			cancel()
-			return
-		}
-		if err != nil && ctx.Err() == nil {
-			r.c.log.Warn("could not renew the lease", "rollout", r.st.ID, "err", err)
-		}
+	}()
+	err := op(octx)
+	cancel()
+	<-done
+	if stop := r.stopErr(); stop != nil {
+		return stop
 	}
+	return err
+}
+
+func (r *runner) stopErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stop
 }
 
 // followKey reports each revision of the rollout's key, so that an abort, a supersede or a
 // takeover is noticed at once rather than at the next write.
-func (r *runner) followKey(ctx context.Context, revs chan<- uint64) {
+func (r *runner) followKey(ctx context.Context, id string, revs chan<- uint64) {
 	for ctx.Err() == nil {
-		w, err := r.s.rollouts.Watch(ctx, stateKey(r.st.ID), jetstream.MetaOnly())
+		wctx, cancel := context.WithCancel(ctx)
+		back := reconnected(wctx, r.c.cfg.JS.Conn())
+		w, err := r.s.rollouts.Watch(wctx, stateKey(id), jetstream.MetaOnly())
 		if err != nil {
+			cancel()
 			sleep(ctx, time.Second)
 			continue
 		}
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
+	read:
+		for {
 			select {
-			case revs <- e.Revision():
+			case e, ok := <-w.Updates():
+				if !ok {
+					break read
+				}
+				if e == nil {
+					continue
+				}
+				select {
+				case revs <- e.Revision():
+				case <-ctx.Done():
+				}
+			case <-back:
+				break read
 			case <-ctx.Done():
+				break read
 			}
 		}
 		_ = w.Stop()
+		cancel()
 		sleep(ctx, 100*time.Millisecond)
 	}
 }
@@ -317,6 +356,8 @@ func (r *runner) followHeartbeats(ctx context.Context, msgs chan<- heartbeatMsg)
 func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan uint64) (State, error) {
 	tick := time.NewTicker(r.c.cfg.Tick)
 	defer tick.Stop()
+	lease := time.NewTicker(r.c.cfg.Lease / 3)
+	defer lease.Stop()
 	r.connected = r.c.cfg.JS.Conn().IsConnected()
 	timeCheck := false
 	for {
@@ -352,6 +393,13 @@ func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan
 			r.connected = r.c.cfg.JS.Conn().IsConnected()
 			r.updateUp(time.Now())
 			timeCheck = true
+		case <-lease.C:
+			if err := r.write(ctx, func(*State) {}); err != nil {
+				if stop := r.stopErr(); stop != nil {
+					return r.st, stop
+				}
+				r.c.log.Warn("could not renew the lease", "rollout", r.st.ID, "err", err)
+			}
 		case rev := <-keys:
 			r.mu.Lock()
 			if rev > r.rev && r.stop == nil {
@@ -442,12 +490,45 @@ func (r *runner) begin(ctx context.Context) error {
 	fresh := b.Started.IsZero()
 	have := make([]string, len(nodes))
 	revs := make([]uint64, len(nodes))
-	err := each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
-		have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
-		return err
+	latest := make([]*fleet.Entry, len(nodes))
+	err := r.renewing(ctx, func(ctx context.Context) error {
+		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
+			have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
+			return err
+		})
 	})
 	if err != nil {
 		return err
+	}
+	if fresh || r.st.LeftOutMore > 0 {
+		// Ask the stream itself about a node that looks silent before leaving it out: the
+		// watch may lag behind what the server stored (just established, or re-established).
+		err := r.renewing(ctx, func(ctx context.Context) error {
+			return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) error {
+				t := r.tracks[nodes[k]]
+				if t.heard && now.Sub(t.last.Heard) <= r.silentAfter {
+					return nil
+				}
+				var e fleet.Entry
+				var ok bool
+				err := retry(ctx, r.c.log, "read a heartbeat", func(ctx context.Context) (err error) {
+					e, ok, err = fleet.Last(ctx, r.c.cfg.JS, r.c.cfg.Names, nodes[k])
+					return err
+				})
+				if ok {
+					latest[k] = &e
+				}
+				return err
+			})
+		})
+		if err != nil {
+			return err
+		}
+		for k, e := range latest {
+			if t := r.tracks[nodes[k]]; e != nil && (!t.heard || e.Heard.After(t.last.Heard)) {
+				t.last, t.heard = *e, true
+			}
+		}
 	}
 	listed := make(map[string]bool)
 	for _, lo := range r.st.LeftOut {
@@ -505,7 +586,11 @@ func (r *runner) begin(ctx context.Context) error {
 	for j, k := range toSet {
 		setNodes[j] = nodes[k]
 	}
-	setRevs, err := r.s.setTargets(ctx, setNodes, r.version, r.c.cfg.Workers)
+	var setRevs []uint64
+	err = r.renewing(ctx, func(ctx context.Context) (err error) {
+		setRevs, err = r.s.setTargets(ctx, setNodes, r.version, r.c.cfg.Workers)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -627,10 +712,19 @@ func (r *runner) batchDone(ctx context.Context) error {
 // back to the fleet key), then records the rollout completed. Each step is idempotent, so a
 // controller killed half-way and resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
-	if err := r.s.setFleet(ctx, r.version); err != nil {
+	// A compare-and-set first: an abort or a supersede that came in since the last write must
+	// stop the fleet key from being set.
+	if err := r.write(ctx, func(*State) {}); err != nil {
 		return r.st, err
 	}
-	if err := r.s.clearTargets(ctx, r.st.Nodes, r.c.cfg.Workers); err != nil {
+	nodes := r.st.Nodes
+	err := r.renewing(ctx, func(ctx context.Context) error {
+		if err := r.s.setFleet(ctx, r.version); err != nil {
+			return err
+		}
+		return r.s.clearTargets(ctx, nodes, r.c.cfg.Workers)
+	})
+	if err != nil {
 		return r.st, err
 	}
 	now := time.Now().UTC()

@@ -34,6 +34,7 @@ const (
 	refuses   = "refuse"    // refuses the target (marked bad here)
 	fetchFail = "fetchfail" // fails the fetch for good
 	goSilent  = "silent"    // stops heartbeating once targeted
+	thenQuiet = "quiet"     // confirms it, then stops heartbeating
 )
 
 type simNode struct {
@@ -67,12 +68,13 @@ type sim struct {
 	nodes   []*simNode
 	targets map[string]simTarget
 	puts    map[string]int // writes seen per key
+	back    chan struct{}  // the connection came back: watch the targets again
 }
 
 // connect is a connection of its own that rides out a server restart.
-func connect(t *testing.T, b *meshtest.Bus) jetstream.JetStream {
+func connect(t testing.TB, b *meshtest.Bus, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(b.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(b.URL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,20 @@ func node(id, running string, takes ...string) *simNode {
 
 func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
 	t.Helper()
-	s := &sim{js: connect(t, b), names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}}
+	return startSimEvery(t, b, simBeat, nodes...)
+}
+
+// startSimEvery runs nodes heartbeating every beat.
+func startSimEvery(t testing.TB, b *meshtest.Bus, beat time.Duration, nodes ...*simNode) *sim {
+	t.Helper()
+	back := make(chan struct{}, 1)
+	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back}
+	s.js = connect(t, b, nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case back <- struct{}{}:
+		default:
+		}
+	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -105,7 +120,7 @@ func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
 	s.beat(ctx, time.Now()) // every node heard before the test goes on
 	go func() {
 		defer wg.Done()
-		tk := time.NewTicker(simBeat)
+		tk := time.NewTicker(beat)
 		defer tk.Stop()
 		for {
 			select {
@@ -133,7 +148,18 @@ func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		for e := range w.Updates() {
+	read:
+		for {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case e, ok = <-w.Updates():
+			case <-s.back:
+			case <-ctx.Done():
+			}
+			if !ok {
+				break read
+			}
 			if e == nil {
 				once()
 				continue
@@ -179,9 +205,12 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, hb := range hbs {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, _ = s.js.Publish(pctx, s.names.Heartbeat(hb.Node), hb.Marshal())
-		cancel()
+		_, _ = s.js.PublishAsync(s.names.Heartbeat(hb.Node), hb.Marshal())
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
 	}
 }
 
@@ -190,8 +219,11 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	if n.loop && now.Sub(n.boot) > 1500*time.Millisecond {
 		n.boot = now
 	}
+	if n.takes[n.running] == thenQuiet && now.Sub(n.boot) > 500*time.Millisecond {
+		n.silent = true
+	}
 	v := tg.version
-	if n.pending == "" && v != "" && v != n.running && !n.bad[v] && semver.Compare(v, n.knownGood) > 0 {
+	if v != n.pending && v != "" && v != n.running && !n.bad[v] && semver.Compare(v, n.knownGood) > 0 {
 		n.pending, n.pendingAt = v, now
 		n.targeted = append(n.targeted, v)
 		n.fetch = &wire.Fetch{State: "fetching", Version: v, Percent: 50}
@@ -201,7 +233,7 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	}
 	p := n.pending
 	switch n.takes[p] {
-	case good, crashLoop:
+	case good, crashLoop, thenQuiet:
 		n.running, n.knownGood, n.boot, n.fetch, n.pending = p, p, now, nil, ""
 		n.loop = n.takes[p] == crashLoop
 	case rollsBack:
@@ -272,7 +304,7 @@ func (e *events) dump(t *testing.T) {
 }
 
 // publishRelease announces version (the controller only checks that it is announced).
-func publishRelease(t *testing.T, b *meshtest.Bus, version string) {
+func publishRelease(t testing.TB, b *meshtest.Bus, version string) {
 	t.Helper()
 	b.Put(b.Names.Releases(), version, []byte(`{"version":"`+version+`"}`))
 }
@@ -283,7 +315,7 @@ func testOptions(version string) Options {
 		Alive: time.Hour, SilentAfter: time.Second}
 }
 
-func newController(t *testing.T, js jetstream.JetStream, ev *events, extra string) *Controller {
+func newController(t testing.TB, js jetstream.JetStream, ev *events, extra string) *Controller {
 	t.Helper()
 	cfg := Config{JS: js, Names: wire.NamesFor(""), Lease: 3 * time.Second, Tick: 50 * time.Millisecond, Holder: extra}
 	if ev != nil {

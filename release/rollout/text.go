@@ -151,8 +151,8 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 	if len(st.Batches) > 0 {
 		fleet += " in " + countOf(len(st.Batches), "batch", "batches")
 	}
-	if len(st.LeftOut) > 0 {
-		fleet += fmt.Sprintf(", %d left out", len(st.LeftOut))
+	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
+		fleet += fmt.Sprintf(", %d left out", n)
 	}
 	fmt.Fprintf(kv, "  fleet\t%s\n", fleet)
 	if st.Status == StatusHalted || st.Status == StatusAborted {
@@ -180,16 +180,18 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 		tw.Flush()
 	}
 
-	if len(st.LeftOut) > 0 {
+	if len(st.LeftOut)+st.LeftOutMore > 0 {
 		b.WriteString("\nleft out (silent when their batch began; they take the fleet target when it is set)\n")
 		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 		for i, l := range st.LeftOut {
 			if i == shownNodes {
-				fmt.Fprintf(tw, "  and %d more\n", len(st.LeftOut)-shownNodes)
 				break
 			}
 			fmt.Fprintf(tw, "  %s\tbatch %s\tsilent since %s (%s)\n", oneLine(l.Node, maxIDText), batchOf(st, l.Batch),
 				clockAt(l.SilentSince, now), agoText(now.Sub(l.SilentSince)))
+		}
+		if more := len(st.LeftOut) - min(len(st.LeftOut), shownNodes) + st.LeftOutMore; more > 0 {
+			fmt.Fprintf(tw, "  and %d more\n", more)
 		}
 		tw.Flush()
 	}
@@ -208,8 +210,15 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 	return err
 }
 
-// Summary is st in one line, for the top of `mesh-release fleet`.
+// MaxSummaryBytes bounds Summary: a line above the fleet table.
+const MaxSummaryBytes = 240
+
+// Summary is st in one line of at most MaxSummaryBytes, for the top of `mesh-release fleet`.
 func Summary(st State, now time.Time) string {
+	return rollback.Cut(summary(st, now), MaxSummaryBytes)
+}
+
+func summary(st State, now time.Time) string {
 	head := "rollout " + oneLine(st.Version, maxIDText)
 	switch st.Status {
 	case StatusRunning:

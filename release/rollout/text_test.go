@@ -123,6 +123,18 @@ func TestWriteStatusShowsTheBatchInProgressItsControllerAndBoundsEachBatchsNodes
 	if !strings.Contains(b.String(), "n19, and 10 more\n") || strings.Contains(b.String(), "n20") {
 		t.Errorf("30 nodes in a batch are not cut to 20 and a count:\n%s", b.String())
 	}
+	// Left-out nodes are listed up to shownNodes, then counted with those the state only counts.
+	st = sampleRunning()
+	for i := range 25 {
+		st.LeftOut = append(st.LeftOut, LeftOut{Node: fmt.Sprintf("gone%02d", i), Batch: 1, SilentSince: at(13, 0, 0)})
+	}
+	st.LeftOutMore = 100
+	b.Reset()
+	WriteStatus(&b, st, at(13, 16, 0))
+	if !strings.Contains(b.String(), "30 nodes in 3 batches, 125 left out\n") || !strings.Contains(b.String(), "  gone19  batch 2/3 (50%)  silent since 13:00:00 (16m ago)\n  and 105 more\n") ||
+		strings.Contains(b.String(), "gone20") {
+		t.Errorf("125 nodes left out, 25 of them listed in the state, are not cut to 20 and a count:\n%s", b.String())
+	}
 	// A lapsed lease says nobody drives it, and how to continue.
 	st = sampleRunning()
 	b.Reset()
@@ -224,7 +236,11 @@ func TestRenderersWriteNoControlCharactersAndBoundEveryLine(t *testing.T) {
 	var text bytes.Buffer
 	WriteEvent(&text, e)
 	WriteStatus(&text, st, at(13, 16, 0))
-	text.WriteString(Summary(st, at(13, 16, 0)) + "\n")
+	sum := Summary(st, at(13, 16, 0))
+	if len(sum) > MaxSummaryBytes {
+		t.Errorf("a summary of %d bytes", len(sum))
+	}
+	text.WriteString(sum + "\n")
 	for _, l := range strings.Split(strings.TrimSuffix(text.String(), "\n"), "\n") {
 		if rollback.Printable(l) != l {
 			t.Fatalf("a line carries a control character: %q", l)

@@ -68,8 +68,11 @@ func (w *watcher) follow(ctx context.Context) error {
 	retryResume.Stop()
 	defer retryResume.Stop()
 	for ctx.Err() == nil {
-		kw, err := w.rel.WatchAll(ctx, jetstream.IncludeHistory())
+		wctx, cancel := context.WithCancel(ctx)
+		back := reconnected(wctx, w.c.cfg.JS.Conn())
+		kw, err := w.rel.WatchAll(wctx, jetstream.IncludeHistory())
 		if err != nil {
+			cancel()
 			if !transient(ctx, err) && ctx.Err() == nil {
 				return fmt.Errorf("watch %s: %w", w.c.cfg.Names.Releases(), err)
 			}
@@ -83,7 +86,10 @@ func (w *watcher) follow(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				_ = kw.Stop()
+				cancel()
 				return nil
+			case <-back:
+				break read // after a server restart the watch may be gone without a word
 			case res := <-w.done:
 				w.ended(ctx, res, retryResume)
 			case <-retryResume.C:
@@ -115,6 +121,7 @@ func (w *watcher) follow(ctx context.Context) error {
 			}
 		}
 		_ = kw.Stop()
+		cancel()
 		sleep(ctx, 200*time.Millisecond)
 	}
 	return nil

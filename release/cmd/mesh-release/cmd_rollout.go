@@ -194,8 +194,15 @@ func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 			return o, usagef("--%s is %s; it must be positive", d.name, d.v)
 		}
 	}
-	if f.canary < 0 {
-		return o, usagef("--canary is %d; it must be 0 or more", f.canary)
+	if f.canary < 1 {
+		return o, usagef("--canary is %d; it must be at least 1 (or name the canaries with --canary-nodes)", f.canary)
+	}
+	check := o
+	if check.Version == "" {
+		check.Version = "v0.0.0" // watch: each announcement names the version; check the rest now
+	}
+	if err := check.Validate(); err != nil {
+		return o, usageError{err.Error()}
 	}
 	return o, nil
 }
@@ -203,7 +210,7 @@ func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 // controller connects with a connection that outlives a NATS server restart and makes the
 // controller that prints to s.
 func (f *rolloutFlags) controller(ctx context.Context, s *stdio, p *eventPrinter, holder string) (*bus.Conn, *rollout.Controller, error) {
-	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "rollout")
 	c, err := f.bus.connect(ctx, bus.Lasting(log))
 	if err != nil {
 		return nil, nil, err
@@ -238,9 +245,6 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 	o, err := f.options(pos[0])
 	if err != nil {
 		return err
-	}
-	if err := o.Validate(); err != nil {
-		return usageError{err.Error()}
 	}
 	p := &eventPrinter{s: s, follow: f.follow, json: f.asJSON}
 	c, ctl, err := f.controller(ctx, s, p, "")
