@@ -35,8 +35,10 @@ import (
 //
 //	go test -run '^$' -bench RolloutThousandHosts -benchtime 1x ./lab
 //
-// MESH_BENCH_HOSTS (default 1000) changes the number of hosts; MESH_BENCH_PPROF=DIR profiles
-// the controller into DIR (see profiledOverlay).
+// MESH_BENCH_HOSTS (default 1000) changes the number of hosts, MESH_BENCH_HEARTBEAT_MS (default
+// 1000) their heartbeat interval; MESH_BENCH_PPROF=DIR profiles the controller into DIR (see
+// profiledOverlay). Mind nats-server's default of 1,000 consumers per stream: each host holds a
+// KV watch on the targets bucket, so past 1,000 hosts the rest cannot watch their target.
 func BenchmarkRolloutThousandHosts(b *testing.B) {
 	hosts := envInt("MESH_BENCH_HOSTS", 1000)
 	heartbeat := time.Duration(envInt("MESH_BENCH_HEARTBEAT_MS", 1000)) * time.Millisecond
