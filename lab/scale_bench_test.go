@@ -1,0 +1,312 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/release/rollout"
+	"github.com/novox/mesh-host/wire"
+)
+
+// BenchmarkRolloutThousandHosts is the figure "1,000 in-process hosts on one NATS server,
+// canary 2 then 1%,10%,50%,100%: time to complete, the controller's CPU and peak RSS". The
+// server (`mesh-release serve`) and the controller (`mesh-release rollout start`) are child
+// processes built from this tree, so their CPU and memory are their own. Each host is a real
+// host.Host run loop in this process with its own root, link and delivery, under an in-process
+// launcher (launchInProcess): it fetches, verifies and preflights the release (a 160-byte
+// binary, tinyRelease), stands aside for it, runs it and confirms it. One op is one rollout
+// (soak 2s, heartbeats every second):
+//
+//	go test -run '^$' -bench RolloutThousandHosts -benchtime 1x ./lab
+//
+// MESH_BENCH_HOSTS (default 1000) changes the number of hosts, MESH_BENCH_HEARTBEAT_MS (default
+// 1000) their heartbeat interval; MESH_BENCH_PPROF=DIR profiles the controller into DIR (see
+// profiledOverlay). Mind nats-server's default of 1,000 consumers per stream: each host holds a
+// KV watch on the targets bucket, so past 1,000 hosts the rest cannot watch their target.
+func BenchmarkRolloutThousandHosts(b *testing.B) {
+	hosts := envInt("MESH_BENCH_HOSTS", 1000)
+	heartbeat := time.Duration(envInt("MESH_BENCH_HEARTBEAT_MS", 1000)) * time.Millisecond
+	// A thousand hosts share this process's scheduler, as no real host does. A host's
+	// preflight collects its child's output on a goroutine, and behind hundreds of runnable
+	// goroutines on two Ps that goroutine can wait past the 2s WaitDelay of host/deliver: the
+	// preflight then fails (exec.ErrWaitDelay) although the binary exited 0 after printing its
+	// version, and the host refuses the release for good. More Ps keep that wait short.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(16, runtime.NumCPU())))
+	if _, ok := tinyRelease("v1.1.0"); !ok {
+		b.Skip("the lab's tiny release binary is amd64 machine code")
+	}
+	ctl, profile := controllerBinary(b)
+	tmp := b.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	serve, url := serveBus(ctx, b, filepath.Join(tmp, "bus"))
+	defer func() { cancel(); serve.Wait() }()
+	rel := &Release{Bin: build(b, PkgRelease, "v0.0.0-lab"), KeyDir: filepath.Join(tmp, "keys"), Out: filepath.Join(tmp, "out"), NATS: url}
+	pub, err := rel.Keygen(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	// What every node said last, and how many heartbeats reached the server, seen from outside.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	var received atomic.Int64
+	var mu sync.Mutex
+	last := map[string]wire.Heartbeat{}
+	if _, err := nc.Subscribe(wire.NamesFor("mesh").HeartbeatWildcard(), func(m *nats.Msg) {
+		received.Add(1)
+		if hb, err := wire.ParseHeartbeat(m.Data); err == nil {
+			mu.Lock()
+			last[hb.Node] = hb
+			mu.Unlock()
+		}
+	}); err != nil {
+		b.Fatal(err)
+	}
+	confirmed := func(v string) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, hb := range last {
+			if hb.Running == v && hb.KnownGood == v && hb.State == wire.StateRunning {
+				n++
+			}
+		}
+		return n
+	}
+
+	quiet := slog.New(slog.DiscardHandler)
+	hostCtx, stopHosts := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; i < hosts; i++ {
+		root := filepath.Join(tmp, fmt.Sprintf("n%04d", i))
+		if err := fakeRoot(root, "v1.0.0"); err != nil {
+			b.Fatal(err)
+		}
+		cfg := config.Config{
+			Root: root, Node: fmt.Sprintf("n%04d", i), NATSURLs: []string{url}, Prefix: "mesh", TrustedKeys: []string{pub},
+			ReconcileInterval: config.Duration(10 * time.Minute), HeartbeatInterval: config.Duration(heartbeat),
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := launchInProcess(hostCtx, cfg, quiet); err != nil {
+				failed.Add(1)
+				b.Errorf("%s: %v", cfg.Node, err)
+			}
+		}()
+	}
+	defer func() { stopHosts(); wg.Wait() }() // hosts stop before the server goes
+	waitUntil(b, 3*time.Minute, func() bool { return confirmed("v1.0.0") == hosts }, func() string {
+		return fmt.Sprintf("%d of %d hosts heartbeat running v1.0.0", confirmed("v1.0.0"), hosts)
+	})
+
+	var total struct {
+		wall, cpu, serverCPU, hostsCPU time.Duration
+		peak                           int64
+		heartbeats                     int64
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		v := fmt.Sprintf("v1.%d.0", i+1)
+		exe, _ := tinyRelease(v)
+		path := filepath.Join(tmp, "mesh-host-"+v)
+		if err := os.WriteFile(path, exe, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := rel.Ship(ctx, v, path); err != nil {
+			b.Fatal(err)
+		}
+		s0, _ := CPUTicks(serve.Process.Pid)
+		r0, self0 := received.Load(), selfCPU()
+		b.StartTimer()
+		run := runController(ctx, b, 10*time.Minute, ctl, profile(v), nil, "rollout", "start", v, "--json", "--nats", url,
+			"--canary", "2", "--steps", "1%,10%,50%,100%", "--window", "5m", "--soak", "2s", "--alive", "5m", "--silent-after", "20s")
+		b.StopTimer()
+		s1, _ := CPUTicks(serve.Process.Pid)
+		total.hostsCPU += selfCPU() - self0
+		if run.Code != 0 {
+			b.Fatalf("the rollout of %s exited %d, want 0 (completed):\n%s\n%s", v, run.Code, eventLines(run), run.Stderr)
+		}
+		if n := confirmed(v); n != hosts {
+			b.Errorf("%s completed with %d of %d hosts heartbeating it running and confirmed", v, n, hosts)
+		}
+		checkBatchOrder(b, run)
+		b.Logf("%s: %s\n%s", v, run.summary(), batchTimeline(run))
+		total.wall += run.Wall
+		total.cpu += run.CPU
+		total.peak = max(total.peak, run.PeakRSS)
+		total.serverCPU += time.Duration(s1-s0) * 10 * time.Millisecond
+		total.heartbeats += received.Load() - r0
+	}
+	sRSS, _ := MemoryKB(serve.Process.Pid, "VmRSS")
+	sPeak, _ := MemoryKB(serve.Process.Pid, "VmHWM")
+	n := float64(b.N)
+	b.ReportMetric(total.wall.Seconds()/n, "rollout-s")
+	b.ReportMetric(total.cpu.Seconds()/n, "controller-cpu-s")
+	b.ReportMetric(float64(total.peak)/1024, "controller-peak-rss-MB")
+	b.ReportMetric(total.serverCPU.Seconds()/n, "server-cpu-s")
+	b.ReportMetric(total.serverCPU.Seconds()/total.wall.Seconds()*100, "server-cpu-%")
+	b.ReportMetric(float64(sRSS)/1024, "server-rss-MB")
+	b.ReportMetric(float64(sPeak)/1024, "server-peak-rss-MB")
+	b.ReportMetric(float64(total.heartbeats)/total.wall.Seconds(), "heartbeats/s")
+	b.ReportMetric(total.hostsCPU.Seconds()/total.wall.Seconds()*100, "hosts-cpu-%")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkRolloutTenThousandSimulatedNodes is the scale-out figure: 10,000 light simulated
+// nodes (lab/sim: the wire protocol only) on 30 connections over a 3-server NATS cluster, each
+// server a natsnode child process, with R3 buckets and heartbeat stream. Nodes heartbeat every
+// 3s, start a newer target 0.5–3s after it is set and confirm it 0.5s later. Two rollouts
+// with the real controller as a child process, canary 2 then 1%,10%,50%,100%, soak 2s: v1.1.0
+// completes; v1.2.0, which 3 nodes of the 10% batch roll back, halts in that batch with no node
+// of a later batch targeted (runScale asserts both). One op is the pair:
+//
+//	go test -run '^$' -bench RolloutTenThousandSimulatedNodes -benchtime 1x ./lab
+//
+// MESH_BENCH_NODES (default 10000) and MESH_BENCH_SHARDS (default 30) change the sizes;
+// MESH_BENCH_WATCH=1 makes each node follow its keys with a KV watch (an ordered consumer per
+// node, as a real host does) instead of plain subscriptions; MESH_BENCH_PPROF=DIR profiles the
+// controller into DIR.
+func BenchmarkRolloutTenThousandSimulatedNodes(b *testing.B) {
+	p := scaleParams{
+		Nodes: envInt("MESH_BENCH_NODES", 10000), Shards: envInt("MESH_BENCH_SHARDS", 30), Servers: 3,
+		Heartbeat: 3 * time.Second, StartMin: 500 * time.Millisecond, StartMax: 3 * time.Second, ConfirmAfter: 500 * time.Millisecond,
+		Canary: 2, Steps: []int{1, 10, 50, 100}, Soak: 2 * time.Second, Window: 2 * time.Minute, Silent: 20 * time.Second,
+		FailBatch: 2, FailCount: 3, Watch: os.Getenv("MESH_BENCH_WATCH") != "",
+	}
+	for i := 0; i < b.N; i++ {
+		good, bad := runScale(b, p)
+		for _, f := range []scaleFigures{good, bad} {
+			b.Logf("%s: %s\n%s  servers: %s\n  simulated nodes (this process): %.1f CPU-s; heartbeats stored %.0f/s",
+				f.Version, f.Run.summary(), batchTimeline(f.Run), serverSummary(f), f.Self.Seconds(), float64(f.Heartbeats)/f.Run.Wall.Seconds())
+		}
+		if i == b.N-1 {
+			for _, f := range []struct {
+				name string
+				scaleFigures
+			}{{"complete", good}, {"halt", bad}} {
+				b.ReportMetric(f.Run.Wall.Seconds(), f.name+"-s")
+				b.ReportMetric(f.Run.CPU.Seconds(), f.name+"-controller-cpu-s")
+				b.ReportMetric(float64(f.Run.PeakRSS)/1024, f.name+"-controller-peak-rss-MB")
+			}
+			for j, s := range good.Servers {
+				b.ReportMetric(s.CPU.Seconds()/good.Run.Wall.Seconds()*100, fmt.Sprintf("s%d-cpu-%%", j+1))
+				b.ReportMetric(float64(bad.Servers[j].PeakRSS)/1024, fmt.Sprintf("s%d-peak-rss-MB", j+1))
+			}
+			b.ReportMetric(float64(good.Heartbeats)/good.Run.Wall.Seconds(), "heartbeats/s")
+			b.ReportMetric(good.Self.Seconds()/good.Run.Wall.Seconds()*100, "sim-cpu-%")
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// serveBus runs `mesh-release serve` as a child process on a free port until ctx ends.
+func serveBus(ctx context.Context, tb testing.TB, dir string) (*exec.Cmd, string) {
+	tb.Helper()
+	serve := exec.CommandContext(ctx, build(tb, PkgRelease, "v0.0.0-lab"), "serve", "--data", dir, "--listen", "127.0.0.1:0")
+	out, err := serve.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := serve.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	url := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), "serving the mesh bus on "); ok {
+			url, _, _ = strings.Cut(rest, " ")
+			break
+		}
+	}
+	if url == "" {
+		serve.Process.Kill()
+		tb.Fatal("serve did not say where it listens")
+	}
+	go io.Copy(io.Discard, out)
+	return serve, url
+}
+
+// summary is one line of what the controller cost.
+func (r controllerRun) summary() string {
+	return fmt.Sprintf("exit %d in %.1fs; controller %.2f CPU-s (%.1f%% of a core), peak RSS %.1f MB",
+		r.Code, r.Wall.Seconds(), r.CPU.Seconds(), r.CPU.Seconds()/r.Wall.Seconds()*100, float64(r.PeakRSS)/1024)
+}
+
+// batchTimeline says, per batch, how long the controller took to set its targets after the
+// previous batch was done (its own overhead) and how long the batch then ran until done
+// (the nodes' start, confirm and soak, and the controller noticing).
+func batchTimeline(r controllerRun) string {
+	var b strings.Builder
+	prev := time.Time{}
+	if ev, ok := r.Last(rollout.EventStarted); ok {
+		prev = ev.Time
+	}
+	began := map[int]time.Time{}
+	for _, ev := range r.Events {
+		switch ev.Kind {
+		case rollout.EventBatch:
+			began[ev.Batch] = ev.Time
+			fmt.Fprintf(&b, "  batch %d/%d %-6s %5d nodes: targets set %6.0f ms after the previous step", ev.Batch, ev.Batches, ev.BatchName, ev.Nodes, ev.Time.Sub(prev).Seconds()*1000)
+		case rollout.EventBatchDone:
+			fmt.Fprintf(&b, ", done %5.1f s later\n", ev.Time.Sub(began[ev.Batch]).Seconds())
+			prev = ev.Time
+		case rollout.EventHalted:
+			fmt.Fprintf(&b, ", halted %5.1f s later (%d nodes named)\n", ev.Time.Sub(began[ev.Batch]).Seconds(), len(ev.Reasons))
+			prev = ev.Time
+		case rollout.EventCompleted:
+			fmt.Fprintf(&b, "  completed (fleet key set, own keys cleared) %.0f ms after the last batch\n", ev.Time.Sub(prev).Seconds()*1000)
+		}
+	}
+	return b.String()
+}
+
+func serverSummary(f scaleFigures) string {
+	var parts []string
+	for _, s := range f.Servers {
+		parts = append(parts, fmt.Sprintf("%s %.1f%% (%.1f CPU-s) RSS %.0f MB peak %.0f MB", s.Name,
+			s.CPU.Seconds()/f.Run.Wall.Seconds()*100, s.CPU.Seconds(), float64(s.RSS)/1024, float64(s.PeakRSS)/1024))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// waitUntil polls ok every 100ms until it holds or d passes, then fails saying what.
+func waitUntil(tb testing.TB, d time.Duration, ok func() bool, what func() string) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("after %s: %s", d, what())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// envInt reads a positive integer from the environment, or gives def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,313 @@
+package lab
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/lab/sim"
+	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/release/rollout"
+	"github.com/novox/mesh-host/wire"
+)
+
+// scaleParams size a rollout of simulated nodes over a NATS cluster (see runScale).
+type scaleParams struct {
+	Nodes, Shards, Servers int
+	Heartbeat              time.Duration
+	StartMin, StartMax     time.Duration // a node starts a newer target after a delay in this range
+	ConfirmAfter           time.Duration // and confirms it (or rolls back) this long after
+	Canary                 int
+	Steps                  []int // percent, cumulative
+	Soak, Window, Silent   time.Duration
+	// FailBatch is the batch (0 the canaries) in which FailCount nodes roll back the bad release.
+	FailBatch, FailCount int
+	// Watch makes each simulated node follow its keys with a KV watch, as a real host does,
+	// instead of plain subscriptions (sim.Config.Watch).
+	Watch bool
+}
+
+// scaleFigures are what one rollout cost.
+type scaleFigures struct {
+	Version    string
+	Run        controllerRun
+	Servers    []procFigures
+	Self       time.Duration // CPU of this process (the simulated nodes) during the rollout
+	Heartbeats int64         // heartbeats the stream acknowledged during the rollout
+}
+
+// procFigures are one server's CPU during a rollout and its memory after it.
+type procFigures struct {
+	Name          string
+	CPU           time.Duration
+	RSS, PeakRSS  int64 // kB
+	before, after int64 // clock ticks
+}
+
+// runScale starts p.Servers natsnode processes as one cluster with R3 buckets and stream,
+// publishes two releases, starts p.Nodes simulated nodes on p.Shards connections and runs two
+// rollouts with the real controller (`mesh-release rollout start`, a child process): v1.1.0,
+// which every node confirms and which must complete with every batch in order; then v1.2.0,
+// which p.FailCount nodes of batch p.FailBatch roll back, and which must halt in that batch
+// with no later batch's node ever targeted. It returns the figures of both.
+func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
+	tb.Helper()
+	if _, ok := tinyRelease("v1.1.0"); !ok {
+		tb.Skip("the lab's tiny release binary is amd64 machine code")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	ctl, profile := controllerBinary(tb)
+	cl := startCluster(tb, p.Servers)
+	c, err := bus.Connect(ctx, cl.URL(), "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	names := wire.NamesFor("")
+	consumers := 0
+	if p.Watch {
+		consumers = p.Nodes + 100 // a watch per node, and the controller's and the test's own
+	}
+	if err := initReplicated(ctx, c.JS, names, min(3, p.Servers), consumers); err != nil {
+		tb.Fatal(err)
+	}
+	tmp := tb.TempDir()
+	rel := &Release{Bin: build(tb, PkgRelease, "v0.0.0-lab"), KeyDir: filepath.Join(tmp, "keys"), Out: filepath.Join(tmp, "out"), NATS: cl.URL()}
+	if _, err := rel.Keygen(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	for _, v := range []string{"v1.1.0", "v1.2.0"} {
+		exe, _ := tinyRelease(v)
+		path := filepath.Join(tmp, "mesh-host-"+v)
+		if err := os.WriteFile(path, exe, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := rel.Ship(ctx, v, path); err != nil {
+			tb.Fatal(err)
+		}
+	}
+
+	nodes := simNodes(p.Nodes)
+	failing := map[string]bool{}
+	planned := planBatches("v1.2.0", nodes, p.Canary, p.Steps)
+	if p.FailBatch >= len(planned) {
+		tb.Fatalf("FailBatch %d: the rollout has %d batches", p.FailBatch, len(planned))
+	}
+	for _, n := range planned[p.FailBatch][:min(p.FailCount, len(planned[p.FailBatch]))] {
+		failing[n] = true
+	}
+	var urls []string
+	for _, s := range cl.Servers {
+		urls = append(urls, s.URL)
+	}
+	began := time.Now()
+	fleet, err := sim.Start(ctx, sim.Config{
+		URLs: urls, Names: names, Nodes: nodes, Shards: p.Shards, Running: "v1.0.0", Heartbeat: p.Heartbeat,
+		StartMin: p.StartMin, StartMax: p.StartMax, ConfirmAfter: p.ConfirmAfter, Watch: p.Watch,
+		Fails: func(node, version string) bool { return version == "v1.2.0" && failing[node] },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer fleet.Close()
+	how := "subscriptions"
+	if p.Watch {
+		how = "KV watches"
+	}
+	tb.Logf("%d simulated nodes on %d connections over %d servers follow their keys (%s) and heartbeat once each in %s",
+		p.Nodes, p.Shards, p.Servers, how, time.Since(began).Round(time.Millisecond))
+	for _, s := range cl.Servers {
+		rss, _ := MemoryKB(s.Cmd.Process.Pid, "VmRSS")
+		tb.Logf("  %s RSS %.0f MB before the rollouts", s.Name, float64(rss)/1024)
+	}
+
+	args := func(v string) []string {
+		return []string{"rollout", "start", v, "--json", "--nats", cl.URL(), "--canary", itoa(p.Canary), "--steps", formatSteps(p.Steps),
+			"--window", p.Window.String(), "--soak", p.Soak.String(), "--alive", "10m", "--silent-after", p.Silent.String()}
+	}
+	measure := func(v string) scaleFigures {
+		f := scaleFigures{Version: v}
+		for _, s := range cl.Servers {
+			t, _ := CPUTicks(s.Cmd.Process.Pid)
+			f.Servers = append(f.Servers, procFigures{Name: s.Name, before: t})
+		}
+		self0, hb0 := selfCPU(), fleet.Stats().Heartbeats
+		f.Run = runController(ctx, tb, time.Duration(len(p.Steps)+2)*(p.Window+time.Minute), ctl, profile(v), nil, args(v)...)
+		f.Self, f.Heartbeats = selfCPU()-self0, fleet.Stats().Heartbeats-hb0
+		for i, s := range cl.Servers {
+			sf := &f.Servers[i]
+			sf.after, _ = CPUTicks(s.Cmd.Process.Pid)
+			sf.CPU = time.Duration(sf.after-sf.before) * 10 * time.Millisecond
+			sf.RSS, _ = MemoryKB(s.Cmd.Process.Pid, "VmRSS")
+			sf.PeakRSS, _ = MemoryKB(s.Cmd.Process.Pid, "VmHWM")
+		}
+		return f
+	}
+
+	good = measure("v1.1.0")
+	if good.Run.Code != 0 {
+		tb.Fatalf("the rollout of v1.1.0 exited %d, want 0 (completed):\n%s\n%s", good.Run.Code, eventLines(good.Run), good.Run.Stderr)
+	}
+	st := currentRollout(ctx, tb, c.JS, names)
+	checkPlan(tb, st, planBatches("v1.1.0", nodes, p.Canary, p.Steps))
+	if st.Status != rollout.StatusCompleted {
+		tb.Fatalf("v1.1.0: status %s, want completed", st.Status)
+	}
+	if n := fleet.Running("v1.1.0"); n != p.Nodes {
+		tb.Errorf("v1.1.0 completed with %d of %d nodes running it confirmed", n, p.Nodes)
+	}
+	checkBatchOrder(tb, good.Run)
+	if e, err := mustKV(ctx, tb, c.JS, names.Targets()).Get(ctx, wire.FleetTargetKey); err != nil || string(e.Value()) != string(wire.Target{Version: "v1.1.0"}.Marshal()) {
+		tb.Errorf("after v1.1.0 completed the fleet key is %v, %v; want v1.1.0", e, err)
+	}
+
+	bad = measure("v1.2.0")
+	if bad.Run.Code != 3 {
+		tb.Fatalf("the rollout of v1.2.0 exited %d, want 3 (halted):\n%s\n%s", bad.Run.Code, eventLines(bad.Run), bad.Run.Stderr)
+	}
+	st = currentRollout(ctx, tb, c.JS, names)
+	checkPlan(tb, st, planned)
+	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != p.FailBatch {
+		tb.Fatalf("v1.2.0: status %s, halt %+v; want halted in batch %d", st.Status, st.Halt, p.FailBatch)
+	}
+	for _, r := range st.Halt.Nodes {
+		if !failing[r.Node] || r.Why != rollout.WhyRolledBack {
+			tb.Errorf("halt names %s (%s: %s); want only the failing nodes, rolled back", r.Node, r.Why, r.Detail)
+		}
+	}
+	later := map[string]bool{}
+	for _, b := range planned[p.FailBatch+1:] {
+		for _, n := range b {
+			later[n] = true
+		}
+	}
+	for _, n := range fleet.Targeted("v1.2.0") {
+		if later[n] {
+			tb.Errorf("%s, of a batch after the halted one, was targeted with v1.2.0", n)
+		}
+	}
+	targets := mustKV(ctx, tb, c.JS, names.Targets())
+	for n := range later {
+		if e, err := targets.Get(ctx, wire.NodeTargetKey(n)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			tb.Errorf("%s, of a batch after the halted one, has its own target %v (%v); want none", n, e, err)
+			break
+		}
+	}
+	if e, _ := targets.Get(ctx, wire.FleetTargetKey); e == nil || string(e.Value()) != string(wire.Target{Version: "v1.1.0"}.Marshal()) {
+		tb.Errorf("after v1.2.0 halted the fleet key is %v; want v1.1.0 untouched", e)
+	}
+	return good, bad
+}
+
+// planBatches is the order decision 0006 documents: canaries are the canary nodes with the
+// smallest sha256(version + "/" + node), the others follow in the same order, and batch k ends
+// at ceil(p_k × N / 100) nodes, a step that adds no node dropped.
+func planBatches(version string, nodes []string, canary int, steps []int) [][]string {
+	order := slices.Clone(nodes)
+	key := func(n string) string { h := sha256.Sum256([]byte(version + "/" + n)); return string(h[:]) }
+	slices.SortFunc(order, func(a, b string) int { return strings.Compare(key(a), key(b)) })
+	var batches [][]string
+	end := min(canary, len(order))
+	if end > 0 {
+		batches = append(batches, order[:end])
+	}
+	for _, p := range steps {
+		next := int(math.Ceil(float64(p) * float64(len(order)) / 100))
+		if next > end {
+			batches = append(batches, order[end:next])
+			end = next
+		}
+	}
+	return batches
+}
+
+// checkPlan compares the controller's stored plan with planBatches'.
+func checkPlan(tb testing.TB, st rollout.State, want [][]string) {
+	tb.Helper()
+	if len(st.Batches) != len(want) {
+		tb.Errorf("%s has %d batches, want %d", st.Version, len(st.Batches), len(want))
+		return
+	}
+	start := 0
+	for i, b := range st.Batches {
+		got := st.Nodes[start:b.End]
+		if !slices.Equal(got, want[i]) {
+			tb.Errorf("%s batch %d (%s): %d nodes from %.3v; want %d from %.3v (decision 0006's order)", st.Version, i, b.Name, len(got), got, len(want[i]), want[i])
+		}
+		start = b.End
+	}
+}
+
+// checkBatchOrder checks that each batch was begun only after the one before it was done.
+func checkBatchOrder(tb testing.TB, run controllerRun) {
+	tb.Helper()
+	done := 0
+	for _, ev := range run.Events {
+		switch ev.Kind {
+		case rollout.EventBatch:
+			if ev.Batch != done+1 {
+				tb.Errorf("batch %d began after %d batches were done", ev.Batch, done)
+			}
+		case rollout.EventBatchDone:
+			done = ev.Batch
+		}
+	}
+}
+
+func currentRollout(ctx context.Context, tb testing.TB, js jetstream.JetStream, names wire.Names) rollout.State {
+	tb.Helper()
+	st, ok, err := rollout.Current(ctx, js, names)
+	if err != nil || !ok {
+		tb.Fatalf("the current rollout: %v (found: %t)", err, ok)
+	}
+	return st
+}
+
+func mustKV(ctx context.Context, tb testing.TB, js jetstream.JetStream, bucket string) jetstream.KeyValue {
+	tb.Helper()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return kv
+}
+
+// formatSteps writes steps as --steps takes them: 1%,10%,100%.
+func formatSteps(steps []int) string {
+	var s []string
+	for _, p := range steps {
+		s = append(s, fmt.Sprintf("%d%%", p))
+	}
+	return strings.Join(s, ",")
+}
+
+// eventLines is the run's events, one message per line, for a failure message.
+func eventLines(run controllerRun) string {
+	var b strings.Builder
+	for _, ev := range run.Events {
+		fmt.Fprintf(&b, "%s %s %s\n", ev.Time.Format("15:04:05.000"), ev.Kind, ev.Message)
+		for _, r := range ev.Reasons {
+			fmt.Fprintf(&b, "    %s %s: %s\n", r.Node, r.Why, r.Detail)
+		}
+	}
+	return b.String()
+}
+
+// selfCPU is this process's CPU time so far (user + system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

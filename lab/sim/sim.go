@@ -1,0 +1,230 @@
+// Package sim runs light simulated nodes that speak the mesh's wire protocol and nothing else,
+// so a rollout can be driven across thousands of nodes on one machine: each node follows its
+// target (KV node.<id>, falling back to the fleet key), heartbeats into the heartbeat stream,
+// "starts" a newer target after a random delay and confirms it shortly after — or, if told to
+// fail it, rolls back from it as a launcher would. There is no root, no records, no fetch.
+//
+// Nodes are spread over a few connections (shards). Each shard follows its nodes' target keys
+// with one plain subscription per key on the bucket's subject ($KV.<bucket>.node.<id>, and one
+// on the fleet key), all feeding one channel, so a node costs a subscription, not a KV watch
+// (an ordered consumer) as a real host's does; Config.Watch selects real KV watches instead,
+// to measure what they cost.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/wire"
+)
+
+// Config says what fleet to simulate.
+type Config struct {
+	URLs  []string   // one per server; shards are spread over them in turn
+	Names wire.Names // bus names (default prefix when zero)
+	Nodes []string   // node ids
+	// Shards is how many client connections carry the nodes (default 30).
+	Shards int
+	// Running is the version every node runs, confirmed, at the start.
+	Running string
+	// Heartbeat is each node's heartbeat interval (default 3s); heartbeats of a shard's nodes
+	// are spread evenly over it. A node also heartbeats at once when it starts, confirms or
+	// rolls back a version.
+	Heartbeat time.Duration
+	// A node given a newer target starts it after a delay drawn in [StartMin, StartMax]
+	// (fetch and stand-aside), then confirms it (or rolls back) after ConfirmAfter.
+	StartMin, StartMax time.Duration
+	ConfirmAfter       time.Duration
+	// Fails reports whether node rolls back from version instead of confirming it.
+	Fails func(node, version string) bool
+	// Watch makes each node follow its keys with a KV watch (WatchFiltered on node.<id> and
+	// fleet), as a real host does, instead of plain subscriptions.
+	Watch bool
+}
+
+// Stats are counters since Start.
+type Stats struct {
+	Heartbeats  int64 // heartbeats the stream acknowledged
+	Errors      int64 // heartbeats it did not (timeouts, no responders)
+	Started     int64 // versions started
+	Confirmed   int64 // versions confirmed
+	RolledBack  int64 // versions rolled back from
+	TargetsSeen int64 // target key updates received (node and fleet keys)
+}
+
+// Fleet is a running simulated fleet.
+type Fleet struct {
+	cfg    Config
+	shards []*shard
+	stats  struct{ heartbeats, errors, started, confirmed, rolledBack, targets atomic.Int64 }
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start connects the shards, subscribes every node to its keys, and publishes each node's first
+// heartbeat, returning once the stream has acknowledged them all: from then on every node is
+// in the fleet a rollout sees. Close stops it.
+func Start(ctx context.Context, cfg Config) (*Fleet, error) {
+	if len(cfg.URLs) == 0 || len(cfg.Nodes) == 0 || !wire.ValidVersion(cfg.Running) {
+		return nil, errors.New("sim: URLs, Nodes and a valid Running version are required")
+	}
+	if cfg.Names.Prefix == "" {
+		cfg.Names = wire.NamesFor("")
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 30
+	}
+	cfg.Shards = min(cfg.Shards, len(cfg.Nodes))
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 3 * time.Second
+	}
+	if cfg.StartMax < cfg.StartMin {
+		cfg.StartMax = cfg.StartMin
+	}
+	if cfg.Fails == nil {
+		cfg.Fails = func(string, string) bool { return false }
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f := &Fleet{cfg: cfg, cancel: cancel}
+	for i := 0; i < cfg.Shards; i++ {
+		s, err := f.connect(ctx, i)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.shards = append(f.shards, s)
+	}
+	for i, id := range cfg.Nodes {
+		s := f.shards[i%len(f.shards)]
+		n := &node{id: id, running: cfg.Running, knownGood: cfg.Running, started: time.Now(), subject: cfg.Names.Heartbeat(id)}
+		s.nodes[id] = n
+		s.order = append(s.order, n)
+	}
+	for _, s := range f.shards {
+		if err := s.follow(runCtx); err != nil { // KV watches live as long as the fleet
+			f.Close()
+			return nil, err
+		}
+	}
+	for _, s := range f.shards {
+		s.mu.Lock()
+		for _, n := range s.order {
+			s.beat(n)
+		}
+		s.mu.Unlock()
+	}
+	for _, s := range f.shards {
+		select {
+		case <-s.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("sim: first heartbeats: %w", ctx.Err())
+		}
+	}
+	if e := f.stats.errors.Load(); e > 0 {
+		f.Close()
+		return nil, fmt.Errorf("sim: %d first heartbeats were not stored (is the heartbeat stream there?)", e)
+	}
+	for _, s := range f.shards {
+		f.wg.Add(2)
+		go func() { defer f.wg.Done(); s.heartbeats(runCtx) }()
+		go func() { defer f.wg.Done(); s.targets(runCtx) }()
+	}
+	return f, nil
+}
+
+// connect opens shard i's connection to its server.
+func (f *Fleet) connect(ctx context.Context, i int) (*shard, error) {
+	url := f.cfg.URLs[i%len(f.cfg.URLs)]
+	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("sim-%d", i)), nats.DontRandomize(), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("sim: connect shard %d to %s: %w", i, url, err)
+	}
+	s := &shard{f: f, nc: nc, nodes: map[string]*node{}, updates: make(chan update, 4096)}
+	s.js, err = jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(1024),
+		jetstream.WithPublishAsyncTimeout(10*time.Second),
+		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { f.stats.heartbeats.Add(1) }),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { f.stats.errors.Add(1) }))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stats returns the counters so far.
+func (f *Fleet) Stats() Stats {
+	return Stats{
+		Heartbeats: f.stats.heartbeats.Load(), Errors: f.stats.errors.Load(), Started: f.stats.started.Load(),
+		Confirmed: f.stats.confirmed.Load(), RolledBack: f.stats.rolledBack.Load(), TargetsSeen: f.stats.targets.Load(),
+	}
+}
+
+// Targeted lists the nodes whose own key (node.<id>) was ever set to version, in no order.
+func (f *Fleet) Targeted(version string) []string {
+	var out []string
+	for _, s := range f.shards {
+		s.mu.Lock()
+		for _, n := range s.order {
+			if n.targeted[version] {
+				out = append(out, n.id)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// Running returns how many nodes run version, confirmed.
+func (f *Fleet) Running(version string) int {
+	c := 0
+	for _, s := range f.shards {
+		s.mu.Lock()
+		for _, n := range s.order {
+			if n.running == version && n.knownGood == version {
+				c++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return c
+}
+
+// Close stops every node and closes the connections.
+func (f *Fleet) Close() {
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.wg.Wait()
+	for _, s := range f.shards {
+		s.mu.Lock()
+		s.closed = true
+		for _, n := range s.order {
+			if n.timer != nil {
+				n.timer.Stop()
+			}
+		}
+		s.mu.Unlock()
+		for _, w := range s.watchers {
+			w.Stop()
+		}
+		s.nc.Close()
+	}
+}
+
+// jitter returns a delay in [lo, hi].
+func jitter(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + rand.N(hi-lo+1)
+}
