@@ -6,6 +6,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -30,7 +31,17 @@ type Entry struct {
 // Read returns every node's last heartbeat, in stream order.
 func Read(ctx context.Context, js jetstream.JetStream, n wire.Names) ([]Entry, error) {
 	var out []Entry
-	err := follow(ctx, js, n, false, func(e Entry) { out = append(out, e) }, nil)
+	// A heartbeat stored while the snapshot is read is delivered too: keep one entry per
+	// node, the newest, where its first one was.
+	at := map[string]int{}
+	err := follow(ctx, js, n, false, func(e Entry) {
+		if i, ok := at[e.Node]; ok {
+			out[i] = e
+			return
+		}
+		at[e.Node] = len(out)
+		out = append(out, e)
+	}, nil)
 	return out, err
 }
 
@@ -73,6 +84,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 	stop := context.AfterFunc(ctx, msgs.Stop)
 	defer stop()
 	caughtUp := false
+	seen := make(map[string]bool) // subjects delivered before catching up
 	if empty {
 		caughtUp = true
 		ready()
@@ -90,8 +102,14 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 			return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
 		}
 		fn(entryOf(n, m.Subject(), md.Timestamp, m.Data()))
+		if !caughtUp {
+			seen[m.Subject()] = true
+		}
 		if !caughtUp && md.NumPending == 0 {
 			caughtUp = true
+			if err := fillMissed(ctx, st, n, seen, fn); err != nil {
+				return err
+			}
 			ready()
 			if !live {
 				return nil
@@ -179,4 +197,29 @@ func (v *View) Rows(now time.Time, silentAfter time.Duration) []Row {
 	}
 	v.mu.Unlock()
 	return rows(es, now, silentAfter, restarted)
+}
+
+// fillMissed reads, one by one, the last heartbeat of every node the stream holds but the
+// consumer did not deliver before it caught up. A node that heartbeats while the stream is read
+// has its last message replaced (one per subject); the consumer can report nothing pending
+// before it reaches the replacement, and the node would be missing from the snapshot.
+func fillMissed(ctx context.Context, st jetstream.Stream, n wire.Names, seen map[string]bool, fn func(Entry)) error {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(n.HeartbeatWildcard()))
+	if err != nil {
+		return fmt.Errorf("fleet: list the nodes in %s: %w", n.HeartbeatStream(), err)
+	}
+	for subject := range info.State.Subjects {
+		if seen[subject] {
+			continue
+		}
+		m, err := st.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // gone since (max age)
+		}
+		if err != nil {
+			return fmt.Errorf("fleet: read %s's last heartbeat in %s: %w", nodeOf(n, subject), n.HeartbeatStream(), err)
+		}
+		fn(entryOf(n, subject, m.Time, m.Data))
+	}
+	return nil
 }

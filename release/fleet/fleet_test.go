@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,40 @@ func TestFleetJSONHasNoRawTerminalControlAndKeepsTheValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Found by the 10,000-node rollout benchmark: heartbeats stored while Read walked the stream
+// came back as further entries for nodes already read, so a node was listed twice. Read returns
+// one entry per node, its newest.
+func TestFleetReadListsEachNodeOnceWhileHeartbeatsArrive(t *testing.T) {
+	b := meshtest.StartBus(t)
+	const nodes = 300
+	for i := range nodes {
+		heartbeat(t, b, fmt.Sprintf("n%03d", i), "v1.0.0")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { // every node heartbeats again and again while the fleet is read
+		defer close(done)
+		for round := 0; ctx.Err() == nil; round++ {
+			for i := range nodes {
+				hb := wire.Heartbeat{Node: fmt.Sprintf("n%03d", i), State: wire.StateRunning, Running: "v1.0.0", KnownGood: "v1.0.0", UptimeS: int64(round)}
+				if _, err := b.Conn.JS.Publish(ctx, names.Heartbeat(hb.Node), hb.Marshal()); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	for range 10 {
+		es, err := Read(context.Background(), b.Conn.JS, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != nodes || len(byNode(es)) != nodes {
+			t.Fatalf("Read returned %d entries for %d distinct nodes; want %d, each once", len(es), len(byNode(es)), nodes)
+		}
+	}
+	cancel()
+	<-done
 }

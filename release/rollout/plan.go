@@ -23,7 +23,7 @@ func plan(o Options, entries []fleet.Entry, now time.Time) (nodes, ran []string,
 	}
 	var members []member
 	why := make(map[string]string) // why a heard node is not in the fleet, for --canary-nodes
-	for _, e := range entries {
+	for _, e := range newestPerNode(entries) {
 		switch {
 		case e.Err != nil:
 			why[e.Node] = "its last heartbeat is unreadable"
@@ -133,4 +133,22 @@ func (s State) batchStart(i int) int {
 		return 0
 	}
 	return s.Batches[i-1].End
+}
+
+// newestPerNode keeps one entry per node, the newest heard, in the order nodes first appear: a
+// node listed twice would be a member twice, and its batch, counting it twice, could never end.
+func newestPerNode(entries []fleet.Entry) []fleet.Entry {
+	at := make(map[string]int, len(entries))
+	out := make([]fleet.Entry, 0, len(entries))
+	for _, e := range entries {
+		i, ok := at[e.Node]
+		switch {
+		case !ok:
+			at[e.Node] = len(out)
+			out = append(out, e)
+		case e.Heard.After(out[i].Heard):
+			out[i] = e
+		}
+	}
+	return out
 }

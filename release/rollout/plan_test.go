@@ -213,3 +213,22 @@ func TestRolloutIDIsTheTimeAndAKeySafeVersion(t *testing.T) {
 		t.Errorf("versionOfID = %q", got)
 	}
 }
+
+// Found by the 10,000-node benchmark: a node listed twice (a heartbeat stored while the fleet
+// was read) was a member twice, and its batch, counting it twice, never ended. The newest entry
+// of a node is the one planned with.
+func TestPlanHasEachNodeOnceAndUsesItsNewestHeartbeat(t *testing.T) {
+	es := []fleet.Entry{heardAgo("a", "v1.0.0", 2*time.Second), heardAgo("b", "v1.0.0", time.Second), heardAgo("a", "v1.0.5", time.Second)}
+	nodes, ran, batches, err := plan(Options{Version: "v1.1.0"}.WithDefaults(), es, planNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 2 || batches[len(batches)-1].End != 2 {
+		t.Fatalf("nodes %v, batches %s; want a and b once each", nodes, ends(batches))
+	}
+	for i, n := range nodes {
+		if n == "a" && ran[i] != "v1.0.5" {
+			t.Errorf("a ran %s, want v1.0.5 from its newest heartbeat", ran[i])
+		}
+	}
+}
