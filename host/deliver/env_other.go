@@ -16,3 +16,5 @@ func mountPoint(dir string) string { return dir }
 // ownGroup, off Linux, cannot make the kernel kill a preflight with the host; it is never
 // reached, since statfsFree refuses every staging first.
 func ownGroup(*exec.Cmd) {}
+
+func killGroup(*exec.Cmd) error { return nil }

@@ -38,7 +38,7 @@ const (
 	KindDigestMismatch Kind = "digest-mismatch" // the object's bytes are not the ones the manifest signed
 	KindNoSpace        Kind = "no-space"        // too little free space under versions/, or the disk filled up while writing
 	KindBus            Kind = "bus"             // the bus could not be read, or the fetch stalled or was too slow
-	KindLocal          Kind = "local"           // a local file or records operation failed
+	KindLocal          Kind = "local"           // a local file, records or process operation failed
 )
 
 // Permanent reports whether retrying cannot help while the manifest stays the same.

@@ -15,15 +15,21 @@ import (
 // preflight runs `BIN preflight [args…]` with MESH_HOST_ROOT=root and the host's environment
 // and returns the first line of its output, which must be the binary's version. A non-zero
 // exit, a hang past timeout and a binary that cannot be executed are refusals, each saying so.
+// A binary that exits 0 but whose output could not be read within WaitDelay (a starved copying
+// goroutine, or a child left holding stdout) passes if the version was read, and otherwise is
+// a local failure, retried: that is the machine's doing, not the release's.
 func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.PreflightTimeout)
 	defer cancel()
 	args := append([]string{"preflight"}, d.cfg.PreflightArgs...)
 	var stdout, stderr capped
 	stdout.max, stderr.max = 64<<10, 4<<10
-	var err error
+	var (
+		cmd *exec.Cmd
+		err error
+	)
 	for try := 0; ; try++ {
-		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd = exec.CommandContext(ctx, bin, args...)
 		cmd.Env = append(append(os.Environ(), d.cfg.PreflightEnv...), "MESH_HOST_ROOT="+d.cfg.Root)
 		cmd.Dir = d.cfg.Root
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -38,7 +44,19 @@ func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
 		}
 		break
 	}
+	// Checked before the context: the process had exited 0 before WaitDelay began, so a
+	// deadline that passed during it does not make this a hang.
+	waitDelay := errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success()
+	if waitDelay {
+		_ = killGroup(cmd) // whatever it left holding the pipe; the group leader is already reaped
+	}
 	switch {
+	case waitDelay:
+		first, _, _ := strings.Cut(stdout.buf.String(), "\n")
+		if strings.TrimSpace(first) == version {
+			return nil
+		}
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("`mesh-host preflight` exited 0 but its output could not be read in time (%w); a loaded machine or a process it left holding its output, not the release: retrying%s", err, stderr.tail())}
 	case errors.Is(err, syscall.ENOEXEC):
 		return refuse(version, KindWrongPlatform, "the staged binary cannot be executed on this machine (exec format error): it was built for another architecture or is not a program; build it for this machine's platform")
 	case ctx.Err() == context.DeadlineExceeded:

@@ -4,12 +4,15 @@
 //	go build -ldflags "-X main.version=v1.0.0 -X main.mode=ok" ./testdata/fakehost
 //
 // ok prints the version and checks that MESH_HOST_ROOT is a directory; fail prints the version
-// and exits 3 with a reason; hang prints the version and never exits.
+// and exits 3 with a reason; hang prints the version and never exits; held prints the version
+// (nothing while the file $FAKEHOST_MUTE exists) and exits 0, leaving a child that holds its
+// stdout open for 30 s.
 package main
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"time"
 )
 
@@ -19,9 +22,25 @@ var (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "hold" {
+		time.Sleep(30 * time.Second)
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "preflight" {
 		fmt.Fprintln(os.Stderr, "usage: fakehost preflight")
 		os.Exit(2)
+	}
+	if mode == "held" {
+		if _, err := os.Stat(os.Getenv("FAKEHOST_MUTE")); err != nil {
+			fmt.Println(version)
+		}
+		child := exec.Command(os.Args[0], "hold")
+		child.Stdout = os.Stdout // the child inherits the descriptor: the pipe stays open
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
 	}
 	fmt.Println(version)
 	switch mode {
