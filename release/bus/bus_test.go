@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/wire"
@@ -266,3 +267,49 @@ func TestALastingConnectionOutlivesAServerRestartAndOthersKeepTheDefault(t *test
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Found by the 1,000-host rollout benchmark: every host watches the targets and declarations
+// buckets, and a server's default of 1,000 consumers per stream refused the 1,001st watch, so
+// that node never got its target. A bucket init made (on any server) and a stream on the bus
+// serve runs (with no limit of its own) both take more.
+func TestMoreThanAThousandNodesCanWatchTheBuckets(t *testing.T) {
+	const watchers = 1_001
+	consumers := func(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) {
+		t.Helper()
+		for i := range watchers {
+			if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{InactiveThreshold: time.Minute, MemoryStorage: true}); err != nil {
+				t.Fatalf("consumer %d on %s: %v", i+1, stream, err)
+			}
+		}
+	}
+	t.Run("a bucket made by init, on a server with the default limit", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		defer ns.Shutdown()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("server not ready")
+		}
+		c, err := Connect(ctx, ns.ClientURL(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		names := wire.NamesFor("mesh")
+		if err := Init(ctx, c.JS, names); err != nil {
+			t.Fatal(err)
+		}
+		consumers(t, ctx, c.JS, "KV_"+names.Targets())
+	})
+	t.Run("any stream on the bus serve runs", func(t *testing.T) {
+		ctx, c := connectedForTest(t)
+		if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+			t.Fatal(err)
+		}
+		consumers(t, ctx, c.JS, "PLAIN")
+	})
+}

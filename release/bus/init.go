@@ -16,6 +16,10 @@ import (
 // full KV bucket refuses new values (it discards new, not old), which would stop declaring for
 // the whole fleet; keys × history × max value size bound them instead.
 const (
+	// KVMaxConsumers is each KV bucket's consumer limit: every host watches the declarations
+	// and the targets bucket (one consumer each), and a server's default of 1,000 consumers per
+	// stream would leave the 1,001st node without its declaration and target.
+	KVMaxConsumers     = 1_000_000
 	MaxTargetBytes     = 1 << 10 // a target is {"version": "…"}
 	MaxManifestBytes   = 64 << 10
 	MaxRolloutBytes    = 1 << 20
@@ -47,6 +51,9 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 	for _, cfg := range kvs {
 		if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("init: create KV bucket %s: %w", cfg.Bucket, err)
+		}
+		if err := allowWatches(ctx, js, cfg.Bucket); err != nil {
+			return err
 		}
 	}
 	// Archives are kept until an operator removes them: a node may need an old version again.
@@ -82,6 +89,25 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 	if have.MaxMsgsPerSubject != 1 || !slices.Contains(have.Subjects, n.HeartbeatWildcard()) {
 		return fmt.Errorf("init: stream %s exists but keeps %d messages per subject on %v; it must keep 1 on %s — fix it with `nats stream edit` or delete it and run init again",
 			sc.Name, have.MaxMsgsPerSubject, have.Subjects, n.HeartbeatWildcard())
+	}
+	return nil
+}
+
+// allowWatches gives the stream behind KV bucket an explicit consumer limit (KVMaxConsumers)
+// unless it has one: a stream without one takes the server's default, 1,000 unless the server
+// says otherwise. A limit an operator set is left alone.
+func allowWatches(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return fmt.Errorf("init: read the stream of KV bucket %s: %w", bucket, err)
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.MaxConsumers > 0 {
+		return nil
+	}
+	cfg.MaxConsumers = KVMaxConsumers
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("init: allow %d watches on KV bucket %s (its stream's max_consumers): %w", KVMaxConsumers, bucket, err)
 	}
 	return nil
 }

@@ -105,6 +105,9 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		// A server on a laptop or in the lab must not also listen for monitoring or clustering.
 		HTTPPort:   0,
 		MaxPayload: opts.MaxPayload,
+		// Every host holds a watch (a consumer) on the declarations and the targets buckets:
+		// the server's default of 1,000 consumers per stream would refuse the 1,001st node.
+		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
