@@ -37,16 +37,16 @@ import (
 //
 // MESH_BENCH_HOSTS (default 1000) changes the number of hosts, MESH_BENCH_HEARTBEAT_MS (default
 // 1000) their heartbeat interval; MESH_BENCH_PPROF=DIR profiles the controller into DIR (see
-// profiledOverlay). Mind nats-server's default of 1,000 consumers per stream: each host holds a
-// KV watch on the targets bucket, so past 1,000 hosts the rest cannot watch their target.
+// profiledOverlay). Past 1,000 hosts this relies on the bus taking more than nats-server's
+// default of 1,000 consumers per stream (release/bus: serve and init see to it).
 func BenchmarkRolloutThousandHosts(b *testing.B) {
 	hosts := envInt("MESH_BENCH_HOSTS", 1000)
 	heartbeat := time.Duration(envInt("MESH_BENCH_HEARTBEAT_MS", 1000)) * time.Millisecond
 	// A thousand hosts share this process's scheduler, as no real host does. A host's
 	// preflight collects its child's output on a goroutine, and behind hundreds of runnable
-	// goroutines on two Ps that goroutine can wait past the 2s WaitDelay of host/deliver: the
-	// preflight then fails (exec.ErrWaitDelay) although the binary exited 0 after printing its
-	// version, and the host refuses the release for good. More Ps keep that wait short.
+	// goroutines on two Ps that goroutine can wait past the 2s WaitDelay of host/deliver; the
+	// host then retries the preflight (it once refused the release for good), which would
+	// lengthen the figure. More Ps keep that wait short.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(16, runtime.NumCPU())))
 	if _, ok := tinyRelease("v1.1.0"); !ok {
 		b.Skip("the lab's tiny release binary is amd64 machine code")
