@@ -34,6 +34,7 @@ bench:
 	$(BENCH) -bench DeclarationToAppliedHeartbeat -benchtime 500x ./host/
 	$(BENCH) -bench . -benchtime 2000x ./host/link/
 	$(BENCH) -bench FleetOfHosts -benchtime 20x ./lab/
+	$(BENCH) -bench SixNodeRollout -benchtime 3x ./lab/
 	$(BENCH) -bench RolloutThousandHosts -benchtime 1x ./lab/
 	$(BENCH) -bench RolloutTenThousandSimulatedNodes -benchtime 1x ./lab/
 	$(BENCH) -bench FleetRead -benchtime 20x ./release/fleet/
