@@ -77,3 +77,16 @@ func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error
 	b.built[key] = out
 	return out, nil
 }
+
+// BuildStory builds what the demo and `mesh-lab up` run: the launcher and mesh-release, the
+// host as v1.0.0 (installed) and v1.1.0 (a good release), and crashrun as v1.2.0 (a broken one).
+func (b *Builder) BuildStory(ctx context.Context) error {
+	for _, x := range []struct{ pkg, version string }{
+		{PkgLauncher, ToolVersion}, {PkgRelease, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"},
+	} {
+		if _, err := b.Build(ctx, x.pkg, x.version); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -48,12 +48,8 @@ func Demo(ctx context.Context, w io.Writer, src string) (err error) {
 		return err
 	}
 	// Everything is built before the clocks start: a cold build takes minutes.
-	for _, x := range []struct{ pkg, version string }{
-		{PkgLauncher, ToolVersion}, {PkgRelease, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"},
-	} {
-		if _, err := b.Build(ctx, x.pkg, x.version); err != nil {
-			return err
-		}
+	if err := b.BuildStory(ctx); err != nil {
+		return err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

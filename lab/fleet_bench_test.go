@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,27 +43,8 @@ func BenchmarkFleetOfHosts(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	serve := exec.CommandContext(ctx, bin, "serve", "--data", filepath.Join(tmp, "bus"), "--listen", "127.0.0.1:0")
-	serveOut, err := serve.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := serve.Start(); err != nil {
-		b.Fatal(err)
-	}
+	serve, url := serveBus(ctx, b, filepath.Join(tmp, "bus"))
 	defer func() { cancel(); serve.Wait() }()
-	url := ""
-	sc := bufio.NewScanner(serveOut)
-	for sc.Scan() {
-		if _, rest, ok := strings.Cut(sc.Text(), "serving the mesh bus on "); ok {
-			url, _, _ = strings.Cut(rest, " ")
-			break
-		}
-	}
-	if url == "" {
-		b.Fatal("serve did not say where it listens")
-	}
-	go io.Copy(io.Discard, serveOut)
 
 	// Count what reaches the server, from outside the hosts.
 	nc, err := nats.Connect(url)
