@@ -184,7 +184,7 @@ func (v *View) Len() int {
 }
 
 // Rows returns the view's rows as of now (see Rows); a node the view saw restart within
-// RestartShownFor, still on the version it restarted, reads "restarted".
+// RestartShownFor, still on the version it restarted, reads "restarting".
 func (v *View) Rows(now time.Time, silentAfter time.Duration) []Row {
 	v.mu.Lock()
 	es := make([]Entry, 0, len(v.entries))

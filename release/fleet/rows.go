@@ -141,7 +141,7 @@ var summaryKinds = []struct {
 }{
 	{KindUnreadable, "unreadable"}, {KindStopping, "stopping"}, {KindStandingAside, "standing aside"},
 	{KindRolledBack, "rolled back"}, {KindRefused, "refused"}, {KindFetching, "fetching"},
-	{KindRestarted, "restarted"}, {KindTrying, "trying"},
+	{KindRestarted, "restarting"}, {KindTrying, "trying"},
 }
 
 // kindCounts is "; 2 rolled back, 1 refused", or nothing when no node is any of these.

@@ -21,7 +21,7 @@ const (
 	KindRolledBack    Kind = "rolled-back"
 	KindRefused       Kind = "refused"
 	KindFetching      Kind = "fetching"
-	KindRestarted     Kind = "restarted"
+	KindRestarted     Kind = "restarting"
 	KindTrying        Kind = "trying"
 	KindOK            Kind = "ok"
 )
@@ -59,7 +59,7 @@ const RestartShownFor = 5 * time.Minute
 //  7. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
 //     "verifying v1.2.0", "fetch of v1.2.0 failed, retry at 13:16:05: why", "staged v1.2.0".
 //  8. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
-//     within RestartShownFor — "restarted (up 3s)"; trying: running is not known_good, the
+//     within RestartShownFor — "restarting (up 3s)"; trying: running is not known_good, the
 //     version is on trial — "trying v1.2.0 (not confirmed, up 3s)".
 //  9. ok.
 //
@@ -221,7 +221,7 @@ func fetching(f facts) (string, bool) {
 }
 
 func restarted(f facts) (string, bool) {
-	return "restarted (up " + uptime(f) + ")", f.restarted
+	return "restarting (up " + uptime(f) + ")", f.restarted
 }
 
 func trying(f facts) (string, bool) {
