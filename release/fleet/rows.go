@@ -230,4 +230,3 @@ func WriteJSONLine(w io.Writer, rows []Row) error {
 	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
 	return err
 }
-
