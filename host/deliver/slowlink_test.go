@@ -53,7 +53,11 @@ func TestFetchThroughA200KBpsLinkStagesTheVersion(t *testing.T) {
 
 func TestFetchThatStallsFailsAsRetryableAndALaterAttemptStagesIt(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.FetchStall = 2 * time.Second
+		// After the link comes back it first carries what the stalled fetch's consumer had
+		// pushed into it before the retry's first byte. With a 2 s stall this test ran past its
+		// bound twice on a machine loaded by other builds (the retries stalling in turn, as we
+		// read it); 5 s leaves that backlog time to drain and still tests a stall.
+		c.FetchStall = 5 * time.Second
 		c.Backoff = Backoff{Initial: 100 * time.Millisecond, Max: 200 * time.Millisecond}
 	})
 	h.release(v1, withTail(fakehost(t, v1, "ok", runtime.GOARCH), 512<<10)) // a 1.3 MB archive
@@ -62,7 +66,7 @@ func TestFetchThatStallsFailsAsRetryableAndALaterAttemptStagesIt(t *testing.T) {
 
 	var held, released sync.Once
 	var log progressLog
-	err := h.d.Run(bounded(t, 2*time.Minute), v1, func(p Progress) {
+	err := h.d.Run(bounded(t, 4*time.Minute), v1, func(p Progress) {
 		log.report(p)
 		switch {
 		case p.State == StateFetching && p.Bytes > 0:
