@@ -57,15 +57,7 @@ func TestRolloutOfACrashingReleaseHaltsAfterTheCanariesWhichRollBack(t *testing.
 	s.ship("v1.1.0", PkgCrashRun)
 
 	// Text output, as a person reads it; the state tells the test what happened.
-	c := s.rollout("start", "v1.1.0", "--canary", "2", "--steps", "50%,100%", "--window", "20s", "--soak", "2s",
-		"--alive", "1m", "--silent-after", "5s", "--lease", "6s")
-	if code := s.exit(c); code != 3 {
-		t.Fatalf("rollout start exited %d, want 3 (halted)", code)
-	}
-	st := s.waitState("v1.1.0 halted", func(st rollout.State) bool { return st.Version == "v1.1.0" && st.Status.Final() })
-	if st.Halt != nil {
-		t.Logf("halted: %s", whys(st.Halt.Nodes))
-	}
+	st, c := s.halted("v1.1.0", "--canary", "2", "--steps", "50%,100%", "--window", "20s", "--soak", "2s")
 	canaries := BatchNodes(st, 0)
 	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 || len(canaries) != 2 {
 		t.Fatalf("the rollout ended %s (halt %+v, canaries %v); want halted in the canary batch of 2", st.Status, st.Halt, canaries)
@@ -130,15 +122,7 @@ func TestRolloutOfAReleaseThatHangsHaltsAtTheWindowAndTheLaunchersRollBack(t *te
 	s := newScenario(t, 90*time.Second, FleetOptions{Nodes: 3})
 	s.ship("v1.1.0", PkgHangRun)
 
-	c := s.rollout("start", "v1.1.0", "--json", "--canary", "2", "--steps", "100%", "--window", "8s", "--soak", "2s",
-		"--alive", "1m", "--silent-after", "5s", "--lease", "6s")
-	if code := s.exit(c); code != 3 {
-		t.Fatalf("rollout start exited %d, want 3 (halted)", code)
-	}
-	st := s.waitState("v1.1.0 halted", func(st rollout.State) bool { return st.Version == "v1.1.0" && st.Status.Final() })
-	if st.Halt != nil {
-		t.Logf("halted: %s", whys(st.Halt.Nodes))
-	}
+	st, _ := s.halted("v1.1.0", "--json", "--canary", "2", "--steps", "100%", "--window", "8s", "--soak", "2s")
 	canaries := BatchNodes(st, 0)
 	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 || len(st.Halt.Nodes) == 0 {
 		t.Fatalf("the rollout ended %s (halt %+v); want halted in the canary batch", st.Status, st.Halt)
@@ -256,15 +240,7 @@ func TestRolloutLeavesOutAStoppedNodeWhichUpgradesAloneWhenItReturns(t *testing.
 	}
 
 	// Back after the rollout: the fleet key, alone.
-	from := s.f.Beats.Len()
-	if err := gone.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.f.Beats.WaitAfter(s.ctx, from, gone.Name+" on v1.1.0", func(b Beat) bool {
-		return b.Node == gone.Name && RunningConfirmed("v1.1.0")(b)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s.startAgain(gone, gone.Name+" on v1.1.0", RunningConfirmed("v1.1.0"))
 	if got, err := s.f.Reads.Count(s.ctx, "v1.1.0"); err != nil || got != len(s.f.Nodes) {
 		t.Errorf("the v1.1.0 archive was read %d times (%v), want once by each of the %d nodes", got, err, len(s.f.Nodes))
 	}
@@ -448,25 +424,11 @@ func TestRolloutHaltsNamingTheNodeThatRefusesAReleaseMarkedBadThere(t *testing.T
 	if _, err := bad.Stop(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	from := s.f.Beats.Len()
-	if err := bad.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.f.Beats.WaitAfter(s.ctx, from, "node-1 back on v1.0.0, refusing v1.1.0", func(b Beat) bool {
-		return b.Node == bad.Name && RunningConfirmed("v1.0.0")(b) && b.Refused != nil && b.Refused.What == "target"
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s.startAgain(bad, "node-1 back on v1.0.0, refusing v1.1.0", func(b Beat) bool {
+		return RunningConfirmed("v1.0.0")(b) && b.Refused != nil && b.Refused.What == "target"
+	})
 
-	c := s.rollout("start", "v1.1.0", "--json", "--canary-nodes", "node-2,node-1", "--steps", "100%", "--window", "20s", "--soak", "2s",
-		"--alive", "1m", "--silent-after", "5s", "--lease", "6s")
-	if code := s.exit(c); code != 3 {
-		t.Fatalf("rollout start exited %d, want 3 (halted)", code)
-	}
-	st := s.waitState("v1.1.0 halted", func(st rollout.State) bool { return st.Version == "v1.1.0" && st.Status.Final() })
-	if st.Halt != nil {
-		t.Logf("halted: %s", whys(st.Halt.Nodes))
-	}
+	st, _ := s.halted("v1.1.0", "--json", "--canary-nodes", "node-2,node-1", "--steps", "100%", "--window", "20s", "--soak", "2s")
 	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 {
 		t.Fatalf("the rollout ended %s (halt %+v); want halted in the canary batch", st.Status, st.Halt)
 	}
@@ -561,22 +523,9 @@ func TestRolloutHaltsNamingTheNodeThatRefusesAReleaseItCannotVerify(t *testing.T
 		t.Fatal(err)
 	}
 	wary.Env = append(wary.Env, "MESH_HOST_TRUSTED_KEYS="+key) // the last value of a variable wins
-	from := s.f.Beats.Len()
-	if err := wary.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.f.Beats.WaitAfter(s.ctx, from, "node-2 back on v1.0.0", func(b Beat) bool {
-		return b.Node == wary.Name && RunningConfirmed("v1.0.0")(b)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s.startAgain(wary, "node-2 back on v1.0.0", RunningConfirmed("v1.0.0"))
 
-	c := s.rollout("start", "v1.1.0", "--json", "--canary-nodes", "node-2", "--steps", "100%", "--window", "20s", "--soak", "2s",
-		"--alive", "1m", "--silent-after", "5s", "--lease", "6s")
-	if code := s.exit(c); code != 3 {
-		t.Fatalf("rollout start exited %d, want 3 (halted)", code)
-	}
-	st := s.waitState("v1.1.0 halted", func(st rollout.State) bool { return st.Version == "v1.1.0" && st.Status.Final() })
+	st, _ := s.halted("v1.1.0", "--json", "--canary-nodes", "node-2", "--steps", "100%", "--window", "20s", "--soak", "2s")
 	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 || len(st.Halt.Nodes) != 1 {
 		t.Fatalf("the rollout ended %s (halt %+v); want halted in the canary batch, naming node-2", st.Status, st.Halt)
 	}

@@ -76,6 +76,35 @@ func rolloutFlags(window, soak time.Duration) []string {
 		"--alive", "1m", "--silent-after", "5s", "--lease", "6s"}
 }
 
+// startAgain starts node's stopped launcher and waits for a heartbeat of node, sent after that,
+// of which ok is true.
+func (s *scenario) startAgain(node *Node, what string, ok func(Beat) bool) {
+	s.t.Helper()
+	from := s.f.Beats.Len()
+	if err := node.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.f.Beats.WaitAfter(s.ctx, from, what, func(b Beat) bool { return b.Node == node.Name && ok(b) }); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// halted runs `mesh-release rollout start version args…` with the scenarios' clocks for
+// silence and the lease, wants it to exit 3 (halted), and returns the rollout's final state (its
+// halt logged) and the controller, for its output.
+func (s *scenario) halted(version string, args ...string) (rollout.State, *Controller) {
+	s.t.Helper()
+	c := s.rollout(append(append([]string{"start", version}, args...), "--alive", "1m", "--silent-after", "5s", "--lease", "6s")...)
+	if code := s.exit(c); code != 3 {
+		s.t.Fatalf("rollout start exited %d, want 3 (halted)", code)
+	}
+	st := s.waitState(version+" halted", func(st rollout.State) bool { return st.Version == version && st.Status.Final() })
+	if st.Halt != nil {
+		s.t.Logf("halted: %s", whys(st.Halt.Nodes))
+	}
+	return st, c
+}
+
 // rollout starts `mesh-release rollout args…` in the background; its output is shown if the
 // test fails.
 func (s *scenario) rollout(args ...string) *Controller {
