@@ -240,15 +240,7 @@ func TestAbortStopsTheRolloutAndSetsTheBatchBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		st  State
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		st, err := c.Run(ctx, st.ID)
-		done <- result{st, err}
-	}()
+	done := runAsync(ctx, c, st.ID)
 	waitEvent(t, ev, EventConfirmed, func(e Event) bool { return e.Node == "node-2" })
 	ab, err := Abort(ctx, b.Conn.JS, b.Names, "alice@web-01")
 	if err != nil || ab.Status != StatusAborted || ab.AbortedBy != "alice@web-01" || !ab.Restored {

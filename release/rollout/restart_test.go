@@ -24,15 +24,7 @@ func TestARolloutCarriesOnAcrossAServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		st  State
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		st, err := c.Run(ctx, st.ID)
-		done <- result{st, err}
-	}()
+	done := runAsync(ctx, c, st.ID)
 	waitEvent(t, ev, EventBatch, func(e Event) bool { return e.Batch == 2 })
 	b.Stop()
 	time.Sleep(4 * time.Second)

@@ -351,3 +351,13 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// runAsync runs c.Run(ctx, id) in the background; its result arrives on the channel.
+func runAsync(ctx context.Context, c *Controller, id string) <-chan runResult {
+	done := make(chan runResult, 1)
+	go func() {
+		st, err := c.Run(ctx, id)
+		done <- runResult{id: id, st: st, err: err}
+	}()
+	return done
+}
