@@ -7,7 +7,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test lint demo bench clean
+.PHONY: all build test lint demo bench package lab-systemd clean
 
 all: build
 
@@ -19,6 +19,7 @@ build:
 
 test:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDeclaration$$' -fuzztime 20s ./wire
 
 lint:
 	$(GO) vet ./...
@@ -32,6 +33,7 @@ BENCH := CGO_ENABLED=0 $(GO) test -run '^$$' -count 1 -timeout 30m
 bench:
 	$(BENCH) -bench 'StandAsideGap|CrashOnStart|LauncherFootprint' -benchtime 20x ./lab/
 	$(BENCH) -bench DeclarationToAppliedHeartbeat -benchtime 500x ./host/
+	$(BENCH) -bench Reconcile200 -benchtime 200x ./host/apply/
 	$(BENCH) -bench . -benchtime 2000x ./host/link/
 	$(BENCH) -bench FleetOfHosts -benchtime 20x ./lab/
 	$(BENCH) -bench SixNodeRollout -benchtime 3x ./lab/
@@ -42,6 +44,42 @@ bench:
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
 	$(BENCH) -bench ParseDeclaration -benchtime 20x ./wire/
+	$(BENCH) -bench ThousandNodeUsers -benchtime 1x ./release/trust/
+	$(BENCH) -bench EnrolToFirstHeartbeat -benchtime 10x ./release/cmd/mesh-release/
+
+# `make package`: the .deb (nfpm, pinned) and the tarball floor for one architecture, into OUT.
+# docs/decisions/0009-packaging.md. Both are built from one staging directory, which is also the
+# tarball's top-level directory; each file lands in OUT by a rename, so OUT never holds half of one.
+# SOURCE_DATE_EPOCH (the last commit's time) stamps every file in both, so the same tree and Go
+# give the same bytes. nfpm names Debian's architecture from GOARCH, except plain arm: Go builds
+# for ARMv7 by default, which Debian calls armhf and nfpm arm7.
+OUT     ?= dist/out
+ARCH    ?= $(shell $(GO) env GOARCH)
+NFPM    := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+package: PKGVERSION := $(VERSION)
+package: TARNAME = mesh-host-$(PKGVERSION)-linux-$(ARCH)
+package: STAGE = $(OUT)/.stage/$(TARNAME)
+package:
+	rm -rf $(OUT)/.stage && mkdir -p $(STAGE)
+	GOOS=linux GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKGVERSION)' -o $(STAGE)/mesh-launcher ./launcher/cmd/mesh-launcher
+	GOOS=linux GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKGVERSION)' -o $(STAGE)/mesh-host ./host/cmd/mesh-host
+	install -m 0644 dist/mesh-launcher.service dist/tarball/README $(STAGE)/
+	install -m 0755 dist/tarball/install.sh $(STAGE)/
+	VERSION=$(PKGVERSION) ARCH=$(if $(filter arm,$(ARCH)),arm7,$(ARCH)) STAGE=$(STAGE) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+		$(GO) run $(NFPM) package -f dist/nfpm.yaml -p deb -t $(OUT)/.stage/
+	tar -C $(OUT)/.stage --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH) \
+		-I 'gzip -n -9' -cf $(OUT)/.stage/$(TARNAME).tar.gz $(TARNAME)
+	sync $(OUT)/.stage/*.deb $(OUT)/.stage/$(TARNAME).tar.gz
+	mv -f $(OUT)/.stage/*.deb $(OUT)/.stage/$(TARNAME).tar.gz $(OUT)/
+	rm -rf $(OUT)/.stage
+	@ls -l $(OUT)
+
+# The real-systemd lab: Debian nodes booted with systemd as PID 1 under systemd-nspawn. Needs
+# root; installs systemd-container and debootstrap with apt-get when they are missing; caches the
+# rootfs under $$MESH_LAB_CACHE, $$XDG_CACHE_HOME/mesh-lab or /var/cache/mesh-lab.
+lab-systemd:
+	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 30m ./lab/systemd/
 
 clean:
-	rm -rf bin
+	rm -rf bin dist/out

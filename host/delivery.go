@@ -35,7 +35,7 @@ func (h *Host) newDelivery() (*delivery, error) {
 	}
 	d, err := deliver.New(deliver.Config{
 		Root: h.root, JS: h.link.JetStream(), Names: wire.NamesFor(cfg.Prefix), TrustedKeys: keys,
-		Records: h.records, Log: h.log.With("component", "deliver"), PreflightArgs: h.opts.PreflightArgs,
+		Records: h.records, Withdrawn: h.isWithdrawn, Log: h.log.With("component", "deliver"), PreflightArgs: h.opts.PreflightArgs,
 	})
 	if err != nil {
 		return nil, err
@@ -47,9 +47,12 @@ func (h *Host) newDelivery() (*delivery, error) {
 // version makes the host check whether to stand aside; a refusal is recorded and reported.
 func (h *Host) deliverTarget(ctx context.Context, version string, revision uint64) {
 	if version != "" && version != h.opts.Version {
-		// A version this node marked bad is refused whatever is on disk (its directory may not
-		// be retired yet), and never fetched again.
-		if bad, reason, err := h.records.IsBad(ctx, version); err != nil {
+		// A withdrawn version, and one this node marked bad, is refused whatever is on disk
+		// (its directory may not be retired yet), and never fetched again.
+		if reason, ok := h.isWithdrawn(version); ok {
+			h.refuse(ctx, "target", revision, fmt.Sprintf("target %s is withdrawn (%s): it is not fetched and not run", version, reason))
+			version = ""
+		} else if bad, reason, err := h.records.IsBad(ctx, version); err != nil {
 			h.log.Error("could not read whether the target is marked bad", "err", err)
 		} else if bad {
 			h.refuse(ctx, "target", revision, fmt.Sprintf("target %s is marked bad on this node and is not fetched again: %s", version, reason))
@@ -90,6 +93,16 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 			h.refuse(context.WithoutCancel(dctx), "target", revision, err.Error())
 		}
 	}()
+}
+
+// cancelDelivery stops a delivery of version in progress, if there is one.
+func (h *Host) cancelDelivery(version string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if dl := h.delivery; dl != nil && dl.cancel != nil && dl.version == version {
+		dl.cancel()
+		dl.cancel = nil
+	}
 }
 
 // fetch is the delivery's progress for the heartbeat, or nil.

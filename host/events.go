@@ -28,6 +28,8 @@ func (h *Host) readEvents(ctx context.Context) {
 			h.declarationArrived(ctx, ev)
 		case link.TargetChanged:
 			h.targetChanged(ctx, ev)
+		case link.WithdrawalsArrived:
+			h.withdrawalsArrived(ctx, ev)
 		}
 	}
 }
@@ -45,7 +47,11 @@ func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrive
 		h.refuse(ctx, "declaration", ev.Revision, fmt.Sprintf("%v; keeping the one held (split it, or raise max_declaration_bytes in host.json or MESH_HOST_MAX_DECLARATION_BYTES)", err))
 		return
 	}
-	if _, err := wire.ParseDeclaration(ev.Value, h.opts.Config.Node); err != nil {
+	d, err := wire.ParseDeclaration(ev.Value, h.opts.Config.Node)
+	if err == nil {
+		err = wire.CheckDeclarationPaths(d, h.root) // the parser knows only the default root
+	}
+	if err != nil {
 		h.refuse(ctx, "declaration", ev.Revision, err.Error())
 		return
 	}
@@ -55,23 +61,6 @@ func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrive
 	}
 	log.Info("declaration arrived")
 	h.triggers.kick(wire.TriggerDeclaration)
-}
-
-func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
-	if ev.Err != nil {
-		h.refuse(ctx, "target", ev.Revision, ev.Err.Error())
-		return
-	}
-	version := ""
-	if ev.Target != nil {
-		version = ev.Target.Version
-	}
-	h.mu.Lock()
-	h.target = version
-	h.mu.Unlock()
-	h.log.Info("target changed", "target", version, "key", ev.Key)
-	h.heartbeatSoon()
-	h.deliverTarget(ctx, version, ev.Revision)
 }
 
 // refuse records a refused input and reports it in the next heartbeat. The reason quotes the

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -68,9 +70,17 @@ type hostOpt func(*config.Config)
 
 func startHost(t testing.TB, root, node, url string, opts ...hostOpt) *testHost {
 	t.Helper()
+	return startHostAs(t, root, node, url, "v1.0.0", opts...)
+}
+
+// startHostAs starts a host that is version (its directory must be on root).
+func startHostAs(t testing.TB, root, node, url, version string, opts ...hostOpt) *testHost {
+	t.Helper()
 	cfg := config.Config{
 		Root: root, Node: node, Prefix: "mesh",
 		ReconcileInterval: config.Duration(time.Hour), HeartbeatInterval: config.Duration(time.Hour),
+		// Test hosts take the targets and withdrawal lists the test release key signs.
+		TrustedTargetKeys: []string{base64.StdEncoding.EncodeToString(meshtest.ReleaseKey.Public)},
 	}
 	if url != "" {
 		cfg.NATSURLs = []string{url}
@@ -79,7 +89,7 @@ func startHost(t testing.TB, root, node, url string, opts ...hostOpt) *testHost 
 		o(&cfg)
 	}
 	logs := &meshtest.Buffer{}
-	h, err := New(Options{Config: cfg, Version: "v1.0.0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	h, err := New(Options{Config: cfg, Version: version, Detector: testDetector, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,3 +143,7 @@ func (th *testHost) reconciles() meshtest.Reconciles {
 func decl(node string, resources string) []byte {
 	return []byte(fmt.Sprintf(`{"version": 1, "node": %q, "resources": [%s]}`, node, resources))
 }
+
+// testDetector is shared by every host these tests start: they run on one machine, and
+// hundreds of hosts probing container runtimes at once would read a slow runtime as broken.
+var testDetector = profile.NewDetector(time.Hour)

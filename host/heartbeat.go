@@ -22,9 +22,22 @@ func (h *Host) heartbeatSoon() {
 
 // heartbeatLoop sends a heartbeat when asked and every heartbeat interval while idle. It runs
 // apart from the reconcile loop so a slow bus never holds up a reconcile.
+//
+// It also has the machine's profile detected once at its start, beside it rather than before
+// it: detection can take seconds, and the first heartbeats go without a profile rather than
+// wait. One more heartbeat follows when it ends.
 func (h *Host) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(h.opts.Config.HeartbeatInterval.Std())
 	defer t.Stop()
+	detected := make(chan struct{})
+	go func() {
+		defer close(detected)
+		if h.machine.profileNow() == nil { // the start reconcile may have detected first
+			h.detectMachine(ctx)
+		}
+	}()
+	defer func() { <-detected }() // the detection ends with ctx; nothing outlives the host
+	profiled := detected
 	for {
 		select {
 		case <-ctx.Done():
@@ -32,6 +45,8 @@ func (h *Host) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		case <-h.beat:
 			t.Reset(h.opts.Config.HeartbeatInterval.Std())
+		case <-profiled:
+			profiled = nil
 		}
 		h.sendHeartbeat(ctx, wire.StateRunning, "")
 	}
@@ -54,12 +69,10 @@ func (h *Host) sendHeartbeat(ctx context.Context, state, standingAsideFor string
 // heartbeat is what this host says about itself now. Whatever cannot be read is left empty and
 // logged: a partial heartbeat is better than silence, which means something else.
 func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wire.Heartbeat {
-	h.mu.Lock()
-	target := h.target
-	h.mu.Unlock()
+	target, expiredSince := h.targetNow(time.Now())
 	hb := wire.Heartbeat{
 		Node: h.opts.Config.Node, State: state, Running: h.opts.Version,
-		StandingAsideFor: standingAsideFor, Target: target, Fetch: h.fetch(),
+		StandingAsideFor: standingAsideFor, Target: target, TargetExpiredSince: expiredSince, Fetch: h.fetch(),
 		UptimeS: int64(time.Since(h.started).Seconds()), SentAt: time.Now().UTC(),
 	}
 	if h.link != nil {
@@ -102,6 +115,8 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	if hb.Fetch != nil {
 		hb.Fetch.Error = rollback.Cut(hb.Fetch.Error, wire.MaxErrorBytes)
 	}
+	hb.Profile = h.machine.profileNow()
+	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb
 }
 

@@ -7,6 +7,7 @@ package host
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/novox/mesh-host/host/apply"
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/link"
+	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/host/store"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -35,6 +38,9 @@ type Options struct {
 	// from the reconcile loop; nil for none.
 	Alive      io.Writer
 	AliveEvery time.Duration
+	// Detector detects the machine's profile; hosts of one process (the lab's fleets) share
+	// one. Nil: the host makes its own, reusing a detection for a minute.
+	Detector *profile.Detector
 }
 
 // Result says why Run returned without error.
@@ -57,10 +63,22 @@ type Host struct {
 	recheck  chan struct{} // a version was staged: check Choose once no reconcile runs
 	wg       sync.WaitGroup
 
-	mu        sync.Mutex
-	confirmed bool
-	target    string    // the version the bus says this node should run; "" for none
-	delivery  *delivery // nil when the host does not fetch versions (no link or no trusted keys)
+	trusted   []ed25519.PublicKey // verify targets and the withdrawal list (trusted_target_keys, else trusted_keys)
+	wmu       sync.Mutex          // one application of the withdrawal list at a time
+	machine   machineReport       // owned and drifted, from the reconciles, for the heartbeat
+	detector  *profile.Detector   // shared by the hosts of one process
+	engine    *apply.Engine       // applies the held declaration (set in Run, once the link is open)
+	blobStore apply.Blobs         // the blobs its appliers read: ROOT/blobs, filled over the link
+
+	mu             sync.Mutex
+	confirmed      bool
+	target         *inForce    // the target accepted last; nil for none
+	expiry         *time.Timer // fires when target expires
+	delivery       *delivery   // nil when the host does not fetch versions (no link or no trusted keys)
+	withdrawn      map[string]wire.Withdrawn
+	withdrawalsRev uint64     // KV revision of the withdrawal list accepted last (0: known from the store)
+	saidNoStepDown bool       // the refusal "withdrawn, nothing to step down to" was recorded
+	lastApplied    *time.Time // when a declaration was last applied completely (nil: not known)
 }
 
 // New makes a host; nothing happens until Run.
@@ -74,12 +92,16 @@ func New(opts Options) (*Host, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Detector == nil {
+		opts.Detector = profile.NewDetector(time.Minute)
+	}
 	if opts.AliveEvery <= 0 {
 		opts.AliveEvery = 10 * time.Second
 	}
 	return &Host{
 		pulse:    pulse{w: opts.Alive, every: opts.AliveEvery},
 		opts:     opts,
+		detector: opts.Detector,
 		log:      opts.Logger.With("node", opts.Config.Node, "version", opts.Version),
 		root:     opts.Config.Root,
 		triggers: newTriggers(),
@@ -106,6 +128,21 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	defer h.store.Close()
+	if h.trusted, err = h.targetKeys(); err != nil {
+		return Result{}, err
+	}
+	// The withdrawal list accepted before is applied before the bus answers.
+	if err := h.loadWithdrawn(ctx); err != nil {
+		return Result{}, err
+	}
+	h.applyWithdrawals(ctx, 0, false)
+	defer func() {
+		h.mu.Lock()
+		if h.expiry != nil {
+			h.expiry.Stop()
+		}
+		h.mu.Unlock()
+	}()
 	if removed, err := rollback.CleanStaging(h.root); err != nil {
 		h.log.Error("could not remove leftover staging directories", "err", err)
 	} else if len(removed) > 0 {
@@ -126,6 +163,7 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		h.link, err = link.Open(bg, link.Options{
 			URLs: cfg.NATSURLs, Creds: cfg.NATSCreds, CA: cfg.NATSCA, Node: cfg.Node,
 			Names: wire.NamesFor(cfg.Prefix), Logger: h.log.With("component", "link"),
+			InsecurePlaintext: cfg.InsecurePlaintext, JSAPIPrefix: cfg.JSAPIPrefix,
 		})
 		if err != nil {
 			return Result{}, err
@@ -141,6 +179,10 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 	} else {
 		h.log.Info("no NATS URL configured: running disconnected, reconciling from the store")
 	}
+
+	// The engine reads blobs over the link when there is one, so it is made once the link is.
+	h.blobStore = h.blobs()
+	h.engine = NewEngine(h.root, h.store, h.blobStore, "", h.log.With("component", "apply"), h.pulse.beat)
 
 	res, err := h.loop(ctx)
 	h.pulse.beat()
@@ -212,6 +254,12 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 			return Result{}, nil
 		}
 		drift.Reset(interval)
+		if trigger == wire.TriggerTimer {
+			// The drift timer also detects the machine again (a runtime's engine may have
+			// started since), apart from the loop: detection may take seconds.
+			h.wg.Add(1)
+			go func() { defer h.wg.Done(); h.detectMachine(ctx) }()
+		}
 		if next, err := h.standAsideFor(ctx); err != nil {
 			h.log.Error("could not choose a version after the reconcile", "err", err)
 		} else if next != "" {
@@ -230,8 +278,11 @@ func (h *Host) recheckSoon() {
 	}
 }
 
-// standAsideFor returns the version Choose names if it is not this one.
+// standAsideFor returns the version Choose names if it is not this one. The withdrawal list is
+// applied to what is on disk first, so a withdrawn version is never stood aside for, and a
+// withdrawn host steps down.
 func (h *Host) standAsideFor(ctx context.Context) (string, error) {
+	h.applyOnDisk(ctx)
 	choice, err := h.records.Choose(ctx, h.root)
 	if err != nil {
 		return "", err

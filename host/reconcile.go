@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/host/blobs"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
 
 // errStopped ends a reconcile between steps when the host is asked to stop.
-var errStopped = errors.New("stopped between steps")
+var errStopped = apply.ErrStopped
 
 // reconcile runs one reconcile, records it in the store and, the first time one completes,
 // confirms this version.
@@ -25,7 +26,7 @@ func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger wire
 	err = h.apply(ctx, stop)
 	log := h.log.With("trigger", trigger, "duration", time.Since(began).Round(time.Millisecond))
 	// The error is built from the declaration, so it is bounded before it is stored, sent or
-	// logged (apply already names only the first failures; this bounds the rest).
+	// logged (the engine bounds each step's error; this bounds the whole).
 	errText := ""
 	if err != nil {
 		errText = rollback.Cut(err.Error(), wire.MaxErrorBytes)
@@ -62,14 +63,17 @@ func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger wire
 	}
 }
 
-// apply applies the declaration the host holds, one resource at a time, checking for a stop
-// between steps. No declaration held yet is an empty one, which is valid and completes at once.
+// apply applies the declaration the host holds through the engine (one resource at a time,
+// stopping at the first that fails, checking for a stop between steps), then reports what the
+// host owns and what drifted for the heartbeat. No declaration held yet changes nothing: not
+// even what an earlier `mesh-host apply` left owned is removed until a declaration says so.
 func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
 	raw, _, ok, err := h.store.Held(ctx)
 	if err != nil {
 		return fmt.Errorf("read the held declaration: %w", err)
 	}
 	if !ok {
+		h.reportApplied(ctx, nil, false)
 		return nil
 	}
 	decl, err := wire.ParseDeclaration(raw, h.opts.Config.Node)
@@ -78,62 +82,83 @@ func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
 		// declaration format this version no longer reads.
 		return fmt.Errorf("the held declaration no longer parses: %w", err)
 	}
-	failed := failures{total: len(decl.Resources)}
-	for i, r := range decl.Resources {
-		select {
-		case <-stop:
-			return errStopped
-		default:
+	// The parser knows only the default root; this host's own is checked here (and the
+	// engine's Guard checks again, against symlinks, before every change).
+	if err := wire.CheckDeclarationPaths(decl, h.root); err != nil {
+		return err
+	}
+	// The container runtime is the profile's, detected again on the drift timer; the appliers
+	// and the guard are made again for each reconcile (small values; the guard resolves the
+	// root's symlinks once, for every resource).
+	runtime := ""
+	if p := h.machine.profileNow(); p != nil {
+		runtime = p.ContainerRuntime
+	} else if NeedsRuntime(ctx, decl, h.store) {
+		runtime = h.machineProfile(ctx).ContainerRuntime
+	}
+	h.engine.Appliers = Appliers(h.root, h.blobStore, runtime)
+	h.engine.Guard = apply.NewGuard(h.root) // the root's symlinks as they are now
+	rep, err := h.engine.Apply(ctx, decl, stop)
+	h.reportApplied(ctx, rep.Drifted, err == nil)
+	if errors.Is(err, apply.ErrStopped) {
+		return errStopped
+	}
+	if err != nil {
+		return err
+	}
+	if n := rep.Changed(); n > 0 {
+		h.log.Info("applied the declaration", "changed", n, "drifted", len(rep.Drifted), "counts", rep.Counts)
+	}
+	h.pruneBlobs(decl)
+	return nil
+}
+
+// pruneBlobs removes from ROOT/blobs what the declaration no longer names, after a complete
+// apply (so after what is no longer declared was removed): the cache holds what the host may
+// need again to put a resource back, never more. A blob pruned is fetched again if named later.
+func (h *Host) pruneBlobs(d wire.Declaration) {
+	c, ok := h.blobStore.(*blobs.Cache)
+	if !ok {
+		return
+	}
+	keep := map[string]bool{}
+	for _, r := range d.Resources {
+		switch s := r.Parsed.(type) {
+		case *wire.FileSpec:
+			keep[s.Source] = true
+		case *wire.ArchiveSpec:
+			keep[s.Source] = true
+		case *wire.PackageSpec:
+			keep[s.Source] = true
 		}
-		h.pulse.beat()
-		if err := h.applyResource(ctx, r); err != nil {
-			failed.add(i, r, err)
+	}
+	if n, err := c.Prune(keep); err != nil {
+		h.log.Warn("could not prune the blob cache", "err", err)
+	} else if n > 0 {
+		h.log.Info("pruned blobs no longer declared", "removed", n)
+	}
+}
+
+// reportApplied hands the heartbeat what the host owns now, when it last applied a declaration
+// completely, and what this reconcile found drifted.
+func (h *Host) reportApplied(ctx context.Context, drifted []wire.Drifted, complete bool) {
+	owned, err := h.store.OwnedCount(ctx)
+	if err != nil {
+		h.log.Warn("could not count what the host owns", "err", err)
+	}
+	h.mu.Lock()
+	if complete {
+		now := time.Now().UTC()
+		h.lastApplied = &now
+	} else if h.lastApplied == nil {
+		if at, ok, err := h.store.LastApplied(ctx); err != nil {
+			h.log.Warn("could not read when a declaration was last applied", "err", err)
+		} else if ok {
+			at = at.UTC()
+			h.lastApplied = &at
 		}
 	}
-	return failed.err()
-}
-
-// A declaration may hold many thousands of resources, and every one may fail the same way: the
-// reconcile error names the first few and counts the rest, so it stays readable and small.
-const (
-	maxFailuresNamed = 10  // failures named in a reconcile error
-	maxFailureBytes  = 512 // each named failure, cut with rollback.Cut
-)
-
-// failures collects a reconcile's failed resources.
-type failures struct {
-	total int      // resources in the declaration
-	count int      // resources that failed
-	named []string // the first maxFailuresNamed
-}
-
-func (f *failures) add(i int, r wire.Resource, err error) {
-	f.count++
-	if len(f.named) < maxFailuresNamed {
-		f.named = append(f.named, rollback.Cut(fmt.Sprintf("resources[%d] %s %q: %v", i, r.Type, r.ID, err), maxFailureBytes))
-	}
-}
-
-// err is nil when nothing failed, else "K of N resources failed: first; second; …; and M more".
-func (f *failures) err() error {
-	if f.count == 0 {
-		return nil
-	}
-	noun := "resources" // "1 of 1 resource", "1 of 3 resources"
-	if f.total == 1 {
-		noun = "resource"
-	}
-	text := fmt.Sprintf("%d of %d %s failed: %s", f.count, f.total, noun, strings.Join(f.named, "; "))
-	if more := f.count - len(f.named); more > 0 {
-		text += fmt.Sprintf("; and %d more", more)
-	}
-	return errors.New(text)
-}
-
-// applyResource applies one resource. The appliers (directory, file, archive, service,
-// package, container) are a later issue; until then every resource is reported as not applied
-// rather than silently skipped, and the reconcile says so.
-func (h *Host) applyResource(ctx context.Context, r wire.Resource) error {
-	_ = ctx
-	return fmt.Errorf("not applied: this host version has no applier for %q resources yet", r.Type)
+	owned.AppliedAt = h.lastApplied
+	h.mu.Unlock()
+	h.machine.setApplied(owned, drifted)
 }

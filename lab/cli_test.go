@@ -26,9 +26,9 @@ type binary struct {
 }
 
 var binaries = []binary{
-	{"mesh-launcher", PkgLauncher, []string{"run", "status", "version"}},
+	{"mesh-launcher", PkgLauncher, []string{"run", "install", "status", "version"}},
 	{"mesh-host", PkgHost, []string{"run", "preflight", "version"}},
-	{"mesh-release", PkgRelease, []string{"serve", "init", "declare", "fleet", "keygen", "build", "publish", "target", "version"}},
+	{"mesh-release", PkgRelease, []string{"serve", "init", "declare", "fleet", "keygen", "build", "publish", "target", "rollout", "withdraw", "enrol-token", "enrol-service", "node", "version"}},
 	{"mesh-lab", pkgLab, []string{"demo", "up", "version"}},
 }
 
@@ -68,7 +68,7 @@ func commandsOf(t *testing.T, b binary, path string) []string {
 	_, out, _ := runBin(t, path, "--help")
 	var listed []string
 	sc := bufio.NewScanner(strings.NewReader(out))
-	re := regexp.MustCompile(`^  ([a-z]+) +\S`)
+	re := regexp.MustCompile(`^  ([a-z][a-z-]*) +\S`)
 	for sc.Scan() {
 		if m := re.FindStringSubmatch(sc.Text()); m != nil {
 			listed = append(listed, m[1])
@@ -106,13 +106,17 @@ func TestEveryBinaryAndCommandPrintsHelpOnStdout(t *testing.T) {
 	// The usage lines name positional arguments.
 	rel := build(t, PkgRelease, cliVersion)
 	for cmd, want := range map[string]string{
-		"declare": "usage: mesh-release declare [flags] NODE FILE\n",
-		"target":  "usage: mesh-release target [flags] (NODE… | --fleet) VERSION\n",
-		"publish": "usage: mesh-release publish [flags] DIR\n",
+		"declare":  "usage: mesh-release declare [flags] NODE FILE\n",
+		"target":   "usage: mesh-release target [flags] (NODE… | --fleet) VERSION\n",
+		"publish":  "usage: mesh-release publish [flags] DIR\n",
+		"withdraw": "usage: mesh-release withdraw [flags] VERSION\n",
 	} {
 		if _, out, _ := runBin(t, rel, cmd, "--help"); !strings.HasPrefix(out, want) {
 			t.Errorf("mesh-release %s --help: %q, want %q", cmd, out, want)
 		}
+	}
+	if _, out, _ := runBin(t, build(t, PkgLauncher, cliVersion), "install", "--help"); !strings.HasPrefix(out, "usage: mesh-launcher install [flags] FILE\n") {
+		t.Errorf("mesh-launcher install --help: %q", out)
 	}
 }
 
@@ -204,7 +208,7 @@ func TestServeOwnsItsDataDirectoryAndAddressAndIsQuiet(t *testing.T) {
 		want string
 	}{
 		{"SameData", []string{"--data", data, "--listen", "127.0.0.1:0"}, fmt.Sprintf("(pid %d) already serves from %s", first.Process.Pid, data)},
-		{"SameAddress", []string{"--data", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://")}, "cannot listen on " + strings.TrimPrefix(url, "nats://")},
+		{"SameAddress", []string{"--data", t.TempDir(), "--listen", hostPort(url)}, "cannot listen on " + hostPort(url)},
 	} {
 		began := time.Now()
 		code, out, errOut := runBin(t, rel, append([]string{"serve"}, tc.args...)...)
@@ -224,4 +228,12 @@ func TestServeOwnsItsDataDirectoryAndAddressAndIsQuiet(t *testing.T) {
 	if firstErr.Len() != 0 {
 		t.Errorf("serve logged without --verbose:\n%s", firstErr.String())
 	}
+}
+
+// hostPort is the host:port of a client URL, whatever its scheme (serve says tls:// by default).
+func hostPort(url string) string {
+	if _, rest, ok := strings.Cut(url, "://"); ok {
+		return rest
+	}
+	return url
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -66,6 +67,10 @@ func Demo(ctx context.Context, w io.Writer, src string) (err error) {
 	}()
 	d.say("bus: NATS with JetStream on %s; six nodes (node-1 … node-6), each a mesh-launcher process with its own root, heartbeating every second, all confirmed on v1.0.0", f.Bus.URL())
 	if err := d.table(ctx); err != nil {
+		return err
+	}
+
+	if err := d.applyAndKeep(ctx, filepath.Join(work, "srv")); err != nil {
 		return err
 	}
 
@@ -262,6 +267,51 @@ func (d *demo) all(ctx context.Context, nodes []string, what string, ok func(Bea
 		return err
 	}
 	d.ok("%s", what)
+	return nil
+}
+
+// applyAndKeep shows the host's own job: each node is declared a directory and a file (under
+// srv, the lab's stand-in for /srv), applies them, and puts back the file deleted by hand.
+func (d *demo) applyAndKeep(ctx context.Context, srv string) error {
+	if err := os.Mkdir(srv, 0o755); err != nil {
+		return err
+	}
+	d.say("declaring each node a directory and a file under %s (KV mesh_declarations; the lab's stand-in for /srv)", srv)
+	for _, n := range d.f.Names() {
+		dir := filepath.Join(srv, n)
+		doc := wire.Declaration{Version: wire.DeclarationVersion, Node: n, Resources: []wire.Resource{
+			{Type: wire.KindDirectory, ID: dir, Spec: json.RawMessage(`{"mode": "0755"}`)},
+			{Type: wire.KindFile, ID: filepath.Join(dir, "motd"), Spec: json.RawMessage(fmt.Sprintf(`{"content": "served by %s\n", "mode": "0644"}`, n))},
+		}}
+		if _, err := d.f.Bus.Declare(ctx, n, doc.Marshal()); err != nil {
+			return err
+		}
+	}
+	if err := d.all(ctx, d.f.Names(), "every node applied its declaration and owns 2 resources (inventory.owned in its heartbeat)", func(b Beat) bool {
+		return b.Inventory != nil && b.Inventory.Owned.Total == 2 && b.LastReconcile != nil && b.LastReconcile.OK
+	}); err != nil {
+		return err
+	}
+	node := d.f.Names()[0]
+	motd := filepath.Join(srv, node, "motd")
+	if err := os.Remove(motd); err != nil {
+		return err
+	}
+	d.say("someone deletes %s by hand", motd)
+	if err := d.all(ctx, []string{node}, node+"'s drift timer put it back, and its heartbeat names it in drift", func(b Beat) bool {
+		for _, dr := range b.Drift {
+			if dr.ID == motd && dr.Restored {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		return err
+	}
+	if got, err := os.ReadFile(motd); err != nil || string(got) != "served by "+node+"\n" {
+		return fmt.Errorf("after the drift was reported, %s holds %q (%v), want it as declared", motd, got, err)
+	}
+	d.ok("%s is back as declared", motd)
 	return nil
 }
 

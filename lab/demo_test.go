@@ -19,6 +19,8 @@ func TestDemoTellsTheStoryAsItHappens(t *testing.T) {
 		t.Fatalf("the demo failed: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{
+		"✓ every node applied its declaration",
+		"drift timer put it back",
 		"✓ the canaries",
 		"✓ v1.1.0 completed: every node runs it, confirmed",
 		"✓ batches went in order",

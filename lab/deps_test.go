@@ -9,8 +9,8 @@ import (
 )
 
 // The launcher has no network code: nothing from NATS, the link, or net/http may be linked in.
-// (go-systemd's sd_notify uses a unix datagram socket through package net; that is the one
-// exception, and it never leaves the machine.)
+// (go-systemd's sd_notify and journal use unix datagram sockets through package net; that is the
+// one exception, and it never leaves the machine.)
 func TestLauncherLinksNoNetworkCode(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", PkgLauncher)
 	cmd.Dir = bins.Src
@@ -43,7 +43,7 @@ func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 		// The leaves everyone shares (the version rule, the SQLite and atomic-write plumbing,
 		// the command-line rule) carry no weight: nothing of the module above them, and no
 		// network code. (internal/meshtest is test support, checked below.)
-		{"./internal/layout ./internal/sqlitefile ./internal/atomicfile ./internal/cmdline", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire", "/mesh-host/rollback", "github.com/nats-io/", "net/http"}},
+		{"./internal/layout ./internal/sqlitefile ./internal/atomicfile ./internal/cmdline ./internal/ctxio", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire", "/mesh-host/rollback", "github.com/nats-io/", "net/http"}},
 	} {
 		t.Run(tc.pkgs, func(t *testing.T) {
 			cmd := exec.Command("go", append([]string{"list", "-deps"}, strings.Fields(tc.pkgs)...)...)

@@ -203,14 +203,28 @@ func (f *Fleet) Ship(ctx context.Context, version, pkg string) error {
 	return f.Release.Publish(ctx, dir)
 }
 
-// Rollout prepares `mesh-release rollout args… --nats URL` as a background process; set its
-// OnLine if needed, then Start it. Close kills it if it is still running.
+// Rollout prepares `mesh-release rollout args… --nats URL` as a background process (with
+// --key, the release key, for a subcommand that writes targets); set its OnLine if needed, then
+// Start it. Close kills it if it is still running.
 func (f *Fleet) Rollout(args ...string) *Controller {
-	c := NewController(f.Release.Bin, append(append([]string{"rollout"}, args...), "--nats", f.Bus.URL())...)
+	args = append(append([]string{"rollout"}, args...), "--nats", f.Bus.URL())
+	if len(args) > 1 && signs(args[1]) {
+		args = append(args, "--key", f.Release.KeyPath())
+	}
+	c := NewController(f.Release.Bin, args...)
 	f.mu.Lock()
 	f.controllers = append(f.controllers, c)
 	f.mu.Unlock()
 	return c
+}
+
+// signs reports whether `mesh-release rollout sub` writes targets, so takes --key.
+func signs(sub string) bool {
+	switch sub {
+	case "start", "resume", "watch", "abort":
+		return true
+	}
+	return false
 }
 
 // StartRollout runs `mesh-release rollout args… --nats URL` in the background.

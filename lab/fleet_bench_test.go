@@ -69,7 +69,7 @@ func BenchmarkFleetOfHosts(b *testing.B) {
 		if err := fakeRoot(root, "v1.0.0"); err != nil {
 			b.Fatal(err)
 		}
-		h, err := host.New(host.Options{Version: "v1.0.0", Logger: quiet, Config: config.Config{
+		h, err := host.New(host.Options{Version: "v1.0.0", Detector: fleetDetector, Logger: quiet, Config: config.Config{
 			Root: root, Node: fmt.Sprintf("n%04d", i), NATSURLs: []string{url}, Prefix: "mesh",
 			ReconcileInterval: config.Duration(10 * time.Minute), HeartbeatInterval: config.Duration(time.Second),
 		}})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/novox/mesh-host/host"
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -43,7 +44,7 @@ func launchLoop(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		if err != nil {
 			return err
 		}
-		h, err := host.New(host.Options{Config: cfg, Version: choice.Version, StartID: start, Logger: log})
+		h, err := host.New(host.Options{Config: cfg, Version: choice.Version, StartID: start, Logger: log, Detector: fleetDetector})
 		if err != nil {
 			return err
 		}
@@ -63,3 +64,6 @@ func launchLoop(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 		}
 	}
 }
+
+// fleetDetector is shared by the hosts of the in-process fleets: one machine, one detection.
+var fleetDetector = profile.NewDetector(time.Hour)

@@ -24,9 +24,18 @@ func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	ctx := ctxFor(t, 180*time.Second)
 	b, rel, n, hbs := deliveringNode(t, ctx, "v1.1.0")
 
+	// Every file's directory is missing (never declared), so the apply fails at the first and
+	// names it: the error stays bounded however many resources follow.
+	// A short path keeps the declaration under the 1 MiB limit: t.TempDir's are long.
+	short, err := os.MkdirTemp("", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	missing := filepath.Join(short, "x")
 	decl := wire.Declaration{Version: 1, Node: "lab"}
 	for i := range 11000 {
-		decl.Resources = append(decl.Resources, wire.Resource{Type: wire.KindFile, ID: fmt.Sprintf("/srv/app/conf.d/file-%05d.conf", i), Spec: json.RawMessage(`{}`)})
+		decl.Resources = append(decl.Resources, wire.Resource{Type: wire.KindFile, ID: fmt.Sprintf("%s/f%05d", missing, i), Spec: json.RawMessage(`{"content":""}`)})
 	}
 	file := filepath.Join(t.TempDir(), "lab.json")
 	if err := os.WriteFile(file, decl.Marshal(), 0o600); err != nil {
@@ -38,8 +47,11 @@ func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	hb := meshtest.WaitHeartbeat(t, hbs, "the large declaration reconciled", func(hb wire.Heartbeat) bool {
 		return hb.DeclarationRevision > 0 && hb.LastReconcile != nil && hb.LastReconcile.Trigger == wire.TriggerDeclaration
 	})
-	if e := hb.LastReconcile.Error; len(e) > 8<<10 || !strings.Contains(e, "more") {
-		t.Errorf("reconcile error of %d bytes, want it bounded (first few, then \"and K more\"): %.300s", len(e), e)
+	if e := hb.LastReconcile.Error; len(e) > 8<<10 || !strings.Contains(e, "resources[0]") || hb.LastReconcile.OK {
+		t.Errorf("reconcile ok=%v, error of %d bytes, want it failed at resources[0] and bounded: %.300s", hb.LastReconcile.OK, len(e), e)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("%s exists after the failed apply (err %v); a missing parent is never made implicitly", missing, err)
 	}
 
 	if err := rel.Ship(ctx, "v1.2.0", build(t, PkgHost, "v1.2.0")); err != nil {

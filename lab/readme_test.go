@@ -46,10 +46,14 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := walkthroughBlocks(t, string(readme))
-	for _, name := range []string{"bus", "node", "release", "rollback", "rollout"} {
+	for _, name := range []string{"bus", "node", "release", "rollback", "rollout", "withdraw"} {
 		if _, ok := blocks[name]; !ok {
 			t.Fatalf("README has no walkthrough block %q", name)
 		}
+	}
+	if lines := unsigned(blocks); len(lines) > 0 {
+		// Hosts refuse an unsigned target, and mesh-release refuses to write one (decision 0011).
+		t.Fatalf("the README's walk-through writes targets without --key: %q", lines)
 	}
 
 	work := t.TempDir()
@@ -58,11 +62,12 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	root, data := filepath.Join(work, "root"), filepath.Join(work, "release-data")
 	usrBin, units := filepath.Join(work, "usr-bin"), filepath.Join(work, "systemd")
 	port := freePort(t)
-	busURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	busURL := fmt.Sprintf("tls://127.0.0.1:%d", port)
 	crashrun := build(t, "./lab/fixtures/crashrun", "v1.2.0")
 	subst := []struct{ old, new string }{
 		{"/var/lib/mesh-host", root},
 		{"/var/lib/mesh-release", data},
+		{"/srv/app", filepath.Join(work, "srv-app")}, // the declared directory: the host makes it
 		{"/usr/bin/mesh-launcher", filepath.Join(usrBin, "mesh-launcher")},
 		{"/etc/systemd/system/mesh-launcher.service", filepath.Join(units, "mesh-launcher.service")},
 		{"bus.example:4222", fmt.Sprintf("127.0.0.1:%d", port)},
@@ -93,12 +98,15 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	}
 
 	run("bus", blocks["bus"])
-	run("node", blocks["node"])
-	c, err := bus.Connect(ctx, busURL, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// As a person would read serve's banner before going on: the bus answers the admin.
+	var c *bus.Conn
+	waitFor(t, ctx, "serve to answer the admin over TLS", func() bool {
+		var err error
+		c, err = bus.Connect(ctx, busURL, filepath.Join(data, "trust", "admin.creds"), bus.WithCA(filepath.Join(data, "tls", "ca.pem")))
+		return err == nil
+	})
 	defer c.Close()
+	run("node", blocks["node"])
 	heard := func(what string, ok func(wire.Heartbeat) bool) {
 		t.Helper()
 		for {
@@ -159,11 +167,45 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	}
 	heard("running and confirmed on v1.3.0", func(hb wire.Heartbeat) bool { return hb.Running == "v1.3.0" && hb.KnownGood == "v1.3.0" })
 
+	// The withdraw block: the node steps down from v1.3.0 to v1.1.0 (v1.2.0 is bad), and fleet
+	// shows the withdrawal.
+	wd := blocks["withdraw"]
+	cut = strings.Index(wd, "mesh-release fleet")
+	run("withdraw", wd[:cut])
+	heard("back on v1.1.0 after the withdrawal", func(hb wire.Heartbeat) bool { return hb.Running == "v1.1.0" })
+	if out := run("withdraw (fleet)", wd[cut:]); !strings.Contains(out, "v1.3.0") || !strings.Contains(out, "withdrawn") {
+		t.Errorf("fleet does not show v1.3.0 withdrawn:\n%s", out)
+	}
+	rep, err := launcher.ReadStatus(ctx, root, rollback.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range rep.Versions {
+		if v.Version == "v1.3.0" && (!v.Bad || !strings.Contains(v.BadReason, "withdrawn: corrupts the cache under load")) {
+			t.Errorf("v1.3.0 after the withdrawal: %+v", v)
+		}
+	}
+
 	for i, s := range subst {
 		if !used[i] {
 			t.Errorf("the README no longer says %q: update this test's replacements with it", s.old)
 		}
 	}
+}
+
+// unsigned are the walk-through's commands that write targets without a key.
+func unsigned(blocks map[string]string) []string {
+	var out []string
+	for _, b := range blocks {
+		for _, line := range strings.Split(b, "\n") {
+			writes := strings.HasPrefix(line, "mesh-release target ") || strings.HasPrefix(line, "mesh-release rollout start ") ||
+				strings.HasPrefix(line, "mesh-release withdraw ")
+			if writes && !strings.Contains(line, "--key") {
+				out = append(out, line)
+			}
+		}
+	}
+	return out
 }
 
 // walkthroughBlocks returns the README's shell blocks marked <!-- walkthrough: NAME -->.

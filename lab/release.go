@@ -47,11 +47,15 @@ func (r *Release) Ship(ctx context.Context, version, binary string) error {
 	return r.Publish(ctx, dir)
 }
 
+// KeyPath is the release key's file: it signs releases, and targets and withdrawals too (the
+// lab's hosts trust it as their target key, trusted_target_keys being empty).
+func (r *Release) KeyPath() string { return filepath.Join(r.KeyDir, "release.key") }
+
 // Build packs and signs binary as version into Out/<version> and returns that directory, ready
 // for `mesh-release publish`.
 func (r *Release) Build(ctx context.Context, version, binary string) (string, error) {
 	dir := filepath.Join(r.Out, version)
-	_, err := r.Run(ctx, "build", "--version", version, "--binary", binary, "--key", filepath.Join(r.KeyDir, "release.key"), "-o", dir)
+	_, err := r.Run(ctx, "build", "--version", version, "--binary", binary, "--key", r.KeyPath(), "-o", dir)
 	return dir, err
 }
 
@@ -61,12 +65,19 @@ func (r *Release) Publish(ctx context.Context, dir string) error {
 	return err
 }
 
-// Target sets the target of nodes (or, with none, the fleet) to version.
+// Target sets the target of nodes (or, with none, the fleet) to version, signed with the
+// release key.
 func (r *Release) Target(ctx context.Context, version string, nodes ...string) error {
 	args := append([]string{"target"}, nodes...)
 	if len(nodes) == 0 {
 		args = append(args, "--fleet")
 	}
-	_, err := r.Run(ctx, append(args, version, "--nats", r.NATS)...)
+	_, err := r.Run(ctx, append(args, version, "--key", r.KeyPath(), "--nats", r.NATS)...)
 	return err
+}
+
+// Withdraw withdraws version for reason (`mesh-release withdraw`), signed with the release key,
+// and returns what it printed.
+func (r *Release) Withdraw(ctx context.Context, version, reason string) (string, error) {
+	return r.Run(ctx, "withdraw", version, "--reason", reason, "--key", r.KeyPath(), "--nats", r.NATS)
 }

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -450,12 +451,15 @@ func TestRolloutHaltsNamingTheNodeThatRefusesAReleaseMarkedBadThere(t *testing.T
 	if !named {
 		t.Errorf("the halt does not name %s: %s", bad.Name, whys(st.Halt.Nodes))
 	}
-	// And it did refuse: while the rollout ran, its heartbeat said so.
-	if _, ok := s.f.Beats.First(func(b Beat) bool {
+	// And it did refuse: from the rollout's start on, its heartbeats say so (the halt may come
+	// before the next one: the refusal of its key's revision was in the last word before).
+	wctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
+	defer cancel()
+	if _, err := s.f.Beats.Wait(wctx, "node-1 refusing v1.1.0, marked bad", func(b Beat) bool {
 		return b.Node == bad.Name && b.At.After(st.Batches[0].Started) && b.Refused != nil && b.Refused.What == "target" &&
 			strings.Contains(b.Refused.Error, "marked bad")
-	}); !ok {
-		t.Errorf("%s never heartbeat that it refused v1.1.0, marked bad, during the rollout", bad.Name)
+	}); err != nil {
+		t.Errorf("%s never heartbeat that it refused v1.1.0, marked bad, once the rollout began: %v", bad.Name, err)
 	}
 	if bad.Staged("v1.1.0") != 1 {
 		t.Errorf("%s staged v1.1.0 %d times; once (before the rollout), never again", bad.Name, bad.Staged("v1.1.0"))

@@ -141,7 +141,7 @@ func BenchmarkRolloutThousandHosts(b *testing.B) {
 		r0, self0 := received.Load(), selfCPU()
 		b.StartTimer()
 		run := runController(ctx, b, 10*time.Minute, ctl, profile(v), nil, "rollout", "start", v, "--json", "--nats", url,
-			"--canary", "2", "--steps", "1%,10%,50%,100%", "--window", "5m", "--soak", "2s", "--alive", "5m", "--silent-after", "20s")
+			"--canary", "2", "--steps", "1%,10%,50%,100%", "--window", "5m", "--soak", "2s", "--alive", "5m", "--silent-after", "20s", "--key", rel.KeyPath())
 		b.StopTimer()
 		s1, _ := CPUTicks(serve.Process.Pid)
 		total.hostsCPU += selfCPU() - self0
@@ -224,7 +224,7 @@ func BenchmarkRolloutTenThousandSimulatedNodes(b *testing.B) {
 // serveBus runs `mesh-release serve` as a child process on a free port until ctx ends.
 func serveBus(ctx context.Context, tb testing.TB, dir string) (*exec.Cmd, string) {
 	tb.Helper()
-	serve := exec.CommandContext(ctx, build(tb, PkgRelease, "v0.0.0-lab"), "serve", "--data", dir, "--listen", "127.0.0.1:0")
+	serve := exec.CommandContext(ctx, build(tb, PkgRelease, "v0.0.0-lab"), "serve", "--data", dir, "--listen", "127.0.0.1:0", "--insecure-no-auth")
 	out, err := serve.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)

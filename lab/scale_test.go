@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -85,7 +86,12 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	}
 	tmp := tb.TempDir()
 	rel := &Release{Bin: build(tb, PkgRelease, "v0.0.0-lab"), KeyDir: filepath.Join(tmp, "keys"), Out: filepath.Join(tmp, "out"), NATS: cl.URL()}
-	if _, err := rel.Keygen(ctx); err != nil {
+	pubText, err := rel.Keygen(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pub, err := wire.ParseTrustedKey(pubText)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	for _, v := range []string{"v1.1.0", "v1.2.0"} {
@@ -116,7 +122,8 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	fleet, err := sim.Start(ctx, sim.Config{
 		URLs: urls, Names: names, Nodes: nodes, Shards: p.Shards, Running: "v1.0.0", Heartbeat: p.Heartbeat,
 		StartMin: p.StartMin, StartMax: p.StartMax, ConfirmAfter: p.ConfirmAfter, Watch: p.Watch,
-		Fails: func(node, version string) bool { return version == "v1.2.0" && failing[node] },
+		Fails:       func(node, version string) bool { return version == "v1.2.0" && failing[node] },
+		TrustedKeys: []ed25519.PublicKey{pub}, // the release key signs targets too
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -135,7 +142,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 
 	args := func(v string) []string {
 		return []string{"rollout", "start", v, "--json", "--nats", cl.URL(), "--canary", itoa(p.Canary), "--steps", formatSteps(p.Steps),
-			"--window", p.Window.String(), "--soak", p.Soak.String(), "--alive", "10m", "--silent-after", p.Silent.String()}
+			"--window", p.Window.String(), "--soak", p.Soak.String(), "--alive", "10m", "--silent-after", p.Silent.String(), "--key", rel.KeyPath()}
 	}
 	measure := func(v string) scaleFigures {
 		f := scaleFigures{Version: v}
@@ -169,8 +176,8 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 		tb.Errorf("v1.1.0 completed with %d of %d nodes running it confirmed", n, p.Nodes)
 	}
 	checkBatchOrder(tb, good.Run)
-	if e, err := mustKV(ctx, tb, c.JS, names.Targets()).Get(ctx, wire.FleetTargetKey); err != nil || string(e.Value()) != string(wire.Target{Version: "v1.1.0"}.Marshal()) {
-		tb.Errorf("after v1.1.0 completed the fleet key is %v, %v; want v1.1.0", e, err)
+	if v, err := signedTarget(ctx, tb, c.JS, names, wire.FleetTargetKey, pub); err != nil || v != "v1.1.0" {
+		tb.Errorf("after v1.1.0 completed the fleet key is %q, %v; want v1.1.0, signed", v, err)
 	}
 
 	bad = measure("v1.2.0")
@@ -205,10 +212,26 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 			break
 		}
 	}
-	if e, _ := targets.Get(ctx, wire.FleetTargetKey); e == nil || string(e.Value()) != string(wire.Target{Version: "v1.1.0"}.Marshal()) {
-		tb.Errorf("after v1.2.0 halted the fleet key is %v; want v1.1.0 untouched", e)
+	if v, err := signedTarget(ctx, tb, c.JS, names, wire.FleetTargetKey, pub); err != nil || v != "v1.1.0" {
+		tb.Errorf("after v1.2.0 halted the fleet key is %q, %v; want v1.1.0 untouched", v, err)
+	}
+	if s := fleet.Stats(); s.Refused != 0 {
+		tb.Errorf("the simulated nodes refused %d targets; every target the controller writes must verify", s.Refused)
 	}
 	return good, bad
+}
+
+// signedTarget is the version key names, checked as a host checks it: signed by pub for key.
+func signedTarget(ctx context.Context, tb testing.TB, js jetstream.JetStream, names wire.Names, key string, pub ed25519.PublicKey) (string, error) {
+	e, err := mustKV(ctx, tb, js, names.Targets()).Get(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	t, err := wire.ParseTarget(e.Value())
+	if err != nil {
+		return "", err
+	}
+	return t.Version, t.Verify(key, []ed25519.PublicKey{pub})
 }
 
 // planBatches is the order decision 0006 documents: canaries are the canary nodes with the

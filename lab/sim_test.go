@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"testing"
 	"time"
@@ -57,7 +58,8 @@ func TestSimNodesFollowTheirTargetsOnACluster(t *testing.T) {
 		URLs: []string{cl.Servers[0].URL, cl.Servers[1].URL, cl.Servers[2].URL}, Names: names, Nodes: nodes,
 		Shards: 3, Running: "v1.0.0", Heartbeat: 200 * time.Millisecond,
 		StartMin: 10 * time.Millisecond, StartMax: 100 * time.Millisecond, ConfirmAfter: 50 * time.Millisecond,
-		Fails: func(node, version string) bool { return node == nodes[1] && version == "v1.1.0" },
+		Fails:       func(node, version string) bool { return node == nodes[1] && version == "v1.1.0" },
+		TrustedKeys: []ed25519.PublicKey{meshtest.ReleaseKey.Public},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +71,11 @@ func TestSimNodesFollowTheirTargetsOnACluster(t *testing.T) {
 	}
 	put := func(key, version string) {
 		t.Helper()
-		if _, err := kv.Put(ctx, key, wire.Target{Version: version}.Marshal()); err != nil {
+		tg, err := wire.NewTarget(key, version, 0, time.Now(), time.Hour, meshtest.ReleaseKey.Private)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, key, tg.Marshal()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,6 +122,29 @@ func TestSimNodesFollowTheirTargetsOnACluster(t *testing.T) {
 	}
 	if s := fleet.Stats(); s.Heartbeats < int64(len(nodes)) || s.Errors != 0 {
 		t.Errorf("stats %+v: want every heartbeat stored", s)
+	}
+
+	// As a host does, a node does not act on a target signed by a key it does not trust, nor on
+	// one moved from another key.
+	stranger, err := wire.NewTarget(wire.NodeTargetKey(nodes[3]), "v1.3.0", 0, time.Now(), time.Hour, meshtest.StrangerKey.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := wire.NewTarget(wire.NodeTargetKey(nodes[5]), "v1.3.0", 0, time.Now(), time.Hour, meshtest.ReleaseKey.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := fleet.Stats().Refused
+	for key, tg := range map[string]wire.Target{wire.NodeTargetKey(nodes[3]): stranger, wire.NodeTargetKey(nodes[4]): moved} {
+		if _, err := kv.Put(ctx, key, tg.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meshtest.Eventually(t, "both refused", func() bool { return fleet.Stats().Refused >= refused+2 })
+	for _, n := range []string{nodes[3], nodes[4]} {
+		if hb := lastHeartbeat(ctx, t, st, names, n); hb.Running != "v1.2.0" || hb.Target != "v1.2.0" {
+			t.Errorf("%s follows %s/%s after a target it must refuse; want the fleet's v1.2.0 kept", n, hb.Running, hb.Target)
+		}
 	}
 }
 

@@ -35,7 +35,7 @@ func TestKillingTheHostWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The node has not started yet, so it has never heartbeated: pre-declare its target.
-	if _, err := rel.Run(ctx, "target", "--force", "lab", "v1.1.0", "--nats", rel.NATS); err != nil {
+	if _, err := rel.Run(ctx, "target", "--force", "lab", "v1.1.0", "--key", rel.KeyPath(), "--nats", rel.NATS); err != nil {
 		t.Fatal(err)
 	}
 	manifest, err := os.ReadFile(filepath.Join(rel.Out, "v1.1.0", "manifest.json"))

@@ -38,7 +38,7 @@ func TestLauncherNotifiesSystemdAndKeepsSocketFromHost(t *testing.T) {
 	n := newNode(t, "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000")
 	place(t, n, "v1.0.0", PkgHost)
 	start(t, n)
-	want := map[string]bool{"READY=1": false, "STATUS=running v1.0.0 (trial 1/3)": false, "WATCHDOG=1": false}
+	want := map[string]bool{"READY=1": false, "STATUS=running v1.0.0 (confirmed)": false, "WATCHDOG=1": false}
 	deadline := time.After(30 * time.Second)
 	for missing := len(want); missing > 0; {
 		select {

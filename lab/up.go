@@ -84,17 +84,19 @@ func Up(ctx context.Context, w io.Writer, o UpOptions) (err error) {
 		o.Nodes, strings.Join(f.Names(), ", "), f.Bus.URL())
 	fmt.Fprintf(w, "v1.1.0 (good) and v1.2.0 (broken: passes preflight, crashes when run) are built and signed, not published.\n\n")
 	fmt.Fprintf(w, "Try, in another shell:\n\n")
+	key := " --key " + f.Release.KeyPath() // targets are signed; the nodes trust the release key for them too
 	for _, c := range [][2]string{
 		{"export PATH=" + bin + ":$PATH MESH_NATS_URL=" + f.Bus.URL(), ""},
 		{"mesh-release fleet", "every node's last word"},
 		{"mesh-release publish " + releases["v1.1.0"], "announce the good release, then roll it out: a canary, then 50%, then all"},
-		{"mesh-release rollout start v1.1.0 " + UpRolloutArgs + " --follow", ""},
+		{"mesh-release rollout start v1.1.0 " + UpRolloutArgs + " --follow" + key, ""},
 		{"mesh-release publish " + releases["v1.2.0"], "the broken one halts after the canary, which rolls back by itself"},
-		{"mesh-release rollout start v1.2.0 " + UpRolloutArgs + " --follow", ""},
+		{"mesh-release rollout start v1.2.0 " + UpRolloutArgs + " --follow" + key, ""},
 		{"mesh-release rollout status", "the last rollout: batches, nodes, why it halted"},
+		{"mesh-release withdraw v1.2.0 --reason 'crashes when run'" + key, "withdraw it for good: no node fetches it again, one running it steps down"},
 		{"mesh-launcher status --root " + f.Nodes[0].Root, "one node: its versions, failures and rollbacks, and its log"},
 		{"tail " + filepath.Join(dir, "logs", f.Nodes[0].Name+".log"), ""},
-		{"mesh-release rollout watch " + UpRolloutArgs, "or leave this running, and publish: each release is rolled out as it is announced"},
+		{"mesh-release rollout watch " + UpRolloutArgs + key, "or leave this running, and publish: each release is rolled out as it is announced"},
 	} {
 		if c[1] != "" {
 			fmt.Fprintf(w, "  # %s\n", c[1])

@@ -43,7 +43,11 @@ type Config struct {
 	Logger          *slog.Logger
 	Notifier        Notifier // systemd notifications; NopNotifier outside systemd
 	Stderr          *os.File // where the host's stderr is passed through (os.Stderr)
-	Stdout          *os.File
+	// Journal, when set, receives the host's stderr instead, a line per entry with fields naming
+	// the host (HostJournal: set when stderr is journald's stream). The tail for the records is
+	// kept either way.
+	Journal JournalFunc
+	Stdout  *os.File
 }
 
 // Defaults fills in what is zero.
@@ -136,7 +140,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		if rerr := records.SetFailed(context.WithoutCancel(ctx), failed.reason); rerr != nil {
 			log.Error("could not record the failed state", "err", rerr)
 		}
-		cfg.Notifier.Notify("STATUS=failed: " + failed.reason)
+		cfg.Notifier.Notify("STATUS=failed: " + text(failed.reason))
 		return ExitFailed, nil
 	default:
 		return 1, err

@@ -21,10 +21,15 @@ func (l *Launcher) loop(ctx context.Context) error {
 }
 
 func (l *Launcher) steps(ctx context.Context) error {
+	stoodAside := ""
 	for {
 		choice, err := l.records.Choose(ctx, l.cfg.Root)
 		if err != nil {
 			return err
+		}
+		if stoodAside != "" {
+			l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=%s stood aside; starting %s", stoodAside, choice.Version))
+			stoodAside = ""
 		}
 		for _, s := range choice.Skipped {
 			if s.Mismatch != "" {
@@ -42,6 +47,7 @@ func (l *Launcher) steps(ctx context.Context) error {
 		case rollback.OutcomeStopped:
 			return nil
 		case rollback.OutcomeStoodAside:
+			stoodAside = choice.Version
 			continue // run what is on disk, at once
 		}
 		if err := l.afterFailure(ctx, choice.Version, end); err != nil {
@@ -75,12 +81,11 @@ func (l *Launcher) runOnce(ctx context.Context, version string) (rollback.End, e
 	if err := l.records.SetPID(ctx, start, p.cmd.Process.Pid, p.started); err != nil {
 		log.Error("could not record the host's pid", "err", err)
 	}
-	status := fmt.Sprintf("running %s (pid %d)", version, p.cmd.Process.Pid)
-	if !standing.Confirmed {
-		status = fmt.Sprintf("running %s (trial %d/%d)", version, standing.Failures+1, l.cfg.Policy.Limit)
-	}
-	l.cfg.Notifier.Notify("STATUS=" + status)
+	var said string
+	l.sayRunning(ctx, version, start, &said)
 	log.Info("started the host", "pid", p.cmd.Process.Pid, "confirmed", standing.Confirmed)
+	status := time.NewTicker(statusEvery)
+	defer status.Stop()
 
 	var deadline <-chan time.Time
 	if !standing.Confirmed {
@@ -96,8 +101,11 @@ wait:
 		select {
 		case <-p.exited:
 			break wait
+		case <-status.C:
+			l.sayRunning(ctx, version, start, &said)
 		case <-ctx.Done():
 			log.Info("stopping the host at a safe point")
+			l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=stopping %s at a safe point", version))
 			p.stop(l.cfg.StopTimeout)
 			end.Outcome = rollback.OutcomeStopped
 			break wait
@@ -117,6 +125,7 @@ wait:
 			}
 			if ok {
 				deadline = nil
+				l.sayRunning(ctx, version, start, &said)
 				continue
 			}
 			log.Error("the host did not confirm within the confirm deadline; killing it", "deadline", l.cfg.ConfirmDeadline)
@@ -166,7 +175,7 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 	switch v.Action {
 	case rollback.Restart:
 		log.Warn("the host failed; restarting it after a backoff", "delay", v.Delay)
-		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=%s failed (%s); restarting in %s", version, why, v.Delay))
+		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=degraded: %s %s; restarting in %s", version, text(why), v.Delay))
 		select {
 		case <-ctx.Done():
 		case <-time.After(v.Delay):
@@ -188,7 +197,8 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 			return err
 		}
 		log.Error("rolling back", "to", choice.Version, "reason", reason)
-		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=rolled back from %s to %s", version, choice.Version))
+		// Said for a moment; the running line that follows keeps the rollback visible.
+		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=rolling back from %s to %s: %s", version, choice.Version, text(reason)))
 		return nil
 	case rollback.StopRolledBack:
 		reason := fmt.Sprintf("%s, the version rolled back to, failed %d %s too (last: %s): the machine is the problem, not the release", version, s.Failures, plural(s.Failures, "time", "times"), why)

@@ -87,10 +87,14 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 	}
 	p := &hostProcess{cmd: cmd, tail: &tail{max: tailLines}, copied: make(chan struct{}), exited: make(chan struct{}), started: time.Now()}
 	p.lastAlive.Store(-1)
+	var out io.Writer = l.cfg.Stderr
+	if l.cfg.Journal != nil {
+		out = journalLines{send: l.cfg.Journal, fields: hostFields(version, cmd.Process.Pid), fallback: l.cfg.Stderr}
+	}
 	go func() {
 		defer close(p.copied)
 		defer errR.Close()
-		relay(errR, l.cfg.Stderr, p.tail)
+		relay(errR, out, p.tail)
 	}()
 	go func() {
 		defer aliveR.Close()

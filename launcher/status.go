@@ -161,12 +161,12 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tFAILURES\tDIGEST\tSTATE")
+	fmt.Fprintln(tw, "VERSION\tFAILURES\tDIGEST\tSTATE\tPROVENANCE")
 	for _, v := range rep.Versions {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Version, v.Failures, shortDigest(v.Digest), versionState(v))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", v.Version, v.Failures, shortDigest(v.Digest), versionState(v), text(v.Provenance.String()))
 	}
 	for _, name := range rep.Ignored {
-		fmt.Fprintf(tw, "%s\t-\t-\tignored (not a version)\n", text(name))
+		fmt.Fprintf(tw, "%s\t-\t-\tignored (not a version)\t-\n", text(name))
 	}
 	tw.Flush()
 	for _, v := range rep.Versions {

@@ -35,8 +35,10 @@ func madeUpReport() Report {
 			Versions: []rollback.VersionStatus{
 				{Version: "v1.3.0", Digest: "sha256:3333333333333333333333333333", OnDisk: true, Mismatch: "binary changed since it was first seen"},
 				{Version: "v1.2.0", Digest: "sha256:2222222222222222222222222222", OnDisk: true, Bad: true, BadReason: "failed 3 times without confirming", Failures: 3, LastOutput: "panic: boom"},
-				{Version: "v1.1.0", Digest: "sha256:1111111111111111111111111111", OnDisk: true, Running: true, Failures: 1},
-				{Version: "v1.0.0", Digest: "sha256:0000000000000000000000000000", OnDisk: true, Confirmed: true},
+				{Version: "v1.1.0", Digest: "sha256:1111111111111111111111111111", OnDisk: true, Running: true, Failures: 1,
+					Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: "3f2a9c0d1e2b4a5c"}},
+				{Version: "v1.0.0", Digest: "sha256:0000000000000000000000000000", OnDisk: true, Confirmed: true,
+					Provenance: rollback.Provenance{Source: rollback.SourceInstalled, From: "/usr/share/mesh-host/mesh-host"}},
 				{Version: "v0.9.0", Digest: "sha256:0909090909090909090909090909", Confirmed: true},
 			},
 			Ignored: []string{".staging-abc", "latest"},
@@ -70,14 +72,17 @@ func TestWriteTextShowsEverythingAPersonNeeds(t *testing.T) {
 		"predecessor v1.0.0",
 		"FAILED: v1.0.0, the version rolled back to, failed 3 times too",
 		"note records.db was not a readable SQLite database",
-		"VERSION", "FAILURES", "DIGEST", "STATE",
+		"VERSION", "FAILURES", "DIGEST", "STATE", "PROVENANCE",
+		"running, unconfirmed delivered, signed by key 3f2a9c0d1e2b4a5c\n",
+		"confirmed installed by hand\n",
+		"confirmed, retired (record only) not recorded\n",
 		"NOT RUN: binary changed since it was first seen",
 		"BAD",
 		"v1.2.0 is bad: failed 3 times without confirming",
 		"running, unconfirmed",
 		"confirmed, retired (record only)",
-		".staging-abc - - ignored (not a version)",
-		"latest - - ignored (not a version)",
+		".staging-abc - - ignored (not a version) -",
+		"latest - - ignored (not a version) -",
 		"last rollback: v1.2.0 -> v1.0.0 at " + now.Add(-time.Hour).Format(time.RFC3339) + " (1h0m0s ago)",
 		"v1.2.0 failed 3 times without confirming",
 		"last output of v1.2.0:",
@@ -109,7 +114,7 @@ func TestWriteTextShowsEverythingAPersonNeeds(t *testing.T) {
 
 func TestWriteTextOfARootWithNoLauncherSaysItIsDegraded(t *testing.T) {
 	out := textOf(t, Report{Root: "/r", Status: rollback.Status{Versions: []rollback.VersionStatus{{Version: "v1.0.0", OnDisk: true}}}})
-	for _, want := range []string{"launcher not running", "running -", "known-good -", "predecessor -", "state degraded: mesh-launcher is not running", "v1.0.0 0 - unconfirmed"} {
+	for _, want := range []string{"launcher not running", "running -", "known-good -", "predecessor -", "state degraded: mesh-launcher is not running", "v1.0.0 0 - unconfirmed not recorded"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
@@ -171,6 +176,16 @@ func TestWriteJSONHasTheDocumentedKeys(t *testing.T) {
 	}
 	if r := versions[2].(map[string]any); r["running"] != true || r["confirmed"] != false {
 		t.Errorf("versions[2] = %v", r)
+	}
+	// Provenance is an object: where the binary came from, with the key or the file.
+	for i, want := range map[int]map[string]any{
+		0: {"source": ""},
+		2: {"source": "delivered", "signed_by": "3f2a9c0d1e2b4a5c"},
+		3: {"source": "installed", "from": "/usr/share/mesh-host/mesh-host"},
+	} {
+		if got := versions[i].(map[string]any)["provenance"]; !reflect.DeepEqual(got, want) {
+			t.Errorf("versions[%d].provenance = %v, want %v", i, got, want)
+		}
 	}
 
 	rbs, ok := got["rollbacks"].([]any)

@@ -42,6 +42,13 @@ type Choice struct {
 // applies Choose. Only versions newer than the answer are checked against their digest (older
 // ones do not matter to the choice), so the common case hashes one file, once per process.
 func (r *Records) Choose(ctx context.Context, root string) (Choice, error) {
+	return r.ChooseWithout(ctx, root, "")
+}
+
+// ChooseWithout is what Choose would name were version marked bad, without marking it: the host
+// asks it before marking the withdrawn version it runs bad, so that it never leaves the launcher
+// nothing to run. version "" passes over nothing.
+func (r *Records) ChooseWithout(ctx context.Context, root, version string) (Choice, error) {
 	dirs, err := ScanVersions(root)
 	if err != nil {
 		return Choice{}, err
@@ -54,6 +61,9 @@ func (r *Records) Choose(ctx context.Context, root string) (Choice, error) {
 		c, err := r.candidate(ctx, root, d.Name)
 		if err != nil {
 			return Choice{}, err
+		}
+		if d.Name == version {
+			c.Bad = true
 		}
 		if choose([]Candidate{c}) != "" {
 			ch.Version = c.Version
@@ -84,29 +94,18 @@ func (r *Records) candidate(ctx context.Context, root, version string) (Candidat
 		return c, nil
 	}
 	if !recorded.Valid {
-		if err := r.RecordDigest(ctx, version, got); err != nil {
-			return c, err
+		// Nothing recorded it on the way in: someone copied it there by hand.
+		err := r.RecordVersion(ctx, version, got, Provenance{Source: SourceFound})
+		if dc := (*DigestConflict)(nil); errors.As(err, &dc) { // recorded meanwhile, other bytes
+			c.Mismatch = fmt.Sprintf("binary changed since it was first seen (recorded %s, now %s)", dc.Recorded, got)
+			return c, nil
 		}
-		return c, nil
+		return c, err
 	}
 	if digest.Digest(recorded.String) != got {
 		c.Mismatch = fmt.Sprintf("binary changed since it was first seen (recorded %s, now %s)", recorded.String, got)
 	}
 	return c, nil
-}
-
-// RecordDigest records a version's binary digest the first time the version is seen; a digest
-// already recorded is kept (it is what later files are checked against).
-func (r *Records) RecordDigest(ctx context.Context, version string, d digest.Digest) error {
-	if err := d.Validate(); err != nil {
-		return fmt.Errorf("record digest of %s: %w", version, err)
-	}
-	_, err := r.db.ExecContext(ctx, `INSERT INTO versions (version, digest, first_seen) VALUES (?, ?, ?)
-		ON CONFLICT (version) DO NOTHING`, version, d.String(), us(r.now()))
-	if err != nil {
-		return r.wrap("record digest of "+version, err)
-	}
-	return nil
 }
 
 // fileKey tells a file apart from every other, and from itself changed: device, inode, size

@@ -2,10 +2,13 @@ package rollback
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 )
 
 func TestChoosePicksFirstCandidateThatIsNeitherBadNorMismatched(t *testing.T) {
@@ -227,8 +230,9 @@ func TestChooseRecordsDigestOnFirstSightAndNeverOverwritesIt(t *testing.T) {
 	c.advance(time.Hour)
 	stage(t, root, "v1.0.0", "second, longer content")
 	see(t, r, root)
-	if err := r.RecordDigest(ctx, "v1.0.0", digestOf("third")); err != nil {
-		t.Fatal(err)
+	var dc *DigestConflict
+	if err := r.RecordVersion(ctx, "v1.0.0", digestOf("third"), Provenance{Source: SourceInstalled}); !errors.As(err, &dc) || dc.Recorded != digest.Digest(want) {
+		t.Fatalf("recording other bytes for v1.0.0 = %v, want a DigestConflict naming the first digest", err)
 	}
 	recs, err = r.versionRows(ctx)
 	if err != nil {
@@ -242,12 +246,12 @@ func TestChooseRecordsDigestOnFirstSightAndNeverOverwritesIt(t *testing.T) {
 	}
 }
 
-func TestRecordDigestRefusesAnInvalidDigest(t *testing.T) {
+func TestRecordVersionRefusesAnInvalidDigest(t *testing.T) {
 	root := newRoot(t)
 	r, _ := openRecords(t, root)
-	err := r.RecordDigest(context.Background(), "v1.0.0", "sha256:nothex")
+	err := r.RecordVersion(context.Background(), "v1.0.0", "sha256:nothex", Provenance{})
 	if err == nil || !strings.Contains(err.Error(), "v1.0.0") {
-		t.Errorf("RecordDigest of an invalid digest = %v, want an error naming v1.0.0", err)
+		t.Errorf("RecordVersion of an invalid digest = %v, want an error naming v1.0.0", err)
 	}
 }
 

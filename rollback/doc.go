@@ -4,11 +4,15 @@
 // failure policy. Both processes call the same Choose; that single function is what keeps them
 // from looping against each other.
 //
-// The launcher owns the records' schema and is the only one that migrates it (OpenForLauncher);
+// The launcher owns the records' schema and is the only one that migrates it (OpenForLauncher,
+// and OpenForInstall for `mesh-launcher install`);
 // the host and `mesh-launcher status` open what the launcher made (OpenForHost), and the host only
 // adds rows, so an older launcher and a newer host can share the file.
 //
 // The locks (flock) and the boot clock are Linux's (flock_linux.go, clock_linux.go); off Linux
 // the package builds, so the release side that shares its text rules does too, but the locks
 // refuse, and a binary is hashed each time it is checked (fileid_other.go).
+//
+// A version reaches versions/<v> one way, whoever brings it (delivery in the host, install in
+// the launcher): a Staging, committed by recording its digest and provenance, then one rename.
 package rollback

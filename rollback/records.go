@@ -15,7 +15,7 @@ import (
 // recordsSchema is the records schema this build knows. Changes are additive only: a newer host
 // reads a file an older launcher made, and never migrates it; a launcher uses a file a newer one
 // made as far as it knows it.
-const recordsSchema = 2
+const recordsSchema = 3
 
 // migrations[i] takes the schema from version i to i+1.
 var migrations = [recordsSchema]string{
@@ -69,14 +69,21 @@ var migrations = [recordsSchema]string{
 	UPDATE rollbacks SET after_start = (SELECT COALESCE(MAX(id), 0) FROM starts WHERE started_at <= rollbacks.at);
 	UPDATE launcher SET reset_after_start = (SELECT COALESCE(MAX(id), 0) FROM starts WHERE started_at <= launcher.reset_at)
 		WHERE reset_at IS NOT NULL;`,
+
+	// 3: where each version came from (docs/decisions/0008-install-and-provenance.md). Versions
+	// recorded before keep NULL: not recorded.
+	`ALTER TABLE versions ADD COLUMN source TEXT;          -- installed, delivered, found
+	ALTER TABLE versions ADD COLUMN signed_by TEXT;       -- delivered: the key id that signed its manifest
+	ALTER TABLE versions ADD COLUMN installed_from TEXT;  -- installed: the file it was copied from`,
 }
 
 // Records is ROOT/records.db.
 type Records struct {
-	db   *sql.DB
-	path string
-	now  func() time.Time // the wall clock: times in the records are for people
-	boot func() bootTime  // the boot clock: what failure counting compares
+	db     *sql.DB
+	path   string
+	schema int              // the file's schema: what it can hold (a host may open an older launcher's)
+	now    func() time.Time // the wall clock: times in the records are for people
+	boot   func() bootTime  // the boot clock: what failure counting compares
 
 	mu     sync.Mutex
 	hashes map[fileKey]string // binary digests by file identity, so Choose hashes each file once
@@ -112,13 +119,28 @@ func OpenForLauncher(ctx context.Context, root string) (r *Records, note string,
 	return r, note, nil
 }
 
+// OpenForInstall opens ROOT/records.db for `mesh-launcher install`, creating or migrating it as
+// the launcher does (the package installs before the unit first starts). A launcher may be
+// running on the root meanwhile, and may hold the file open, so a corrupt one is not moved
+// aside here: the error says that `mesh-launcher run` does it.
+func OpenForInstall(ctx context.Context, root string) (*Records, error) {
+	if err := prepareRoot(root); err != nil {
+		return nil, err
+	}
+	r, err := create(ctx, RecordsPath(root))
+	if errors.Is(err, ErrCorrupt) {
+		return nil, fmt.Errorf("%w\n`mesh-launcher run` moves a corrupt records.db aside and starts fresh records; install again after it did", err)
+	}
+	return r, err
+}
+
 // create opens the records at path as their owner, making or migrating the schema.
 func create(ctx context.Context, path string) (*Records, error) {
-	db, _, err := sqlitefile.Create(ctx, path, migrations[:])
+	db, found, err := sqlitefile.Create(ctx, path, migrations[:])
 	if err != nil {
 		return nil, wrap(path, "open", err)
 	}
-	return newRecords(db, path), nil
+	return newRecords(db, path, max(found, recordsSchema)), nil
 }
 
 // OpenForHost opens the records the launcher made, to read them or add rows, without creating
@@ -136,11 +158,11 @@ func OpenForHost(ctx context.Context, root string) (*Records, error) {
 		db.Close()
 		return nil, fmt.Errorf("records %s has no schema yet (mesh-launcher creates it: run mesh-host through mesh-launcher)", path)
 	}
-	return newRecords(db, path), nil
+	return newRecords(db, path, v), nil
 }
 
-func newRecords(db *sql.DB, path string) *Records {
-	return &Records{db: db, path: path, now: time.Now, boot: bootClock(), hashes: map[fileKey]string{}}
+func newRecords(db *sql.DB, path string, schema int) *Records {
+	return &Records{db: db, path: path, schema: schema, now: time.Now, boot: bootClock(), hashes: map[fileKey]string{}}
 }
 
 // wrap names the file in every database error, and marks corruption so the launcher can recover.

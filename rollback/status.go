@@ -38,6 +38,9 @@ type VersionStatus struct {
 	Bad       bool   `json:"bad"`
 	BadReason string `json:"bad_reason"`
 	Mismatch  string `json:"mismatch,omitempty"` // why its binary is not trusted any more
+	// Provenance is where the binary came from: installed by hand, delivered signed by a key,
+	// found in versions/, or not recorded (first seen before schema 3).
+	Provenance Provenance `json:"provenance"`
 	// Failures are the failures that count now (Standing: what the policy would judge);
 	// FailuresTotal every failed start of the version, all time.
 	Failures      int    `json:"failures"`
@@ -127,6 +130,13 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 			}
 			st.Versions = append(st.Versions, vs)
 		}
+	}
+	provs, err := r.provenances(ctx) // after candidate recorded any version seen for the first time
+	if err != nil {
+		return st, err
+	}
+	for i := range st.Versions {
+		st.Versions[i].Provenance = provs[st.Versions[i].Version]
 	}
 	if st.KnownGood, err = r.KnownGood(ctx, root); err != nil {
 		return st, err

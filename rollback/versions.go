@@ -48,7 +48,8 @@ func ScanVersions(root string) ([]Dir, error) {
 }
 
 // CleanStaging removes ROOT/versions/.staging-* directories left behind by a crash while
-// staging. It must only run when no stager is running: at launcher or host start, under lock.
+// staging. One that a Staging holds (an install or a delivery under way in another process) is
+// left alone. It runs at launcher and host start, under their locks.
 func CleanStaging(root string) ([]string, error) {
 	dirs, err := ScanVersions(root)
 	if err != nil {
@@ -56,7 +57,7 @@ func CleanStaging(root string) ([]string, error) {
 	}
 	var removed []string
 	for _, d := range dirs {
-		if !d.Staging {
+		if !d.Staging || inUse(filepath.Join(VersionsDir(root), d.Name)) {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(VersionsDir(root), d.Name)); err != nil {

@@ -64,12 +64,16 @@ type Declaration struct {
 	Resources []Resource `json:"resources"`
 }
 
-// Resource is one typed resource with a stable identity. Its spec is kept raw here: each kind's
-// applier decodes and checks its own spec.
+// Resource is one typed resource with a stable identity.
 type Resource struct {
 	Type string          `json:"type"`
 	ID   string          `json:"id"`
 	Spec json.RawMessage `json:"spec"`
+	// Parsed is Spec decoded and checked by the declaration's parser: a *DirectorySpec,
+	// *FileSpec, *ArchiveSpec, *ServiceSpec, *PackageSpec, *ContainerSpec or *ActionSpec, with
+	// the fields that default to the id (path, unit, name) filled in. Spec stays as it was
+	// sent: it is what the host records and compares.
+	Parsed any `json:"-"`
 }
 
 // declarationEnvelope decodes the top level with each resource left raw, so that an error in
@@ -80,12 +84,27 @@ type declarationEnvelope struct {
 	Resources *[]json.RawMessage `json:"resources"`
 }
 
-// ParseDeclaration decodes a declaration received over the link for node, strictly: unknown
-// fields (at any level above a spec), keys in another case, duplicate keys (at any level,
-// specs included), trailing data, an unknown version or resource type, a
-// declaration addressed to another node, an empty or repeated id, and the kind "action" (never
-// accepted over the link) are each refused, and the error names what was wrong.
+// ParseDeclaration decodes a declaration received over the link for node — the link's Parse —
+// strictly: unknown fields (at any level, specs included), keys in another case, duplicate
+// keys, trailing data, an unknown version or resource type, a declaration addressed to another
+// node, an empty, over-long or repeated id, a spec its kind's checks refuse (spec_check.go), a
+// path or unit the installation owns (protected.go, checked against DefaultRoot; the host
+// checks its configured root with CheckDeclarationPaths), and the kind "action" (never accepted
+// over the link) are each refused, and the error names the place:
+// `declaration: resources[3].spec.mode: unknown field`.
 func ParseDeclaration(b []byte, node string) (Declaration, error) {
+	return parseDeclaration(b, node, false)
+}
+
+// ParseTrustedDeclaration is ParseDeclaration for a declaration read from a local bundle or
+// file (`mesh-host apply`) — ParseTrusted: it also accepts "action", and "node" may be left out
+// or "" (the bundle applies to any node); a node it does name must be this one. The permissive
+// parser has to be named; the link never calls it.
+func ParseTrustedDeclaration(b []byte, node string) (Declaration, error) {
+	return parseDeclaration(b, node, true)
+}
+
+func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) {
 	var env declarationEnvelope
 	// Every key is checked against the declaration itself (resources included), so an error
 	// anywhere names its path; the envelope keeps each resource raw for parseResource.
@@ -97,52 +116,69 @@ func ParseDeclaration(b []byte, node string) (Declaration, error) {
 		return Declaration{}, fmt.Errorf("declaration: no \"version\" (this host reads version %d)", DeclarationVersion)
 	case *env.Version != DeclarationVersion:
 		return Declaration{}, fmt.Errorf("declaration: version %d is not supported (this host reads version %d)", *env.Version, DeclarationVersion)
+	case trusted && (env.Node == nil || *env.Node == ""):
+		// A bundle for any node.
 	case env.Node == nil || *env.Node == "":
 		return Declaration{}, fmt.Errorf("declaration: no \"node\" (it must name the node it is for, here %q)", node)
+	case *env.Node != node && node == "":
+		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this host has no node id (set node in host.json or MESH_HOST_NODE, or leave \"node\" out of a bundle for any node)", Bound(*env.Node))
 	case *env.Node != node:
-		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this is node %q", *env.Node, node)
-	case env.Resources == nil:
+		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this is node %q", Bound(*env.Node), node)
+	}
+	if env.Resources == nil {
 		return Declaration{}, fmt.Errorf("declaration: no \"resources\" list (use [] to declare nothing)")
 	}
-	d := Declaration{Version: *env.Version, Node: *env.Node, Resources: make([]Resource, 0, len(*env.Resources))}
+	d := Declaration{Version: *env.Version, Resources: make([]Resource, 0, len(*env.Resources))}
+	if env.Node != nil {
+		d.Node = *env.Node
+	}
 	seen := make(map[[2]string]int)
+	fields := map[reflect.Type]map[string]reflect.Type{}
 	for i, raw := range *env.Resources {
-		r, err := parseResource(raw)
+		at := []segment{key("resources"), index(i)}
+		r, err := parseResource(raw, trusted, at, fields)
 		if err != nil {
-			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %w", i, err)
+			return Declaration{}, fmt.Errorf("declaration: %w", err)
 		}
-		key := [2]string{r.Type, r.ID}
-		if j, dup := seen[key]; dup {
-			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %s %q is already declared at resources[%d]; ids are unique per type", i, r.Type, r.ID, j)
+		k := [2]string{r.Type, r.ID}
+		if j, dup := seen[k]; dup {
+			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %s %q is already declared at resources[%d]; ids are unique per type", i, r.Type, Bound(r.ID), j)
 		}
-		seen[key] = i
+		seen[k] = i
 		d.Resources = append(d.Resources, r)
 	}
 	return d, nil
 }
 
-// parseResource reads one resource of a declaration whose keys ParseDeclaration has already
-// checked (every key exact, none twice, none unknown), so plain decoding is enough here.
-func parseResource(raw json.RawMessage) (Resource, error) {
+// parseResource reads one resource of a declaration whose keys parseDeclaration has already
+// checked (every key exact, none twice, none unknown above the spec), then its spec, strictly.
+// at is where the resource is (resources[i]).
+func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[reflect.Type]map[string]reflect.Type) (Resource, error) {
 	var r Resource
 	if err := json.Unmarshal(raw, &r); err != nil {
-		return Resource{}, err
+		return Resource{}, typeError(err, at)
+	}
+	fail := func(format string, args ...any) (Resource, error) {
+		return Resource{}, withPath(fmt.Errorf(format, args...), at)
 	}
 	if !knownKind(r.Type) {
 		if r.Type == "" {
-			return Resource{}, fmt.Errorf("no \"type\" (one of %s)", kindList())
+			return fail("no \"type\" (one of %s)", kindList())
 		}
-		return Resource{}, fmt.Errorf("unknown type %q (one of %s)", r.Type, kindList())
+		return fail("unknown type %q (one of %s)", Bound(r.Type), kindList())
 	}
-	if r.Type == KindAction {
-		return Resource{}, fmt.Errorf("type %q is accepted only from a local bundle, never over the link", KindAction)
+	if r.Type == KindAction && !trusted {
+		return fail("type %q is accepted only from a local bundle, never over the link", KindAction)
 	}
 	if r.ID == "" {
-		return Resource{}, fmt.Errorf("%s has no \"id\"", r.Type)
+		return fail("%s has no \"id\"", r.Type)
+	}
+	if len(r.ID) > MaxIDBytes {
+		return fail("%s id of %d bytes is longer than %d", r.Type, len(r.ID), MaxIDBytes)
 	}
 	for _, c := range r.ID {
 		if c < 0x20 || c == 0x7f {
-			return Resource{}, fmt.Errorf("%s id %q contains a control character", r.Type, r.ID)
+			return fail("%s id %q contains a control character", r.Type, Bound(r.ID))
 		}
 	}
 	spec := bytes.TrimSpace(r.Spec)
@@ -150,11 +186,30 @@ func parseResource(raw json.RawMessage) (Resource, error) {
 	case len(spec) == 0 || bytes.Equal(spec, []byte("null")):
 		r.Spec = json.RawMessage("{}")
 	case spec[0] != '{':
-		return Resource{}, fmt.Errorf("%s %q: \"spec\" must be a JSON object", r.Type, r.ID)
+		return fail("%s %q: \"spec\" must be a JSON object", r.Type, Bound(r.ID))
 	default:
 		r.Spec = append(json.RawMessage(nil), spec...)
 	}
+	parsed, err := parseSpec(r.Type, r.ID, r.Spec, "", at, fields)
+	if err != nil {
+		return Resource{}, err
+	}
+	r.Parsed = parsed
 	return r, nil
+}
+
+// CheckDeclarationPaths checks every path and unit of d, already parsed, against the host's
+// configured root as well as the protected paths: the parser knows only DefaultRoot, and a host
+// run with --root elsewhere owns that directory instead. The host calls it with its root before
+// applying; the error names the place as the parser's do.
+func CheckDeclarationPaths(d Declaration, root string) error {
+	for i, r := range d.Resources {
+		// Spec came from a parsed declaration, or was built by a caller: checked in full.
+		if _, err := parseSpec(r.Type, r.ID, r.Spec, root, []segment{key("resources"), index(i)}, nil); err != nil {
+			return fmt.Errorf("declaration: %w", err)
+		}
+	}
+	return nil
 }
 
 func knownKind(t string) bool {

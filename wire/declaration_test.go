@@ -8,12 +8,12 @@ import (
 func TestDeclarationAcceptsEveryLinkKind(t *testing.T) {
 	in := `{"version": 1, "node": "n1", "resources": [
 		{"type": "directory", "id": "/srv/app", "spec": {"mode": "0755"}},
-		{"type": "file", "id": "/srv/app/config", "spec": {}},
-		{"type": "archive", "id": "app"},
+		{"type": "file", "id": "/srv/app/config", "spec": {"content": ""}},
+		{"type": "archive", "id": "/srv/app/static", "spec": {"source": "sha256:` + hex64 + `"}},
 		{"type": "service", "id": "app.service", "spec": null},
 		{"type": "package", "id": "curl", "spec": {}},
-		{"type": "container", "id": "web", "spec": {}},
-		{"type": "file", "id": "app", "spec": {}}
+		{"type": "container", "id": "web", "spec": {"image": "nginx@sha256:` + hex64 + `"}},
+		{"type": "file", "id": "app", "spec": {"path": "/srv/app/other", "content": "x"}}
 	]}`
 	d, err := ParseDeclaration([]byte(in), "n1")
 	if err != nil {
@@ -22,8 +22,8 @@ func TestDeclarationAcceptsEveryLinkKind(t *testing.T) {
 	if len(d.Resources) != 7 || d.Resources[0].Type != KindDirectory || d.Resources[6].ID != "app" {
 		t.Fatalf("resources = %+v", d.Resources)
 	}
-	if string(d.Resources[2].Spec) != "{}" || string(d.Resources[3].Spec) != "{}" {
-		t.Fatalf("a missing or null spec should read as {}, got %s and %s", d.Resources[2].Spec, d.Resources[3].Spec)
+	if string(d.Resources[3].Spec) != "{}" {
+		t.Fatalf("a null spec should read as {}, got %s", d.Resources[3].Spec)
 	}
 	if string(d.Resources[0].Spec) != `{"mode": "0755"}` {
 		t.Fatalf("spec should be kept raw, got %s", d.Resources[0].Spec)
@@ -43,18 +43,18 @@ func TestDeclarationRefuses(t *testing.T) {
 	}{
 		{"MalformedJSON", `{"version": 1,`, "declaration: unexpected EOF"},
 		{"TrailingData", `{"version":1,"node":"n1","resources":[]} {}`, "trailing data"},
-		{"UnknownField", `{"version":1,"node":"n1","resources":[],"extra":1}`, `unknown field "extra"`},
-		{"UnknownFieldInResource", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b","mode":1}]}`, `resources[1]: unknown field "mode"`},
+		{"UnknownField", `{"version":1,"node":"n1","resources":[],"extra":1}`, `declaration: extra: unknown field`},
+		{"UnknownFieldInResource", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b","mode":1}]}`, `declaration: resources[1].mode: unknown field`},
 		{"UnknownVersion", `{"version":2,"node":"n1","resources":[]}`, "version 2 is not supported"},
 		{"MissingVersion", `{"node":"n1","resources":[]}`, `no "version"`},
 		{"OtherNode", `{"version":1,"node":"n2","resources":[]}`, `addressed to node "n2", but this is node "n1"`},
 		{"MissingNode", `{"version":1,"resources":[]}`, `no "node"`},
 		{"MissingResources", `{"version":1,"node":"n1"}`, `no "resources"`},
-		{"UnknownType", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"b"},{"type":"fiel","id":"c"}]}`, `declaration: resources[2]: unknown type "fiel"`},
+		{"UnknownType", `{"version":1,"node":"n1","resources":[{"type":"directory","id":"/a"},{"type":"directory","id":"/b"},{"type":"fiel","id":"c"}]}`, `declaration: resources[2]: unknown type "fiel"`},
 		{"MissingType", `{"version":1,"node":"n1","resources":[{"id":"c"}]}`, `resources[0]: no "type"`},
 		{"ActionOverTheLink", `{"version":1,"node":"n1","resources":[{"type":"action","id":"x"}]}`, `only from a local bundle`},
 		{"EmptyID", `{"version":1,"node":"n1","resources":[{"type":"file","id":""}]}`, `resources[0]: file has no "id"`},
-		{"DuplicateID", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"file","id":"a"}]}`, `resources[1]: file "a" is already declared at resources[0]`},
+		{"DuplicateID", `{"version":1,"node":"n1","resources":[{"type":"directory","id":"/a"},{"type":"directory","id":"/a"}]}`, `resources[1]: directory "/a" is already declared at resources[0]`},
 		{"SpecNotObject", `{"version":1,"node":"n1","resources":[{"type":"file","id":"a","spec":[1]}]}`, `"spec" must be a JSON object`},
 		{"NotAnObject", `[1,2]`, "declaration: json: cannot unmarshal array"},
 	} {
@@ -71,7 +71,7 @@ func TestDeclarationRefuses(t *testing.T) {
 }
 
 func TestDeclarationSameIDDifferentTypesIsFine(t *testing.T) {
-	_, err := ParseDeclaration([]byte(`{"version":1,"node":"n1","resources":[{"type":"file","id":"a"},{"type":"directory","id":"a"}]}`), "n1")
+	_, err := ParseDeclaration([]byte(`{"version":1,"node":"n1","resources":[{"type":"file","id":"/a","spec":{"content":""}},{"type":"directory","id":"/a"}]}`), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}

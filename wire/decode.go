@@ -22,7 +22,8 @@ import (
 //   - a key that appears twice in one object, at any depth (also inside raw specs and inside keys
 //     a report's reader does not know);
 //   - a key that matches a field of the type only when case is ignored;
-//   - with DecodeStrict, a key that is not a field at all.
+//   - with DecodeStrict, a key that is not a field at all. Its key joins the path, so the error
+//     reads like the place it names: `resources[3].spec.mode: unknown field`.
 //
 // Only then does encoding/json decode it, when every key left matches a field exactly.
 
@@ -36,7 +37,8 @@ const (
 
 // DecodeStrict decodes exactly one JSON document into v, which must be a pointer. Keys must name
 // v's fields exactly (json tag names, case-sensitive); unknown keys, duplicate keys at any depth
-// and trailing data are refused. The error names where: `resources[3].spec: duplicate key "mode"`.
+// and trailing data are refused. The error names where: `resources[3].spec: duplicate key "mode"`,
+// `resources[3].spec.mode: unknown field`.
 func DecodeStrict(b []byte, v any) error { return decodeAs(b, v, nil, refuseUnknown) }
 
 // DecodeReport is DecodeStrict for reports such as heartbeats: keys the type does not know are
@@ -47,10 +49,16 @@ func DecodeReport(b []byte, v any) error { return decodeAs(b, v, nil, ignoreUnkn
 // than v's type lets a caller decode into a looser envelope while checking every key against
 // the real document type.
 func decodeAs(b []byte, v any, shape reflect.Type, unknown unknownKeys) error {
+	return decodeAt(b, v, shape, unknown, nil)
+}
+
+// decodeAt is decodeAs for a document found at path at inside a larger one (a resource's spec):
+// every error names its place from the outer document's top.
+func decodeAt(b []byte, v any, shape reflect.Type, unknown unknownKeys, at []segment) error {
 	if shape == nil {
 		shape = reflect.TypeOf(v)
 	}
-	if err := checkKeys(b, shape, unknown); err != nil {
+	if err := checkKeys(b, shape, unknown, at); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -58,22 +66,77 @@ func decodeAs(b []byte, v any, shape reflect.Type, unknown unknownKeys) error {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return err
+		return typeError(err, at)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON object")
+		return withPath(errors.New("trailing data after the JSON object"), at)
 	}
 	return nil
+}
+
+// decodeValid is decodeAt with unknown keys refused for a document cut from one json.Valid
+// already passed (a resource's spec): no second validity scan, and each struct type's keys
+// read once per declaration (fields) rather than once per resource.
+func decodeValid(b []byte, v any, at []segment, fields map[reflect.Type]map[string]reflect.Type) error {
+	c := &keyChecker{b: b, unknown: refuseUnknown, fields: fields, path: at[:len(at):len(at)]}
+	if err := c.value(reflect.TypeOf(v)); err != nil {
+		return err
+	}
+	// Every key now names a field exactly, so plain decoding reads what the pre-pass checked.
+	if err := json.Unmarshal(b, v); err != nil {
+		return typeError(err, at)
+	}
+	return nil
+}
+
+// typeError rewords encoding/json's "cannot unmarshal number into Go struct field FileSpec.mode
+// of type string" as the place and what was wrong: `resources[3].spec.mode: a JSON number where
+// a string belongs`. Other errors are returned as they are, under at.
+func typeError(err error, at []segment) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return withPath(err, at)
+	}
+	p := append([]segment(nil), at...)
+	for _, k := range strings.Split(te.Field, ".") {
+		p = append(p, segment{key: k, isKey: true})
+	}
+	return withPath(fmt.Errorf("a JSON %s where %s belongs", te.Value, goKind(te.Type)), p)
+}
+
+// goKind names a Go type in JSON's words.
+func goKind(t reflect.Type) string {
+	if t == nil {
+		return "another value"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return goKind(t.Elem())
+	}
+	return "another value"
 }
 
 // checkKeys is the pre-pass. It reads only documents encoding/json calls valid (one value, no
 // trailing data, nested at most 10,000 deep); anything else is left to the decode that follows,
 // which refuses it in encoding/json's words.
-func checkKeys(b []byte, shape reflect.Type, unknown unknownKeys) error {
+func checkKeys(b []byte, shape reflect.Type, unknown unknownKeys, at []segment) error {
 	if !json.Valid(b) {
 		return nil
 	}
-	c := &keyChecker{b: b, unknown: unknown, fields: map[reflect.Type]map[string]reflect.Type{}}
+	c := &keyChecker{b: b, unknown: unknown, fields: map[reflect.Type]map[string]reflect.Type{}, path: at[:len(at):len(at)]}
 	return c.value(shape)
 }
 
@@ -175,7 +238,7 @@ func (c *keyChecker) object(t reflect.Type) error {
 		c.space()
 		c.i++ // ':'
 		if !seen.add(key) {
-			return c.fail(fmt.Errorf("duplicate key %q", key))
+			return c.fail(fmt.Errorf("duplicate key %q", Bound(key)))
 		}
 		var next reflect.Type
 		switch {
@@ -192,7 +255,9 @@ func (c *keyChecker) object(t reflect.Type) error {
 				return c.fail(fmt.Errorf("%q is not a field (did you mean %q?)", key, near))
 			}
 			if c.unknown == refuseUnknown {
-				return c.fail(fmt.Errorf("unknown field %q", key))
+				// The key joins the path: "resources[3].spec.mode: unknown field".
+				c.path = append(c.path, segment{key: key, isKey: true})
+				return c.fail(errors.New("unknown field"))
 			}
 		}
 		c.path = append(c.path, segment{key: key, isKey: true})
@@ -349,26 +414,33 @@ func foldMatch(fields map[string]reflect.Type, key string) string {
 	return best
 }
 
-// fail says err happened at the current path: resources[3].spec for plain names, ["…"] quoted
-// for other keys, so a path is unambiguous and a key cannot put control characters into an
-// error. A path deeper than 16 steps shows its first and last 8.
-func (c *keyChecker) fail(err error) error {
-	if len(c.path) == 0 {
+// fail says err happened at the current path.
+func (c *keyChecker) fail(err error) error { return withPath(err, c.path) }
+
+// withPath says err happened at path: resources[3].spec for plain names, ["…"] quoted (and cut
+// to 64 bytes) for other keys, so a path is unambiguous, bounded, and a key cannot put control
+// characters into an error. A path deeper than 16 steps shows its first and last 8.
+func withPath(err error, path []segment) error {
+	if len(path) == 0 {
 		return err
 	}
+	return fmt.Errorf("%s: %w", renderPath(path), err)
+}
+
+func renderPath(path []segment) string {
 	var b strings.Builder
-	for i, seg := range c.path {
-		if len(c.path) > 16 && i == 8 {
-			fmt.Fprintf(&b, "…(%d more)…", len(c.path)-16)
+	for i, seg := range path {
+		if len(path) > 16 && i == 8 {
+			fmt.Fprintf(&b, "…(%d more)…", len(path)-16)
 		}
-		if len(c.path) > 16 && i >= 8 && i < len(c.path)-8 {
+		if len(path) > 16 && i >= 8 && i < len(path)-8 {
 			continue
 		}
 		switch {
 		case !seg.isKey:
 			b.WriteString("[" + strconv.Itoa(seg.index) + "]")
 		case !plainKey(seg.key):
-			b.WriteString("[" + strconv.Quote(seg.key) + "]")
+			b.WriteString("[" + strconv.Quote(Bound(seg.key)) + "]")
 		default:
 			if b.Len() > 0 {
 				b.WriteByte('.')
@@ -376,7 +448,7 @@ func (c *keyChecker) fail(err error) error {
 			b.WriteString(seg.key)
 		}
 	}
-	return fmt.Errorf("%s: %w", b.String(), err)
+	return b.String()
 }
 
 func plainKey(key string) bool {

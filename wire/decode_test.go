@@ -67,10 +67,10 @@ func TestDecodeStrictAcceptsExactKeysAndKeepsUnknownOnesRefused(t *testing.T) {
 		t.Fatalf("decoded %+v", v)
 	}
 	for in, want := range map[string]string{
-		`{"a":1,"c":2}`:                   `unknown field "c"`,
+		`{"a":1,"c":2}`:                   `c: unknown field`,
 		`{"name":"n"}`:                    `"name" is not a field (did you mean "Name"?)`,
-		`{"-":"x"}`:                       `unknown field "-"`,
-		`{"Skip":"x"}`:                    `unknown field "Skip"`,
+		`{"-":"x"}`:                       `-: unknown field`,
+		`{"Skip":"x"}`:                    `Skip: unknown field`,
 		`{"m":{"k":1,"k":2}}`:             `m: duplicate key "k"`,
 		`{"a":1} {"a":2}`:                 "trailing data",
 		`{"a":1`:                          "unexpected EOF",

@@ -54,16 +54,20 @@ const MaxHeartbeatBytes = 1 << 20
 // Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
-// present except refused, fetch, link and truncated.
+// present except target_expired_since, refused, fetch, link, profile, inventory, drift and
+// truncated.
 type Heartbeat struct {
-	Schema              int            `json:"schema"`
-	Node                string         `json:"node"`
-	State               string         `json:"state"`
-	Running             string         `json:"running"`
-	StandingAsideFor    string         `json:"standing_aside_for"`
-	KnownGood           string         `json:"known_good"`
-	Staged              []string       `json:"staged"`
-	Target              string         `json:"target"`
+	Schema           int      `json:"schema"`
+	Node             string   `json:"node"`
+	State            string   `json:"state"`
+	Running          string   `json:"running"`
+	StandingAsideFor string   `json:"standing_aside_for"`
+	KnownGood        string   `json:"known_good"`
+	Staged           []string `json:"staged"`
+	Target           string   `json:"target"`
+	// TargetExpiredSince is, while the target in force has expired, when it did (its signed
+	// expiry): the host does not act on it and keeps running what it has. Absent otherwise.
+	TargetExpiredSince  *time.Time     `json:"target_expired_since,omitempty"`
 	DeclarationRevision uint64         `json:"declaration_revision"`
 	LastReconcile       *LastReconcile `json:"last_reconcile"`
 	Rollbacks           []Rollback     `json:"rollbacks"`
@@ -72,6 +76,16 @@ type Heartbeat struct {
 	Refused             *Refusal       `json:"refused,omitempty"`
 	Fetch               *Fetch         `json:"fetch,omitempty"`
 	Link                *LinkFailure   `json:"link,omitempty"`
+	// Profile is what the machine can do, as last detected (at the host's start and on each
+	// drift timer, not per heartbeat): absent until the first detection ends, and from
+	// hosts older than issue 12.
+	Profile *Profile `json:"profile,omitempty"`
+	// Inventory is what the machine is and holds, read for this heartbeat; Owned is what the
+	// host applied.
+	Inventory *Inventory `json:"inventory,omitempty"`
+	// Drift is the last MaxDrifted resources the drift check found changed, oldest first;
+	// absent when none has.
+	Drift []Drifted `json:"drift,omitempty"`
 	// Truncated is true when the host cut this heartbeat to fit the largest message it may
 	// send; what was cut is said in docs/wire.md.
 	Truncated bool `json:"truncated,omitempty"`
@@ -96,8 +110,9 @@ type Rollback struct {
 	Output string    `json:"output"`
 }
 
-// Refusal is the last declaration or target the host refused. What is "declaration" or
-// "target"; Revision is its KV revision.
+// Refusal is the last declaration, target or withdrawal list the host refused (or, for the
+// withdrawal list, could not act on). What is "declaration", "target" or "withdrawals";
+// Revision is its KV revision.
 type Refusal struct {
 	What     string    `json:"what"`
 	Revision uint64    `json:"revision"`
@@ -132,7 +147,7 @@ type Fetch struct {
 }
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []
-// rather than null.
+// (and an empty by_type as {}) rather than null.
 func (h Heartbeat) Marshal() []byte {
 	h.Schema = HeartbeatSchema
 	if h.Staged == nil {
@@ -140,6 +155,21 @@ func (h Heartbeat) Marshal() []byte {
 	}
 	if h.Rollbacks == nil {
 		h.Rollbacks = []Rollback{}
+	}
+	if h.Inventory != nil && (h.Inventory.Disks == nil || h.Inventory.Owned.ByType == nil) {
+		inv := *h.Inventory // a copy: the caller's heartbeat is left as it was
+		if inv.Disks == nil {
+			inv.Disks = []Disk{}
+		}
+		if inv.Owned.ByType == nil {
+			inv.Owned.ByType = map[string]int{}
+		}
+		h.Inventory = &inv
+	}
+	if h.Profile != nil && h.Profile.ContainerRuntimes == nil {
+		p := *h.Profile
+		p.ContainerRuntimes = []RuntimeProbe{}
+		h.Profile = &p
 	}
 	b, _ := json.Marshal(h)
 	return b

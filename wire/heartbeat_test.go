@@ -120,3 +120,32 @@ func TestHeartbeatParseRefuses(t *testing.T) {
 		})
 	}
 }
+
+func TestHeartbeatSaysSinceWhenTheTargetExpiredOnlyWhileItHas(t *testing.T) {
+	since := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		expired *time.Time
+		want    string
+	}{
+		{"a target in force that has expired", &since, `"target_expired_since":"2026-12-06T12:00:00Z"`},
+		{"no expired target", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := Heartbeat{Node: "n1", State: StateRunning, Target: "v1.4.0", TargetExpiredSince: tc.expired}.Marshal()
+			if tc.want == "" && strings.Contains(string(b), "target_expired_since") {
+				t.Fatalf("the key is present without an expired target: %s", b)
+			}
+			if tc.want != "" && !strings.Contains(string(b), tc.want) {
+				t.Fatalf("%s does not hold %s", b, tc.want)
+			}
+			out, err := ParseHeartbeat(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (out.TargetExpiredSince == nil) != (tc.expired == nil) || (tc.expired != nil && !out.TargetExpiredSince.Equal(since)) {
+				t.Fatalf("round trip: %v", out.TargetExpiredSince)
+			}
+		})
+	}
+}

@@ -133,7 +133,7 @@ func (m Manifest) Validate() error {
 		return bad("created", "%q is not an RFC 3339 time like 2026-10-01T12:00:00Z", m.Created)
 	}
 	if m.KeyID != "" {
-		if b, err := hex.DecodeString(m.KeyID); err != nil || len(b) != 8 {
+		if !validKeyID(m.KeyID) {
 			return bad("key_id", "%q is not 16 hex digits", m.KeyID)
 		}
 	}
@@ -207,6 +207,23 @@ func (m Manifest) Verify(trusted []ed25519.PublicKey) error {
 func (m Manifest) Marshal() []byte {
 	b, _ := json.MarshalIndent(m, "", "  ")
 	return append(b, '\n')
+}
+
+// validKeyID reports whether s has KeyID's form: 16 hex digits.
+func validKeyID(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == 8
+}
+
+// checkSeq checks a signed value's sequence number: positive, at most MaxSeq.
+func checkSeq(what string, seq uint64) error {
+	if seq == 0 {
+		return fmt.Errorf("%s: seq is 0; a signed value has a positive sequence number", what)
+	}
+	if seq > MaxSeq {
+		return fmt.Errorf("%s: seq %d is above the largest allowed, %d", what, seq, uint64(MaxSeq))
+	}
+	return nil
 }
 
 // KeyID names a public key: the hex of the first 8 bytes of its SHA-256.

@@ -6,8 +6,9 @@ import "strings"
 const DefaultPrefix = "mesh"
 
 // Names are the bus names under one prefix. With the default prefix "mesh": KV
-// mesh_declarations, mesh_host_targets, mesh_host_releases, mesh_rollouts, object store
-// mesh_host_archives, stream MESH_HEARTBEATS on subjects mesh.node.*.heartbeat.
+// mesh_declarations, mesh_host_targets, mesh_host_releases, mesh_host_withdrawals,
+// mesh_rollouts, mesh_enrolment, mesh_nodes, object store mesh_host_archives, stream
+// MESH_HEARTBEATS on subjects mesh.node.*.heartbeat, the enrolment service on mesh.enrol.*.
 type Names struct{ Prefix string }
 
 // NamesFor returns the names under prefix, or under DefaultPrefix when it is empty.
@@ -23,6 +24,22 @@ func (n Names) Targets() string      { return n.Prefix + "_host_targets" }
 func (n Names) Releases() string     { return n.Prefix + "_host_releases" }
 func (n Names) Rollouts() string     { return n.Prefix + "_rollouts" }
 func (n Names) Archives() string     { return n.Prefix + "_host_archives" }
+
+// Blobs is the object store holding what file, archive and package resources name by digest
+// (object name = the digest, "sha256:<hex>").
+func (n Names) Blobs() string       { return n.Prefix + "_blobs" }
+func (n Names) Withdrawals() string { return n.Prefix + "_host_withdrawals" }
+func (n Names) Enrolment() string   { return n.Prefix + "_enrolment" }
+func (n Names) Nodes() string       { return n.Prefix + "_nodes" }
+
+// EnrolSubject is the enrolment service's subject for a node's request; RevokeSubject its
+// subject for revoking a node (admin only).
+func (n Names) EnrolSubject() string  { return n.Prefix + ".enrol.node" }
+func (n Names) RevokeSubject() string { return n.Prefix + ".enrol.revoke" }
+
+// NodeInboxPrefix is the inbox prefix a node's connection uses, the only subjects its user may
+// subscribe to (below it). It cannot collide with a default inbox, _INBOX.<nuid>.
+func NodeInboxPrefix(node string) string { return "_INBOX.node." + node }
 func (n Names) HeartbeatStream() string {
 	return strings.ToUpper(n.Prefix) + "_HEARTBEATS"
 }
@@ -38,3 +55,6 @@ func NodeTargetKey(node string) string { return "node." + node }
 
 // FleetTargetKey is the targets key every node falls back to.
 const FleetTargetKey = "fleet"
+
+// WithdrawalsKey is the one key of the withdrawals bucket: the signed list.
+const WithdrawalsKey = "list"

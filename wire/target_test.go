@@ -26,7 +26,7 @@ func TestParseTargetUsesTheManifestsVersionRule(t *testing.T) {
 		{"v1.0.0-" + strings.Repeat("a", MaxVersionBytes-6), false},
 	} {
 		t.Run(shortName(tc.version), func(t *testing.T) {
-			tgt, err := ParseTarget(Target{Version: tc.version}.Marshal())
+			tgt, err := ParseTarget(Target{Version: tc.version, Seq: 1, Expires: "2026-12-06T12:00:00Z"}.Marshal())
 			if (err == nil) != tc.ok {
 				t.Fatalf("ParseTarget(%q) = %v, want ok=%v", tc.version, err, tc.ok)
 			}

@@ -1,13 +1,12 @@
 // Package cli is mesh-host's command line, apart from main so the lab's fixtures can wrap the
 // real host: `run` (started by mesh-launcher), `preflight` (proves a staged binary can run on
-// this node before anything stands aside) and `version`.
+// this node before anything stands aside), `enrol` (joins the mesh with a token) and `version`.
 package cli
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
 	"log/slog"
 	"os"
@@ -19,7 +18,9 @@ import (
 
 	"github.com/novox/mesh-host/host"
 	"github.com/novox/mesh-host/host/config"
+	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/store"
+	"github.com/novox/mesh-host/internal/cmdline"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -42,6 +43,16 @@ func command(version string, args []string, stdout, stderr io.Writer) int {
 			Run: func(args []string) int { return run(version, args, stdout, stderr) }},
 		{Name: "preflight", Summary: "print the version, then check this binary can read the node's config and records",
 			Run: func(args []string) int { return preflight(version, args, stdout, stderr) }},
+		{Name: "enrol", Summary: "join the mesh with a one-time token: make this node's key, get it signed, write host.json",
+			Run: func(args []string) int { return enrolCmd(args, os.Stdin, stdout, stderr, os.Getenv) }},
+		{Name: "apply", Summary: "apply a declaration FILE, or a bundle (--bundle substrate.lock), once, with no mesh needed",
+			Run: func(args []string) int { return applyCmd(args, stdout, stderr) }},
+		{Name: "plan", Summary: "say what applying a declaration FILE would change; changes nothing",
+			Run: func(args []string) int { return planCmd(args, stdout, stderr) }},
+		{Name: "owned", Summary: "list what this host applied and owns, as read from the machine now",
+			Run: func(args []string) int { return ownedCmd(args, stdout, stderr) }},
+		{Name: "profile", Summary: "detect what this machine can do and what it is (the heartbeat's profile and inventory)",
+			Run: func(args []string) int { return profileCmd(args, stdout, stderr) }},
 	})
 }
 
@@ -140,6 +151,18 @@ func preflight(version string, args []string, stdout, stderr io.Writer) int {
 	if _, err := wire.ParseTrustedKeys(cfg.TrustedKeys); err != nil {
 		fmt.Fprintf(stderr, "preflight: trusted_keys: %v\n", err)
 		return 1
+	}
+	if _, err := wire.ParseTrustedKeys(cfg.TargetKeys()); err != nil {
+		fmt.Fprintf(stderr, "preflight: trusted_target_keys: %v\n", err)
+		return 1
+	}
+	// A version that would refuse this node's bus URL must be refused at staging, not started
+	// and rolled back.
+	if len(cfg.NATSURLs) > 0 {
+		if err := link.CheckPlaintext(cfg.NATSURLs, cfg.NATSCA, cfg.InsecurePlaintext); err != nil {
+			fmt.Fprintf(stderr, "preflight: %v\n", err)
+			return 1
+		}
 	}
 	return 0
 }

@@ -20,13 +20,24 @@ import (
 // Config is every host setting. The JSON names are the host.json fields; each has a
 // MESH_HOST_* variable named in envNames.
 type Config struct {
-	Root              string   `json:"-"`
-	Node              string   `json:"node,omitempty"`
-	NATSURLs          []string `json:"nats_urls,omitempty"`
-	NATSCreds         string   `json:"nats_creds,omitempty"`
-	NATSCA            string   `json:"nats_ca,omitempty"`
-	Prefix            string   `json:"prefix,omitempty"`
-	TrustedKeys       []string `json:"trusted_keys,omitempty"`
+	Root        string   `json:"-"`
+	Node        string   `json:"node,omitempty"`
+	NATSURLs    []string `json:"nats_urls,omitempty"`
+	NATSCreds   string   `json:"nats_creds,omitempty"`
+	NATSCA      string   `json:"nats_ca,omitempty"`
+	Prefix      string   `json:"prefix,omitempty"`
+	TrustedKeys []string `json:"trusted_keys,omitempty"`
+	// TrustedTargetKeys verify the targets and the withdrawal list (decision 0011); empty
+	// means TrustedKeys, so the release key may also choose versions. TargetKeys says which.
+	TrustedTargetKeys []string `json:"trusted_target_keys,omitempty"`
+	// InsecurePlaintext lets the link use a nats:// or ws:// URL to a machine that is not this
+	// one; without it such a URL is refused, since the node's credentials, declarations and
+	// heartbeats would cross the network unencrypted.
+	InsecurePlaintext bool `json:"insecure_plaintext,omitempty"`
+	// JSAPIPrefix is the JetStream API prefix the link uses: wire.NodeJSAPIPrefix for a node
+	// user in its own account (what `mesh-host enrol` writes), empty for the plain $JS.API of a
+	// bus without accounts (serve --insecure-no-auth, a single-account NATS).
+	JSAPIPrefix       string   `json:"js_api_prefix,omitempty"`
 	ReconcileInterval Duration `json:"reconcile_interval,omitempty"`
 	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`
 	// MaxDeclarationBytes is the largest declaration the host accepts; a larger one is refused
@@ -130,10 +141,11 @@ func Load(root, path string, getenv Env) (Config, error) {
 
 func (c *Config) applyEnv(getenv Env) error {
 	str := map[string]*string{
-		"MESH_HOST_NODE":       &c.Node,
-		"MESH_HOST_NATS_CREDS": &c.NATSCreds,
-		"MESH_HOST_NATS_CA":    &c.NATSCA,
-		"MESH_HOST_PREFIX":     &c.Prefix,
+		"MESH_HOST_NODE":          &c.Node,
+		"MESH_HOST_NATS_CREDS":    &c.NATSCreds,
+		"MESH_HOST_NATS_CA":       &c.NATSCA,
+		"MESH_HOST_PREFIX":        &c.Prefix,
+		"MESH_HOST_JS_API_PREFIX": &c.JSAPIPrefix,
 	}
 	for name, p := range str {
 		if v := getenv(name); v != "" {
@@ -143,6 +155,8 @@ func (c *Config) applyEnv(getenv Env) error {
 	list := map[string]*[]string{
 		"MESH_HOST_NATS_URL":     &c.NATSURLs,
 		"MESH_HOST_TRUSTED_KEYS": &c.TrustedKeys,
+		// Set to an empty list it cannot be: unset means host.json's, or trusted_keys.
+		"MESH_HOST_TRUSTED_TARGET_KEYS": &c.TrustedTargetKeys,
 	}
 	for name, p := range list {
 		if v := getenv(name); v != "" {
@@ -152,6 +166,13 @@ func (c *Config) applyEnv(getenv Env) error {
 	dur := map[string]*Duration{
 		"MESH_HOST_RECONCILE_INTERVAL": &c.ReconcileInterval,
 		"MESH_HOST_HEARTBEAT_INTERVAL": &c.HeartbeatInterval,
+	}
+	if v := getenv("MESH_HOST_INSECURE_PLAINTEXT"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("config MESH_HOST_INSECURE_PLAINTEXT: %q is not 1, true, 0 or false", v)
+		}
+		c.InsecurePlaintext = b
 	}
 	if v := getenv("MESH_HOST_MAX_DECLARATION_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -170,6 +191,15 @@ func (c *Config) applyEnv(getenv Env) error {
 		}
 	}
 	return nil
+}
+
+// TargetKeys are the keys that verify targets and withdrawal lists, in the form trusted_keys
+// takes (wire.ParseTrustedKeys reads them): trusted_target_keys when set, else trusted_keys.
+func (c Config) TargetKeys() []string {
+	if len(c.TrustedTargetKeys) > 0 {
+		return c.TrustedTargetKeys
+	}
+	return c.TrustedKeys
 }
 
 func splitList(v string) []string {

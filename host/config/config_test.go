@@ -56,7 +56,7 @@ func TestLoadRefuses(t *testing.T) {
 		env        map[string]string
 		want       string
 	}{
-		{"unknown field by name", `{"node": "n", "colour": "blue"}`, nil, `"colour"`},
+		{"unknown field by name", `{"node": "n", "colour": "blue"}`, nil, `colour: unknown field`},
 		{"duration not a string", `{"reconcile_interval": 5}`, nil, "duration"},
 		{"duration unparsable", `{"heartbeat_interval": "soon"}`, nil, `"soon"`},
 		{"duration not positive", `{"heartbeat_interval": "-1s"}`, nil, "positive"},
@@ -69,6 +69,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"a key in another case", `{"node": "n", "Prefix": "p"}`, nil, `"Prefix" is not a field (did you mean "prefix"?)`},
 		{"a key twice", `{"node": "n", "prefix": "a", "prefix": "b"}`, nil, `duplicate key "prefix"`},
 		{"trailing data", `{"node": "n"} {"node": "m"}`, nil, "trailing data"},
+		{"insecure_plaintext not a boolean", `{"insecure_plaintext": "yes"}`, nil, "insecure_plaintext"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -119,5 +120,79 @@ func TestLoadDeclarationLimitDefaultsToOneMiBAndIsConfigurable(t *testing.T) {
 	c, err = Load(root, "", env(map[string]string{"MESH_HOST_NODE": "n", "MESH_HOST_MAX_DECLARATION_BYTES": "4096"}))
 	if err != nil || c.MaxDeclarationBytes != 4096 {
 		t.Fatalf("from the environment %d, %v", c.MaxDeclarationBytes, err)
+	}
+}
+
+func TestLoadTrustAndPlaintextSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		wantTarget []string
+		wantPlain  bool
+	}{
+		{"target keys default to the release keys", `{"trusted_keys": ["r1", "r2"]}`, nil, []string{"r1", "r2"}, false},
+		{"target keys from host.json win over the release keys", `{"trusted_keys": ["r1"], "trusted_target_keys": ["t1"]}`, nil, []string{"t1"}, false},
+		{"target keys from the environment win over host.json", `{"trusted_keys": ["r1"], "trusted_target_keys": ["t1"]}`,
+			map[string]string{"MESH_HOST_TRUSTED_TARGET_KEYS": "t2, t3"}, []string{"t2", "t3"}, false},
+		{"no keys at all", `{}`, nil, nil, false},
+		{"plaintext allowed in host.json", `{"insecure_plaintext": true}`, nil, nil, true},
+		{"plaintext allowed by the environment as 1", `{}`, map[string]string{"MESH_HOST_INSECURE_PLAINTEXT": "1"}, nil, true},
+		{"plaintext allowed by the environment as true", `{}`, map[string]string{"MESH_HOST_INSECURE_PLAINTEXT": "true"}, nil, true},
+		{"plaintext forbidden by the environment over host.json", `{"insecure_plaintext": true}`, map[string]string{"MESH_HOST_INSECURE_PLAINTEXT": "0"}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.WriteFile(filepath.Join(root, "host.json"), []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e := map[string]string{"MESH_HOST_NODE": "n"}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			c, err := Load(root, "", env(e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.TargetKeys(); strings.Join(got, ",") != strings.Join(tc.wantTarget, ",") {
+				t.Errorf("target keys %q, want %q", got, tc.wantTarget)
+			}
+			if c.InsecurePlaintext != tc.wantPlain {
+				t.Errorf("insecure_plaintext %v, want %v", c.InsecurePlaintext, tc.wantPlain)
+			}
+		})
+	}
+}
+
+func TestLoadRefusesAnUnreadablePlaintextSetting(t *testing.T) {
+	_, err := Load(t.TempDir(), "", env(map[string]string{"MESH_HOST_NODE": "n", "MESH_HOST_INSECURE_PLAINTEXT": "yes please"}))
+	if err == nil || !strings.Contains(err.Error(), "MESH_HOST_INSECURE_PLAINTEXT") {
+		t.Fatalf("err = %v, want it to name MESH_HOST_INSECURE_PLAINTEXT", err)
+	}
+}
+
+func TestLoadJetStreamAPIPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"none: the plain $JS.API", `{}`, nil, ""},
+		{"from host.json (what enrol writes)", `{"js_api_prefix": "$JS.mesh.API"}`, nil, "$JS.mesh.API"},
+		{"the environment wins", `{"js_api_prefix": "$JS.mesh.API"}`, map[string]string{"MESH_HOST_JS_API_PREFIX": "$JS.other.API"}, "$JS.other.API"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.WriteFile(filepath.Join(root, "host.json"), []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e := map[string]string{"MESH_HOST_NODE": "n"}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			c, err := Load(root, "", env(e))
+			if err != nil || c.JSAPIPrefix != tc.want {
+				t.Fatalf("js_api_prefix %q, %v; want %q", c.JSAPIPrefix, err, tc.want)
+			}
+		})
 	}
 }

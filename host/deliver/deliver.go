@@ -37,7 +37,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
@@ -50,9 +49,9 @@ const downloadName = "download.tar.zst"
 type Records interface {
 	// IsBad reports whether the version is marked bad on this node, and why.
 	IsBad(ctx context.Context, version string) (bad bool, reason string, err error)
-	// RecordDigest records the digest of the version's binary, which Choose later checks the
-	// file against.
-	RecordDigest(ctx context.Context, version string, binary digest.Digest) error
+	// RecordVersion records the digest of the version's binary, which Choose later checks the
+	// file against, and that it was delivered signed by the manifest's key.
+	rollback.VersionRecorder
 }
 
 // Config is what a Deliverer needs. Root, JS, TrustedKeys and Records are required; zero
@@ -63,7 +62,10 @@ type Config struct {
 	Names       wire.Names          // bucket names (default prefix when zero)
 	TrustedKeys []ed25519.PublicKey // from trusted_keys (wire.ParseTrustedKeys)
 	Records     Records
-	Log         *slog.Logger // default: discard
+	// Withdrawn reports whether the version is withdrawn (the signed withdrawal list the host
+	// accepted) and why; such a version is never fetched, its manifest refused. Nil: none is.
+	Withdrawn func(version string) (reason string, ok bool)
+	Log       *slog.Logger // default: discard
 
 	// PreflightArgs follow "preflight" on the staged binary's command line (e.g. --config
 	// FILE when the host was started with one); PreflightEnv is added to the host's own
@@ -221,6 +223,9 @@ func (d *Deliverer) remember(version string, rev uint64, err error) error {
 // attempt is one try: manifest, checks, fetch, extract, preflight, commit. It returns the
 // manifest's KV revision with the outcome.
 func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, progress func(Progress)) (uint64, error) {
+	if err := d.withdrawn(version); err != nil {
+		return 0, err
+	}
 	bad, reason, err := d.cfg.Records.IsBad(ctx, version)
 	if err != nil {
 		return 0, &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("read the records: %w", err)}
@@ -243,6 +248,17 @@ func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, 
 		return prev.revision, prev.err // refused before, and the manifest has not changed: do not fetch again
 	}
 	return entry.Revision(), d.stage(ctx, version, entry.Value(), progress)
+}
+
+// withdrawn is the refusal of a withdrawn version, or nil.
+func (d *Deliverer) withdrawn(version string) error {
+	if d.cfg.Withdrawn == nil {
+		return nil
+	}
+	if reason, ok := d.cfg.Withdrawn(version); ok {
+		return refuse(version, KindWithdrawn, "it is withdrawn from the fleet (%s); a withdrawn version is never fetched — publish a fixed version", rollback.Cut(reason, wire.MaxWithdrawalReason))
+	}
+	return nil
 }
 
 // checkManifest parses and verifies the manifest and checks that this host can take it.
@@ -284,15 +300,12 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		return err
 	}
 
-	staging, err := os.MkdirTemp(versions, rollback.StagingPrefix)
+	st, err := rollback.NewStaging(d.cfg.Root)
 	if err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(staging)
-		}
-	}()
+	defer st.Discard() // nothing once committed
+	staging := st.Dir()
 	dl, err := d.fetch(ctx, m, staging, progress)
 	if err != nil {
 		return err
@@ -340,28 +353,23 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	if err := d.preflight(ctx, version, bin.Path); err != nil {
 		return err
 	}
-	// Not atomicfile.Rename: a rename that fails because another process staged the version
-	// meanwhile is told apart below, and the syncs around it are the same.
-	if err := atomicfile.SyncDir(staging); err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: err}
+	// Withdrawn while it was being fetched: it never reaches versions/.
+	if err := d.withdrawn(version); err != nil {
+		return err
 	}
-	// Recorded before the directory appears: Choose never sees this version without the digest
-	// it must match. A crash between the two leaves a record and a staging directory; the next
-	// attempt records the same digest again.
-	if err := d.cfg.Records.RecordDigest(ctx, version, bin.Digest); err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("record the binary's digest: %w", err)}
+	// The shared commit (rollback.Staging): the digest recorded before the directory appears,
+	// with where the version came from, then one rename.
+	err = st.Commit(ctx, d.cfg.Records, version, bin.Digest, rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID})
+	if dc := (*rollback.DigestConflict)(nil); errors.As(err, &dc) {
+		return refuse(version, KindBinaryDigest, "%w", err)
 	}
-	final := filepath.Join(versions, version)
-	if err := os.Rename(staging, final); err != nil {
-		if d.Have(version) { // staged meanwhile by another process on this root
-			os.RemoveAll(staging)
-			return nil
-		}
-		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("rename %s into place: %w", staging, err)}
+	if errors.Is(err, rollback.ErrVersionExists) && d.Have(version) {
+		return nil // staged meanwhile by another process on this root
 	}
-	if err := atomicfile.SyncDir(versions); err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: err}
+	if err != nil {
+		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("put the staged version in place: %w", err)}
 	}
+	final := rollback.VersionDir(d.cfg.Root, version)
 	progress(Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100})
 	d.cfg.Log.Info("host version staged", "version", version, "digest", string(m.Digest), "binary_digest", string(bin.Digest), "dir", final)
 	return nil

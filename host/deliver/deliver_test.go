@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"io"
 	"os"
@@ -67,6 +68,12 @@ func TestDeliverStagesAVerifiedVersionAndRecordsItsDigest(t *testing.T) {
 	ch, err := h.records.Choose(context.Background(), h.root)
 	if err != nil || ch.Version != v1 {
 		t.Fatalf("Choose: %+v, %v", ch, err)
+	}
+	// And the records say where it came from: delivered, signed by the release key.
+	rec, ok, err := h.records.Lookup(context.Background(), v1)
+	want := rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: wire.KeyID(h.priv.Public().(ed25519.PublicKey))}
+	if err != nil || !ok || rec.Provenance != want || rec.Provenance.String() != "delivered, signed by key "+want.SignedBy {
+		t.Fatalf("records of %s: %+v, %v, %v; want provenance %+v", v1, rec, ok, err, want)
 	}
 	last := log.p[len(log.p)-1]
 	if last.State != StateStaged {
@@ -274,8 +281,21 @@ func refusals(t *testing.T) []refusal {
 			setup: func(t *testing.T, h *harness) {
 				h.release(v1, ok())
 				ctx := context.Background()
-				h.records.RecordDigest(ctx, v1, digest.FromBytes(ok()))
+				h.records.RecordVersion(ctx, v1, digest.FromBytes(ok()), rollback.Provenance{Source: rollback.SourceDelivered})
 				if err := h.records.MarkBad(ctx, v1, "crashed at start"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "TestDeliverRefusesAWithdrawnVersion", kind: KindWithdrawn, says: "withdrawn from the fleet (crashes on arm64)",
+			cfg: func(c *Config) {
+				c.Withdrawn = func(v string) (string, bool) { return "crashes on arm64", v == v1 }
+			},
+			setup: func(t *testing.T, h *harness) { h.release(v1, ok()) }},
+		{name: "TestDeliverRefusesAVersionThisNodeRecordedWithOtherBytes", kind: KindBinaryDigest, says: "a version's bytes never change",
+			setup: func(t *testing.T, h *harness) {
+				h.release(v1, ok())
+				// Seen here before (installed, then retired) with other bytes: Choose would never run these.
+				if err := h.records.RecordVersion(context.Background(), v1, digest.FromString("other bytes"), rollback.Provenance{Source: rollback.SourceInstalled}); err != nil {
 					t.Fatal(err)
 				}
 			}},
@@ -304,6 +324,55 @@ func TestDeliverRefuses(t *testing.T) {
 				t.Fatalf("after a refusal versions/ holds %v, want nothing", ents)
 			}
 		})
+	}
+}
+
+// A withdrawn version's manifest, published again (a new revision), is refused again and its
+// archive never fetched; a version withdrawn while it is fetched never reaches versions/.
+func TestDeliverNeverFetchesAWithdrawnVersion(t *testing.T) {
+	var mu sync.Mutex
+	withdrawn := map[string]string{}
+	h := newHarness(t, func(c *Config) {
+		c.Withdrawn = func(v string) (string, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			r, ok := withdrawn[v]
+			return r, ok
+		}
+	})
+	withdraw := func(v string) {
+		mu.Lock()
+		withdrawn[v] = "leaks memory"
+		mu.Unlock()
+	}
+	bin := fakehost(t, v1, "ok", runtime.GOARCH)
+	withdraw(v1)
+	for i := range 3 {
+		h.release(v1, bin) // published again each time: a new manifest revision
+		var log progressLog
+		err := h.d.Deliver(context.Background(), v1, log.report)
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != KindWithdrawn || !strings.Contains(err.Error(), "leaks memory") || !strings.Contains(err.Error(), v1) {
+			t.Fatalf("attempt %d: %v, want a withdrawn refusal naming %s and the reason", i, err, v1)
+		}
+		if n := log.states()[StateFetching]; n != 0 {
+			t.Fatalf("attempt %d fetched a withdrawn version (%d progress reports)", i, n)
+		}
+	}
+	// Withdrawn while its fetch runs: refused before it is put in place.
+	v2 := "v1.2.0"
+	h.release(v2, fakehost(t, v2, "ok", runtime.GOARCH))
+	err := h.d.Deliver(context.Background(), v2, func(p Progress) {
+		if p.State == StateVerifying {
+			withdraw(v2)
+		}
+	})
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindWithdrawn {
+		t.Fatalf("withdrawn during its fetch: %v, want a withdrawn refusal", err)
+	}
+	if ents := h.versionsEntries(); len(ents) != 0 {
+		t.Fatalf("versions/ holds %v", ents)
 	}
 }
 

@@ -19,6 +19,7 @@ type Kind string
 const (
 	KindInvalidVersion  Kind = "invalid-version"  // the target is not a version like v1.4.0
 	KindMarkedBad       Kind = "marked-bad"       // this node's records mark the version bad
+	KindWithdrawn       Kind = "withdrawn"        // the fleet's signed withdrawal list names the version
 	KindBadManifest     Kind = "bad-manifest"     // the manifest does not parse or names another version
 	KindSignature       Kind = "signature"        // unsigned, unknown key or altered (wraps wire.Err*)
 	KindWrongPlatform   Kind = "wrong-platform"   // built for another os or architecture

@@ -71,7 +71,7 @@ func (f *failures) attemptFailed(err error) {
 	quiet := attempts == 1 && errors.Is(err, nats.ErrNoServers)
 	suppressed, ok := 0, false
 	if !quiet {
-		suppressed, ok = f.admit(reason + text)
+		suppressed, ok = f.admit(reason + sameWords(text))
 	}
 	f.mu.Unlock()
 	if !ok {
@@ -157,6 +157,26 @@ func (f *failures) admit(key string) (suppressed int, ok bool) {
 	return suppressed, true
 }
 
+// sameWords is text with every run of digits replaced by one '#', the key under which failures
+// count as the same: an expired certificate's error names the current time, which must not make
+// every attempt a new cause.
+func sameWords(text string) string {
+	var b strings.Builder
+	digit := false
+	for _, r := range text {
+		if r >= '0' && r <= '9' {
+			if !digit {
+				b.WriteByte('#')
+			}
+			digit = true
+			continue
+		}
+		digit = false
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // describe says which side refused and why, when that can be known, and gives the error's text
 // with any credentials in URLs redacted.
 func describe(err error) (reason, text string) {
@@ -172,16 +192,35 @@ func describe(err error) (reason, text string) {
 		netErr  net.Error
 		urlErr  *url.Error
 	)
+	// Which side refused comes first: the server refusing this node (its credentials, TLS
+	// required) or this node refusing the server (its certificate); then why, in the server's
+	// or the verifier's own words (text).
+	lower := strings.ToLower(text)
 	switch {
-	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
-		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
-		return "the server refused this node's credentials (check the user and password in the URL, or nats_creds)", text
-	case errors.Is(err, nats.ErrSecureConnWanted):
-		return "this node asks for TLS (a tls:// URL or nats_ca) but the server does not offer it", text
+	// A server says "User Authentication Revoked" (or Expired) to a user it knows; nats.go's
+	// sentinels lack the "user", so the server's words are matched too.
+	case errors.Is(err, nats.ErrAuthRevoked), strings.Contains(lower, "authentication revoked"):
+		return "the server refused this node: its user was revoked (mesh-release node revoke); enrol the node again with a new token", text
+	case errors.Is(err, nats.ErrAccountAuthExpired), strings.Contains(lower, "account authentication expired"):
+		return "the server refused this node: the mesh account's credentials expired; the operator must re-issue the account", text
+	case errors.Is(err, nats.ErrAuthExpired), strings.Contains(lower, "authentication expired"):
+		return "the server refused this node: its user credentials expired; enrol the node again with a new token", text
+	case errors.Is(err, nats.ErrAuthorization):
+		return "the server refused this node's credentials (check nats_creds, or the user and password in the URL; a node revoked or replaced must be enrolled again)", text
 	case errors.Is(err, nats.ErrSecureConnRequired):
-		return "the server requires TLS (use a tls:// URL)", text
-	case errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid), errors.As(err, &verify):
-		return "the server's TLS certificate is not trusted by this node (check nats_ca and the host name in the URL)", text
+		return "the server refused this node: it requires TLS (use a tls:// URL and nats_ca)", text
+	case errors.Is(err, nats.ErrSecureConnWanted):
+		return "this node refused the server: it asks for TLS (a tls:// URL or nats_ca) but the server does not offer it", text
+	case errors.As(err, &unknown):
+		return "this node refused the server: its TLS certificate is not signed by a CA this node trusts (check nats_ca: the bus's ca.pem)", text
+	case errors.As(err, &host):
+		return "this node refused the server: its TLS certificate is not for the host name in the URL (use a name the certificate names, or have it re-issued with that name)", text
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "this node refused the server: its TLS certificate has expired or is not valid yet (check the clocks of both machines, and the certificate's dates)", text
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		return "this node refused the server: its TLS certificate does not verify (check nats_ca and the host name in the URL)", text
+	case strings.Contains(text, "remote error: tls: "):
+		return "the server refused this node during the TLS handshake", text
 	case errors.As(err, &record), errors.As(err, &alert), strings.Contains(text, "tls: "):
 		return "the TLS handshake with the server failed", text
 	case errors.Is(err, syscall.ECONNREFUSED):

@@ -10,8 +10,10 @@ import (
 // A heartbeat that is over the largest message the host may send is never dropped: a node that
 // cannot say anything is silent, and silence means it is down. It is cut instead, by fixed
 // steps in a fixed order (docs/wire.md, "Heartbeat size"), least useful first, until it fits.
-// The identity — schema, node, state, running, standing_aside_for, known_good, uptime_s,
-// sent_at — is never cut.
+// The identity — schema, node, state, running, standing_aside_for, known_good,
+// declaration_revision, uptime_s, sent_at — is never cut. Drift and the inventory's disks go
+// first (the next heartbeat says them again); the profile and inventory, which are small and
+// bounded, go only after everything else.
 
 // Sizes the steps cut texts to.
 const (
@@ -19,6 +21,7 @@ const (
 	fitReasonBytes = 256 // rollbacks[].reason
 	fitErrorBytes  = 512 // last_reconcile.error, refused.error, fetch.error, first
 	fitErrorLast   = 64  // the same, second
+	fitDriftWhat   = 64  // drift[].what
 )
 
 // fitStep changes hb by one step and reports whether it may change more when applied again
@@ -28,6 +31,28 @@ type fitStep func(hb *wire.Heartbeat) (again bool)
 // fitSteps are the steps in the order docs/wire.md lists them.
 func fitSteps() []fitStep {
 	return []fitStep{
+		// cut drift whats to 64 bytes
+		func(hb *wire.Heartbeat) bool {
+			for i := range hb.Drift {
+				hb.Drift[i].What = rollback.Cut(hb.Drift[i].What, fitDriftWhat)
+			}
+			return false
+		},
+		// drop the oldest drifted resource
+		func(hb *wire.Heartbeat) bool {
+			if len(hb.Drift) > 0 {
+				hb.Drift = hb.Drift[1:] // oldest first
+			}
+			return len(hb.Drift) > 0
+		},
+		// drop the last disk
+		func(hb *wire.Heartbeat) bool {
+			if hb.Inventory == nil || len(hb.Inventory.Disks) == 0 {
+				return false
+			}
+			hb.Inventory.Disks = hb.Inventory.Disks[:len(hb.Inventory.Disks)-1]
+			return len(hb.Inventory.Disks) > 0
+		},
 		// cut rollback outputs to 512 bytes
 		func(hb *wire.Heartbeat) bool {
 			for i := range hb.Rollbacks {
@@ -80,6 +105,20 @@ func fitSteps() []fitStep {
 		},
 		// empty target
 		func(hb *wire.Heartbeat) bool { hb.Target = ""; return false },
+		// empty the profile's errors
+		func(hb *wire.Heartbeat) bool {
+			if hb.Profile != nil {
+				hb.Profile.SystemdError = ""
+				for i := range hb.Profile.ContainerRuntimes {
+					hb.Profile.ContainerRuntimes[i].Error = ""
+				}
+			}
+			return false
+		},
+		// drop inventory
+		func(hb *wire.Heartbeat) bool { hb.Inventory = nil; return false },
+		// drop profile
+		func(hb *wire.Heartbeat) bool { hb.Profile = nil; return false },
 	}
 }
 
@@ -134,6 +173,17 @@ func copyHeartbeat(hb wire.Heartbeat) wire.Heartbeat {
 	if hb.Fetch != nil {
 		f := *hb.Fetch
 		hb.Fetch = &f
+	}
+	hb.Drift = append([]wire.Drifted(nil), hb.Drift...)
+	if hb.Inventory != nil {
+		inv := *hb.Inventory
+		inv.Disks = append([]wire.Disk(nil), inv.Disks...)
+		hb.Inventory = &inv
+	}
+	if hb.Profile != nil {
+		p := *hb.Profile
+		p.ContainerRuntimes = append([]wire.RuntimeProbe(nil), p.ContainerRuntimes...)
+		hb.Profile = &p
 	}
 	return hb
 }

@@ -36,6 +36,30 @@ func TestFitHeartbeatCutsAThreeMegabyteHeartbeatToFitAndKeepsItsIdentity(t *test
 	if n := len(in.Marshal()); n < 3_000_000 {
 		t.Fatalf("the heartbeat is %d bytes; the test wants about 3 MB", n)
 	}
+	fitsEachBoundKeepingIdentity(t, in)
+	if len(in.Rollbacks[0].Output) < 400_000 || in.LastReconcile.Error == "" {
+		t.Fatal("FitHeartbeat changed the caller's heartbeat")
+	}
+}
+
+// fitParsed cuts in to max bytes and parses what the cut gives.
+func fitParsed(t *testing.T, in wire.Heartbeat, max int) wire.Heartbeat {
+	t.Helper()
+	b, _, err := FitHeartbeat(in, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := wire.ParseHeartbeat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// fitsEachBoundKeepingIdentity cuts in to each of a range of bounds and checks the result fits,
+// parses, keeps what identifies the node and its state, and is the same when cut again.
+func fitsEachBoundKeepingIdentity(t *testing.T, in wire.Heartbeat) {
+	t.Helper()
 	for _, max := range []int{1 << 20, 64 << 10, 4 << 10, 1 << 10} {
 		t.Run(fmt.Sprint(max), func(t *testing.T) {
 			b, truncated, err := FitHeartbeat(in, max)
@@ -50,43 +74,28 @@ func TestFitHeartbeatCutsAThreeMegabyteHeartbeatToFitAndKeepsItsIdentity(t *test
 				t.Fatalf("the cut heartbeat does not parse: %v", err)
 			}
 			if !out.Truncated || out.Node != in.Node || out.State != in.State || out.Running != in.Running ||
-				out.KnownGood != in.KnownGood || out.StandingAsideFor != in.StandingAsideFor || !out.SentAt.Equal(in.SentAt) || out.UptimeS != in.UptimeS {
+				out.KnownGood != in.KnownGood || out.StandingAsideFor != in.StandingAsideFor || !out.SentAt.Equal(in.SentAt) ||
+				out.UptimeS != in.UptimeS || out.DeclarationRevision != in.DeclarationRevision {
 				t.Fatalf("identity lost: %+v", out)
 			}
-			again, _, _ := FitHeartbeat(in, max)
-			if !bytes.Equal(b, again) {
+			if again, _, _ := FitHeartbeat(in, max); !bytes.Equal(b, again) {
 				t.Fatal("cutting the same heartbeat twice gave different bytes")
 			}
 		})
-	}
-	if len(in.Rollbacks[0].Output) < 400_000 || in.LastReconcile.Error == "" {
-		t.Fatal("FitHeartbeat changed the caller's heartbeat")
 	}
 }
 
 // The steps run in the documented order: what is cut first goes first, and only as much as needed.
 func TestFitHeartbeatCutsInTheDocumentedOrder(t *testing.T) {
 	in := hugeHeartbeat()
-	fit := func(max int) wire.Heartbeat {
-		t.Helper()
-		b, _, err := FitHeartbeat(in, max)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := wire.ParseHeartbeat(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	// 1 MiB: the outputs are cut to 512 bytes; all five rollbacks stay; errors are not touched.
-	out := fit(1 << 20)
+	out := fitParsed(t, in, 1<<20)
 	if len(out.Rollbacks) != 5 || len(out.Rollbacks[0].Output) > 512 || out.Rollbacks[0].Output == "" || len(out.LastReconcile.Error) != 300_000 {
 		t.Errorf("1 MiB: %d rollbacks, output %d bytes, error %d bytes", len(out.Rollbacks), len(out.Rollbacks[0].Output), len(out.LastReconcile.Error))
 	}
 	// 64 KiB: no rollbacks are left (the errors alone are 700 KB); the newest went last, so the
 	// errors are cut only after every rollback is gone.
-	out = fit(64 << 10)
+	out = fitParsed(t, in, 64<<10)
 	if len(out.Rollbacks) != 0 || len(out.LastReconcile.Error) > 512 || len(out.Staged) != 2 || out.Refused == nil || out.Fetch == nil {
 		t.Errorf("64 KiB: %+v", out)
 	}

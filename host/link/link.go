@@ -1,6 +1,6 @@
 // Package link is the host's one outbound connection to the bus. It watches the node's
-// declaration and target (pushed by the server, never polled), reports what arrives as events,
-// and publishes the host's heartbeats. It opens no listening socket; it keeps reconnecting for
+// declaration, its target and the fleet's, and the withdrawal list (pushed by the server, never
+// polled), reports what arrives as events, and publishes the host's heartbeats. It opens no listening socket; it keeps reconnecting for
 // as long as it is open, including when the server is down at start.
 package link
 
@@ -43,10 +43,24 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// PublishTimeout bounds a heartbeat publish when its context has no deadline; default 5s.
 	PublishTimeout time.Duration
+	// InsecurePlaintext allows nats:// and ws:// URLs to a machine that is not this one
+	// (host.json insecure_plaintext); without it Open refuses them (CheckPlaintext).
+	InsecurePlaintext bool
+	// JSAPIPrefix is the JetStream API prefix (host.json js_api_prefix): wire.NodeJSAPIPrefix for
+	// a node user in the nodes account, empty for $JS.API.
+	JSAPIPrefix string
+}
+
+// newJetStream is the link's JetStream context, under prefix when one is configured.
+func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
+	if prefix == "" {
+		return jetstream.New(nc)
+	}
+	return jetstream.NewWithAPIPrefix(nc, prefix)
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived or TargetChanged.
+// DeclarationArrived, TargetChanged or WithdrawalsArrived.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -71,7 +85,8 @@ type DeclarationArrived struct {
 // TargetChanged: the effective target changed. Key is wire.NodeTargetKey(node) or
 // wire.FleetTargetKey, whichever is in force (the node key wins while present), or "" when
 // neither is set; Target is then nil. Err is set, and Target nil, when the value in force is not
-// a valid target.
+// a valid target. The target is parsed, not verified: its signature covers Key, and the host
+// checks it with its trusted target keys (wire.Target.Verify).
 type TargetChanged struct {
 	Target   *wire.Target
 	Key      string
@@ -79,11 +94,21 @@ type TargetChanged struct {
 	Err      error
 }
 
+// WithdrawalsArrived: the withdrawal list has a new revision. Value is raw, unparsed and
+// unverified (wire.ParseWithdrawals, then Withdrawals.Verify). Deleted means the key was deleted
+// or purged on the bus. The same revision is never reported twice.
+type WithdrawalsArrived struct {
+	Value    []byte
+	Revision uint64
+	Deleted  bool
+}
+
 func (Connected) event()          {}
 func (Reconnected) event()        {}
 func (Disconnected) event()       {}
 func (DeclarationArrived) event() {}
 func (TargetChanged) event()      {}
+func (WithdrawalsArrived) event() {}
 
 // ErrNotConnected is returned by PublishHeartbeat while the link is down; the heartbeat is
 // dropped rather than queued, because a stale heartbeat would lie about when it was sent.
@@ -109,13 +134,13 @@ type Link struct {
 	done   chan struct{}
 	once   sync.Once
 
-	// Owned by the session goroutines, which never overlap: each session is stopped and
-	// waited for before the next starts.
-	declRev    uint64
-	declSeen   bool
-	targetSeen bool
-	targetKey  string
-	targetRev  uint64
+	// Owned by the session goroutines: each session is stopped and waited for before the next
+	// starts; within one, each key's watch owns its revSeen, and the target fold's lock guards
+	// the target's.
+	declSeen, withdrawalsSeen revSeen
+	targetSeen                bool
+	targetKey                 string
+	targetRev                 uint64
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -148,12 +173,9 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	if o.PublishTimeout == 0 {
 		o.PublishTimeout = 5 * time.Second
 	}
-	// A URL without a scheme is nats:// to nats.go too; saying so makes it one Redact knows.
-	o.URLs = append([]string(nil), o.URLs...)
-	for i, u := range o.URLs {
-		if !strings.Contains(u, "://") {
-			o.URLs[i] = "nats://" + u
-		}
+	o.URLs = withScheme(o.URLs)
+	if err := CheckPlaintext(o.URLs, o.CA, o.InsecurePlaintext); err != nil {
+		return nil, err
 	}
 	servers := strings.Join(o.URLs, ",")
 	l := &Link{
@@ -167,7 +189,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	}
 	l.fail = newFailures(l.log)
 	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
-		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
+		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
 			"plaintext", rollback.Redact(strings.Join(plain, ",")))
 	}
 	nopts, err := l.natsOptions()
@@ -181,7 +203,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("link: connect to %s: %w", rollback.Redact(servers), rollback.RedactError(err))
 	}
-	js, err := jetstream.New(nc)
+	js, err := newJetStream(nc, o.JSAPIPrefix)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("link: jetstream: %w", err)
@@ -199,6 +221,8 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 	o := l.opts
 	opts := []nats.Option{
 		nats.Name(o.Name),
+		// A node's user may receive only below its own inbox prefix (decision 0011).
+		nats.CustomInboxPrefix(wire.NodeInboxPrefix(o.Node)),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.IgnoreAuthErrorAbort(),
@@ -221,8 +245,20 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		// dial; attempts that dialled but were refused afterwards are found in reconnectDelay.
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { l.fail.attemptFailed(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if isRevoked(err) {
+				// The server says why it closes a revoked user's connection only here: the
+				// disconnect that follows reads EOF, and later attempts "Authorization Violation".
+				l.fail.attemptFailed(err)
+				return
+			}
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
+			}
+			if refusedConsumerDelete(err) {
+				// nats.go deletes the consumer of an object fetch when it ends; a node may not
+				// (decision 0011), and the server removes the consumer itself.
+				l.log.Debug("link: the server refused to delete a consumer, as a node's permissions say; it removes it itself", "err", err)
+				return
 			}
 			l.fail.asyncError(err)
 		}),
@@ -271,9 +307,53 @@ func (l *Link) reconnectDelay(int) time.Duration {
 	return l.opts.ReconnectWait + rand.N(jitter)
 }
 
+// withScheme returns urls with nats:// put before any without a scheme: nats.go reads them so
+// too, and saying so makes them URLs Redact and CheckPlaintext know.
+func withScheme(urls []string) []string {
+	out := append([]string(nil), urls...)
+	for i, u := range out {
+		if !strings.Contains(u, "://") {
+			out[i] = "nats://" + u
+		}
+	}
+	return out
+}
+
+// CheckPlaintext refuses bus URLs that would carry the link unencrypted to another machine
+// (nats:// or ws:// to a host that is not loopback, while no CA forces TLS) unless insecure is
+// set (insecure_plaintext): the node's credentials, declarations and heartbeats would cross the
+// network readable by anyone on the way. Open calls it; so may a preflight, which reads the same
+// settings, so that a version that would refuse is never staged.
+func CheckPlaintext(urls []string, ca string, insecure bool) error {
+	plain := plaintextRemote(withScheme(urls), ca != "")
+	if len(plain) == 0 || insecure {
+		return nil
+	}
+	return fmt.Errorf("link: this node refuses the plaintext bus URL %s: it is not TLS and not on this machine, so the node's credentials, declarations and heartbeats would cross the network unencrypted; use a tls:// URL (with nats_ca), or allow it with \"insecure_plaintext\": true in host.json (MESH_HOST_INSECURE_PLAINTEXT=1)",
+		rollback.Redact(strings.Join(plain, ",")))
+}
+
+// refusedConsumerDelete reports whether err is the server refusing this node a consumer delete.
+func refusedConsumerDelete(err error) bool {
+	// "$JS.API.CONSUMER.DELETE." in one account, "$JS.mesh.API.CONSUMER.DELETE." through the nodes
+	// account's import (wire.NodeJSAPIPrefix).
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `.API.CONSUMER.DELETE.`)
+}
+
+// isRevoked reports whether err is the server saying this node's user was revoked.
+func isRevoked(err error) bool {
+	return errors.Is(err, nats.ErrAuthRevoked) || strings.Contains(strings.ToLower(err.Error()), "authentication revoked")
+}
+
 func isAuthError(err error) bool {
-	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
-		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) {
+		return true
+	}
+	// A server says "User Authentication Revoked" (or Expired), which nats.go's sentinels do
+	// not match.
+	lower := strings.ToLower(err.Error())
+	return strings.Contains(lower, "authentication revoked") || strings.Contains(lower, "authentication expired")
 }
 
 // plaintextRemote returns the URLs that would carry the link unencrypted to another machine:
@@ -444,160 +524,28 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 	}
 }
 
-// startSession starts the two watches for one connected period and returns a function that
-// stops them and waits until they have stopped.
+// startSession starts the watches for one connected period, one per key (declaration, node
+// target, fleet target, withdrawal list), and returns a function that stops them and waits until
+// they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
+	n := l.opts.Names
+	keys := []watchedKey{
+		l.revisionWatcher(n.Declarations(), l.opts.Node, &l.declSeen, func(e *keyEntry) Event {
+			return DeclarationArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
+		}),
+		l.revisionWatcher(n.Withdrawals(), wire.WithdrawalsKey, &l.withdrawalsSeen, func(e *keyEntry) Event {
+			return WithdrawalsArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
+		}),
+	}
+	keys = append(keys, l.targetWatches(&targetFold{l: l})...)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		l.watch(ctx, l.opts.Names.Declarations(), []string{l.opts.Node}, l.declarationWatcher())
-	}()
-	go func() {
-		defer wg.Done()
-		l.watch(ctx, l.opts.Names.Targets(), []string{wire.NodeTargetKey(l.opts.Node), wire.FleetTargetKey}, l.targetWatcher())
-	}()
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.watch(ctx, k)
+		}()
+	}
 	return func() { cancel(); wg.Wait() }
-}
-
-// watcher handles one watch's entries; a nil entry marks the end of the initial values.
-// It returns false when the session is over.
-type watcher func(ctx context.Context, e jetstream.KeyValueEntry) bool
-
-// watch keeps a watch on keys of bucket open until ctx ends, retrying with backoff while the
-// bucket is missing or the watch fails.
-func (l *Link) watch(ctx context.Context, bucket string, keys []string, newHandler func() watcher) {
-	backoff := l.opts.RetryMin
-	warned := false
-	for ctx.Err() == nil {
-		err := l.watchOnce(ctx, bucket, keys, newHandler(), func() { backoff, warned = l.opts.RetryMin, false })
-		if ctx.Err() != nil {
-			return
-		}
-		if !warned {
-			l.log.Warn("link: cannot watch; retrying", "bucket", bucket, "keys", keys, "err", err)
-			warned = true
-		} else {
-			l.log.Debug("link: cannot watch; retrying", "bucket", bucket, "err", err, "in", backoff)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, l.opts.RetryMax)
-	}
-}
-
-func (l *Link) watchOnce(ctx context.Context, bucket string, keys []string, handle watcher, healthy func()) error {
-	kv, err := l.js.KeyValue(ctx, bucket)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", bucket, err)
-		}
-		return err
-	}
-	w, err := kv.WatchFiltered(ctx, keys)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	healthy()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("the watch ended")
-			}
-			if !handle(ctx, e) {
-				return ctx.Err()
-			}
-		}
-	}
-}
-
-// declarationWatcher reports each new revision of the node's declaration once.
-func (l *Link) declarationWatcher() func() watcher {
-	return func() watcher {
-		return func(ctx context.Context, e jetstream.KeyValueEntry) bool {
-			if e == nil {
-				return true
-			}
-			if l.declSeen && e.Revision() == l.declRev {
-				return true
-			}
-			ev := DeclarationArrived{Revision: e.Revision()}
-			if e.Operation() == jetstream.KeyValuePut {
-				ev.Value = e.Value()
-			} else {
-				ev.Deleted = true
-			}
-			if !l.send(ctx, ev) {
-				return false
-			}
-			l.declSeen, l.declRev = true, e.Revision()
-			return true
-		}
-	}
-}
-
-// targetWatcher folds the node and fleet keys into the effective target and reports it when it
-// changes, starting once the initial values are in.
-func (l *Link) targetWatcher() func() watcher {
-	nodeKey := wire.NodeTargetKey(l.opts.Node)
-	return func() watcher {
-		var node, fleet jetstream.KeyValueEntry // nil while absent
-		ready := false
-		return func(ctx context.Context, e jetstream.KeyValueEntry) bool {
-			if e == nil {
-				ready = true
-			} else {
-				var v jetstream.KeyValueEntry
-				if e.Operation() == jetstream.KeyValuePut {
-					v = e
-				}
-				if e.Key() == nodeKey {
-					node = v
-				} else {
-					fleet = v
-				}
-			}
-			if !ready {
-				return true
-			}
-			return l.reportTarget(ctx, node, fleet)
-		}
-	}
-}
-
-func (l *Link) reportTarget(ctx context.Context, node, fleet jetstream.KeyValueEntry) bool {
-	eff := node
-	if eff == nil {
-		eff = fleet
-	}
-	var ev TargetChanged
-	if eff != nil {
-		ev.Key, ev.Revision = eff.Key(), eff.Revision()
-	}
-	if l.targetSeen && ev.Key == l.targetKey && ev.Revision == l.targetRev {
-		return true
-	}
-	if eff != nil {
-		t, err := wire.ParseTarget(eff.Value())
-		if err != nil {
-			ev.Err = fmt.Errorf("%s key %s revision %d: %w", l.opts.Names.Targets(), ev.Key, ev.Revision, err)
-		} else {
-			ev.Target = &t
-		}
-	}
-	if !l.send(ctx, ev) {
-		return false
-	}
-	l.targetSeen, l.targetKey, l.targetRev = true, ev.Key, ev.Revision
-	return true
 }

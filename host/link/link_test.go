@@ -52,6 +52,16 @@ func waitFor[T Event](t *testing.T, l *Link, what string, match func(T) bool) T 
 	}
 }
 
+// target is a target for version signed for key with the test release key.
+func target(t *testing.T, key, version string) []byte {
+	t.Helper()
+	tg, err := wire.NewTarget(key, version, 0, time.Now(), time.Hour, meshtest.ReleaseKey.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg.Marshal()
+}
+
 func decl(node string) []byte {
 	return wire.Declaration{Version: 1, Node: node}.Marshal()
 }
@@ -85,19 +95,19 @@ func TestLinkTargetNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
 	if none.Key != "" || none.Target != nil {
 		t.Fatalf("initial target = %+v, want none", none)
 	}
-	b.Put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.0.0"}.Marshal())
+	b.Put(names.Targets(), wire.FleetTargetKey, target(t, wire.FleetTargetKey, "v1.0.0"))
 	got := waitFor[TargetChanged](t, l, "the fleet target", nil)
 	if got.Key != "fleet" || got.Target == nil || got.Target.Version != "v1.0.0" {
 		t.Fatalf("target = %+v", got)
 	}
-	b.Put(names.Targets(), wire.NodeTargetKey("n2"), wire.Target{Version: "v9.0.0"}.Marshal()) // not ours
-	b.Put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.1.0"}.Marshal())
+	b.Put(names.Targets(), wire.NodeTargetKey("n2"), target(t, wire.NodeTargetKey("n2"), "v9.0.0")) // not ours
+	b.Put(names.Targets(), wire.NodeTargetKey("n1"), target(t, wire.NodeTargetKey("n1"), "v1.1.0"))
 	got = waitFor[TargetChanged](t, l, "the node target", nil)
 	if got.Key != "node.n1" || got.Target.Version != "v1.1.0" {
 		t.Fatalf("target = %+v, want node.n1 v1.1.0", got)
 	}
-	b.Put(names.Targets(), wire.FleetTargetKey, wire.Target{Version: "v1.2.0"}.Marshal())
-	b.Put(names.Targets(), wire.NodeTargetKey("n1"), wire.Target{Version: "v1.3.0"}.Marshal())
+	b.Put(names.Targets(), wire.FleetTargetKey, target(t, wire.FleetTargetKey, "v1.2.0"))
+	b.Put(names.Targets(), wire.NodeTargetKey("n1"), target(t, wire.NodeTargetKey("n1"), "v1.3.0"))
 	got = waitFor[TargetChanged](t, l, "the node target again", nil)
 	if got.Key != "node.n1" || got.Target.Version != "v1.3.0" {
 		t.Fatalf("a fleet change while the node key is present was reported: %+v", got)
@@ -111,6 +121,41 @@ func TestLinkTargetNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
 	got = waitFor[TargetChanged](t, l, "the invalid target", nil)
 	if got.Err == nil || got.Target != nil || !strings.Contains(got.Err.Error(), "not a canonical semantic version") {
 		t.Fatalf("target = %+v, want an error", got)
+	}
+}
+
+func TestLinkReportsEachRevisionOfTheWithdrawalList(t *testing.T) {
+	b := meshtest.StartBus(t)
+	withdrawalsBucket(t, b.Conn.JS)
+	w1, err := wire.Withdrawals{}.Withdraw("v1.1.0", "broken", time.Now(), meshtest.ReleaseKey.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := b.Put(names.Withdrawals(), wire.WithdrawalsKey, w1.Marshal())
+	l := openLink(t, b.URL(), "n1")
+	if got := waitFor[WithdrawalsArrived](t, l, "the list there before the link", nil); got.Revision != r1 || string(got.Value) != string(w1.Marshal()) {
+		t.Fatalf("withdrawals = %+v, want revision %d", got, r1)
+	}
+	w2, err := w1.Withdraw("v1.2.0", "also broken", time.Now(), meshtest.ReleaseKey.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := b.Put(names.Withdrawals(), wire.WithdrawalsKey, w2.Marshal())
+	if got := waitFor[WithdrawalsArrived](t, l, "the new list", nil); got.Revision != r2 || got.Deleted {
+		t.Fatalf("withdrawals = %+v, want revision %d", got, r2)
+	}
+	b.Delete(names.Withdrawals(), wire.WithdrawalsKey)
+	if got := waitFor[WithdrawalsArrived](t, l, "the deletion", nil); !got.Deleted || len(got.Value) != 0 {
+		t.Fatalf("withdrawals = %+v, want deleted", got)
+	}
+}
+
+func TestLinkReceivesOnlyBelowItsNodesInboxPrefix(t *testing.T) {
+	b := meshtest.StartBus(t)
+	l := openLink(t, b.URL(), "n1")
+	waitFor[Connected](t, l, "connected", nil)
+	if inbox := l.nc.NewInbox(); !strings.HasPrefix(inbox, wire.NodeInboxPrefix("n1")+".") {
+		t.Fatalf("inbox %q is not below %s", inbox, wire.NodeInboxPrefix("n1"))
 	}
 }
 

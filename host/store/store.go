@@ -1,6 +1,8 @@
 // Package store is the host's own memory, ROOT/store.db: the declaration it holds and its
-// revision, the declarations it refused, and every reconcile it ran. The host owns this file;
-// nothing else writes it. It lets a host restarted without the bus reconcile what it held.
+// revision, the declarations it refused, every reconcile it ran, the highest sequence number of
+// each signed value it accepted (targets, the withdrawal list) and the versions withdrawn. The
+// host owns this file; nothing else writes it. It lets a host restarted without the bus
+// reconcile what it held, refuse a replayed target, and keep a withdrawn version out.
 package store
 
 import (
@@ -49,14 +51,44 @@ var migrations = [SchemaVersion]string{
 	);`,
 }
 
+// additions are tables added after schema 1 without raising the schema version, created at
+// every open when missing. A host steps down to an older version (a rollback, a withdrawal), and
+// an older host refuses a store whose schema is newer than it knows: raising the version for a
+// table an older host simply ignores would stop the very step down that must work. So a change
+// an older host can ignore (a new table) is an addition; only a change it cannot ignore raises
+// SchemaVersion.
+var additions = []string{
+	// The newest signed value accepted per (what, key): what is "target" (key node.<id> or
+	// fleet) or "withdrawals" (key list). seq is the uint64 sequence number stored as its
+	// int64 bit pattern and compared in Go.
+	`CREATE TABLE IF NOT EXISTS accepted (
+		what      TEXT    NOT NULL,
+		key       TEXT    NOT NULL,
+		seq       INTEGER NOT NULL,
+		signature TEXT    NOT NULL,
+		at        INTEGER NOT NULL,
+		PRIMARY KEY (what, key)
+	)`,
+	// Every version withdrawn by an accepted list, kept when a later list leaves it out (a
+	// withdrawal is never undone): the reason and time of its first withdrawal.
+	`CREATE TABLE IF NOT EXISTS withdrawn (
+		version TEXT    PRIMARY KEY,
+		reason  TEXT    NOT NULL,
+		at      TEXT    NOT NULL,
+		seq     INTEGER NOT NULL
+	)`,
+	ownedTable, // the host's ledger: owned.go
+}
+
 // ErrCorrupt is wrapped by errors about a store.db that is not a readable SQLite database.
 var ErrCorrupt = errors.New("store database is corrupt")
 
 // Store is ROOT/store.db.
 type Store struct {
-	db   *sql.DB
-	path string
-	now  func() time.Time
+	db      *sql.DB
+	path    string
+	now     func() time.Time
+	noOwned bool // opened read-only before any host made the owned table
 }
 
 // Reconcile is one reconcile as recorded. Ended is zero while it runs.
@@ -110,6 +142,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store %s has schema version %d, newer than this host understands (%d): run the newer mesh-host, or move the file aside to start with an empty store (the declaration is fetched from the bus again)", path, found, SchemaVersion)
 	}
 	s := &Store{db: db, path: path, now: time.Now}
+	for _, q := range additions {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			db.Close()
+			return nil, s.wrap("add tables", err)
+		}
+	}
 	if _, err := db.ExecContext(ctx, `UPDATE reconciles SET ended_at = started_at, ok = 0,
 		error = 'interrupted: the host stopped during this reconcile' WHERE ended_at IS NULL`); err != nil {
 		db.Close()
@@ -170,8 +208,9 @@ func (s *Store) Hold(ctx context.Context, decl []byte, revision uint64) error {
 	return nil
 }
 
-// RecordRefusal records that the declaration (what = "declaration") or target (what = "target")
-// at revision was refused, and why. The held declaration is untouched.
+// RecordRefusal records that the declaration (what = "declaration"), target ("target") or
+// withdrawal list ("withdrawals") at revision was refused, and why. The held declaration is
+// untouched.
 func (s *Store) RecordRefusal(ctx context.Context, what string, revision uint64, reason string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // ExitUsage is the exit status of a command line that could not be understood.
@@ -20,6 +21,12 @@ type Program string
 // NewFlagSet is the flag set of the command name, with about as its description. It prints
 // nothing itself: Parse says each thing once.
 func (p Program) NewFlagSet(name, about string) *flag.FlagSet {
+	return p.NewFlagSetWithOperands(name, "", about)
+}
+
+// NewFlagSetWithOperands is NewFlagSet for a command that also takes operands, named in its
+// usage line after [flags] ("FILE"); ParseOperands parses its command line.
+func (p Program) NewFlagSetWithOperands(name, operands, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
@@ -29,6 +36,9 @@ func (p Program) NewFlagSet(name, about string) *flag.FlagSet {
 		fs.VisitAll(func(*flag.Flag) { n++ })
 		if n > 0 {
 			fmt.Fprint(w, " [flags]")
+		}
+		if operands != "" { // after the flags, as mesh-release's usages say them
+			fmt.Fprintf(w, " %s", operands)
 		}
 		fmt.Fprintf(w, "\n\n%s\n", about)
 		if n > 0 {
@@ -57,6 +67,45 @@ func (p Program) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stderr, "%s %s: %v\nrun `%s %s --help` for usage\n", p, fs.Name(), err, p, fs.Name())
 	return ExitUsage, false
+}
+
+// ParseOperands parses the args of a command that takes exactly len(names) operands, before,
+// between or after its flags (`install FILE --version v1.4.0` and `install --version v1.4.0
+// FILE` alike; after "--" everything is an operand). It returns the operands; ok is false as for
+// Parse, a missing operand or an extra one being said like a bad flag.
+func (p Program) ParseOperands(fs *flag.FlagSet, args []string, names []string, stdout, stderr io.Writer) (operands []string, code int, ok bool) {
+	var err error
+	for rest := args; ; {
+		if err = fs.Parse(rest); err != nil {
+			break
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			break
+		}
+		if used := len(rest) - len(left); used > 0 && rest[used-1] == "--" {
+			operands = append(operands, left...)
+			break
+		}
+		operands, rest = append(operands, left[0]), left[1:]
+	}
+	switch {
+	case err != nil:
+	case len(operands) < len(names):
+		err = fmt.Errorf("missing %s", names[len(operands)])
+	case len(operands) > len(names):
+		err = fmt.Errorf("unexpected argument %q; this command takes %s", operands[len(names)], strings.Join(names, " "))
+	}
+	if err == nil {
+		return operands, 0, true
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil, 0, false
+	}
+	fmt.Fprintf(stderr, "%s %s: %v\nrun `%s %s --help` for usage\n", p, fs.Name(), err, p, fs.Name())
+	return nil, ExitUsage, false
 }
 
 // Command is one of a program's commands: its name, a line for the program's usage, and what it

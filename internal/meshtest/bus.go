@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -272,4 +275,90 @@ func serve(tb testing.TB, o *server.Options) *server.Server {
 		tb.Fatalf("the embedded NATS server on port %d did not start", o.Port)
 	}
 	return ns
+}
+
+// StartServerWithNodeUser starts a server in one account with JetStream, an admin user
+// ("admin"/"admin-pw") allowed everything, and a node user ("n1"/"n1-pw") allowed only publish
+// and subscribe, and returns its port. Host tests use it to show the link and delivery need no
+// more than a node's permissions; release/trust proves the real two-account layout.
+func StartServerWithNodeUser(tb testing.TB, publish, subscribe []string) int {
+	tb.Helper()
+	dir := tb.TempDir()
+	quote := func(s []string) string { return `"` + strings.Join(s, `", "`) + `"` }
+	conf := fmt.Sprintf(`
+jetstream { store_dir: %q }
+accounts {
+  MESH {
+    jetstream: enabled
+    users: [
+      { user: admin, password: admin-pw }
+      { user: n1, password: n1-pw, permissions: { publish: { allow: [%s] }, subscribe: { allow: [%s] } } }
+    ]
+  }
+}
+`, filepath.Join(dir, "js"), quote(publish), quote(subscribe))
+	file := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return StartServer(tb, *o)
+}
+
+// NodeUserBus is a server from StartServerWithNodeUser whose mesh buckets its admin made.
+type NodeUserBus struct {
+	Port  int
+	Admin jetstream.JetStream // the admin user's, allowed everything
+}
+
+// StartNodeUserBus starts a server as StartServerWithNodeUser does and makes the mesh's buckets
+// under names as its admin, until the test ends.
+func StartNodeUserBus(tb testing.TB, names wire.Names, publish, subscribe []string) *NodeUserBus {
+	tb.Helper()
+	port := StartServerWithNodeUser(tb, publish, subscribe)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := bus.Connect(ctx, fmt.Sprintf("nats://admin:admin-pw@127.0.0.1:%d", port), "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(admin.Close)
+	if err := bus.Init(ctx, admin.JS, names); err != nil {
+		tb.Fatal(err)
+	}
+	return &NodeUserBus{Port: port, Admin: admin.JS}
+}
+
+// NodeURL is the URL node n1's user connects with.
+func (b *NodeUserBus) NodeURL() string { return fmt.Sprintf("nats://n1:n1-pw@127.0.0.1:%d", b.Port) }
+
+// ConnectNode connects as node n1, below its inbox prefix as a node's link does, until the test
+// ends, and returns its JetStream and what the server has refused it so far (its asynchronous
+// permission violations).
+func (b *NodeUserBus) ConnectNode(tb testing.TB) (jetstream.JetStream, func() []string) {
+	tb.Helper()
+	var mu sync.Mutex
+	var refused []string
+	nc, err := nats.Connect(b.NodeURL(), nats.CustomInboxPrefix(wire.NodeInboxPrefix("n1")),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			refused = append(refused, err.Error())
+			mu.Unlock()
+		}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return js, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(refused)
+	}
 }

@@ -23,10 +23,17 @@ const Wait = 30 * time.Second
 // what it waited for.
 func Eventually(tb testing.TB, what string, ok func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(Wait)
+	EventuallyWithin(tb, what, Wait, ok)
+}
+
+// EventuallyWithin is Eventually with its own bound, for a test whose work grows with a loaded
+// machine (hundreds of hosts in one process): a bound, never a performance claim.
+func EventuallyWithin(tb testing.TB, what string, wait time.Duration, ok func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(wait)
 	for !ok() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("%s did not happen within %s", what, Wait)
+			tb.Fatalf("%s did not happen within %s", what, wait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

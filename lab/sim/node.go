@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -116,7 +117,17 @@ func (s *shard) apply(u update) {
 	s.f.stats.targets.Add(1)
 	version := ""
 	if !u.deleted {
-		if t, err := wire.ParseTarget(u.value); err == nil {
+		t, err := wire.ParseTarget(u.value)
+		if err == nil && len(s.f.cfg.TrustedKeys) > 0 {
+			if err = t.Verify(u.key, s.f.cfg.TrustedKeys); err == nil && t.ExpiredAt(time.Now()) {
+				err = errors.New("expired")
+			}
+			if err != nil {
+				s.f.stats.refused.Add(1)
+				return // refused: the target in force stays
+			}
+		}
+		if err == nil {
 			version = t.Version
 		}
 	}

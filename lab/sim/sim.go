@@ -1,6 +1,7 @@
 // Package sim runs light simulated nodes that speak the mesh's wire protocol and nothing else,
 // so a rollout can be driven across thousands of nodes on one machine: each node follows its
-// target (KV node.<id>, falling back to the fleet key), heartbeats into the heartbeat stream,
+// target (KV node.<id>, falling back to the fleet key; a signed target, verified as a host
+// verifies it when Config.TrustedKeys is set), heartbeats into the heartbeat stream,
 // "starts" a newer target after a random delay and confirms it shortly after — or, if told to
 // fail it, rolls back from it as a launcher would. There is no root, no records, no fetch.
 //
@@ -13,6 +14,7 @@ package sim
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -48,6 +50,11 @@ type Config struct {
 	// Watch makes each node follow its keys with a KV watch (WatchFiltered on node.<id> and
 	// fleet), as a real host does, instead of plain subscriptions.
 	Watch bool
+	// TrustedKeys, when set, are the target keys: a target that does not verify with one of
+	// them for the key it is stored under, or has expired, is not acted on (the key keeps the
+	// target it had) and is counted in Stats.Refused, as a host refuses it. Empty: targets are
+	// read, not verified.
+	TrustedKeys []ed25519.PublicKey
 }
 
 // Stats are counters since Start.
@@ -58,13 +65,14 @@ type Stats struct {
 	Confirmed   int64 // versions confirmed
 	RolledBack  int64 // versions rolled back from
 	TargetsSeen int64 // target key updates received (node and fleet keys)
+	Refused     int64 // targets not acted on: not verifying with TrustedKeys, or expired
 }
 
 // Fleet is a running simulated fleet.
 type Fleet struct {
 	cfg    Config
 	shards []*shard
-	stats  struct{ heartbeats, errors, started, confirmed, rolledBack, targets atomic.Int64 }
+	stats  struct{ heartbeats, errors, started, confirmed, rolledBack, targets, refused atomic.Int64 }
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -166,6 +174,7 @@ func (f *Fleet) Stats() Stats {
 	return Stats{
 		Heartbeats: f.stats.heartbeats.Load(), Errors: f.stats.errors.Load(), Started: f.stats.started.Load(),
 		Confirmed: f.stats.confirmed.Load(), RolledBack: f.stats.rolledBack.Load(), TargetsSeen: f.stats.targets.Load(),
+		Refused: f.stats.refused.Load(),
 	}
 }
 

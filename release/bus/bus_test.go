@@ -62,8 +62,10 @@ func TestInitIsIdempotentAndHeartbeatsSurviveARestart(t *testing.T) {
 			t.Errorf("KV %s: %v", b, err)
 		}
 	}
-	if _, err := c.JS.ObjectStore(ctx, names.Archives()); err != nil {
-		t.Errorf("object store: %v", err)
+	for _, b := range []string{names.Archives(), names.Blobs()} {
+		if _, err := c.JS.ObjectStore(ctx, b); err != nil {
+			t.Errorf("object store %s: %v", b, err)
+		}
 	}
 	for i := 0; i < 3; i++ {
 		if _, err := c.JS.Publish(ctx, names.Heartbeat("n1"), []byte{byte('a' + i)}); err != nil {
@@ -162,10 +164,17 @@ func TestInitGivesEveryBucketAndTheStreamExplicitLimits(t *testing.T) {
 		{names.Targets(), 1 << 10, 10},
 		{names.Releases(), 64 << 10, 1},
 		{names.Rollouts(), 1 << 20, 5},
+		{names.Withdrawals(), wire.MaxWithdrawalsBytes, 10},
 	} {
 		cfg := config("KV_" + tc.bucket)
 		if cfg.MaxMsgSize != tc.maxValue || cfg.MaxMsgsPerSubject != tc.history || cfg.MaxBytes != -1 {
 			t.Errorf("%s: max value %d, history %d, max bytes %d; want %d, %d, -1", tc.bucket, cfg.MaxMsgSize, cfg.MaxMsgsPerSubject, cfg.MaxBytes, tc.maxValue, tc.history)
+		}
+	}
+	// Archives and blobs stay until an operator removes them, on file storage.
+	for _, b := range []string{names.Archives(), names.Blobs()} {
+		if cfg := config("OBJ_" + b); cfg.MaxBytes != -1 || cfg.Storage != jetstream.FileStorage {
+			t.Errorf("object store %s: max bytes %d, storage %v; want -1 on file", b, cfg.MaxBytes, cfg.Storage)
 		}
 	}
 	hb := config(names.HeartbeatStream())
@@ -201,6 +210,10 @@ func TestInitAcceptsBucketsAndAStreamMadeWithoutLimits(t *testing.T) {
 		if err := Init(ctx, c.JS, names); err != nil {
 			t.Fatalf("init #%d over a bus made without limits: %v", i+1, err)
 		}
+	}
+	// A bus from before blobs gets their object store.
+	if _, err := c.JS.ObjectStore(ctx, names.Blobs()); err != nil {
+		t.Errorf("blobs object store: %v", err)
 	}
 }
 
@@ -283,7 +296,7 @@ func TestMoreThanAThousandNodesCanWatchTheBuckets(t *testing.T) {
 		}
 	}
 	t.Run("a bucket made by init, on a server with the default limit", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
 		if err != nil {
@@ -306,7 +319,10 @@ func TestMoreThanAThousandNodesCanWatchTheBuckets(t *testing.T) {
 		consumers(t, ctx, c.JS, "KV_"+names.Targets())
 	})
 	t.Run("any stream on the bus serve runs", func(t *testing.T) {
-		ctx, c := connectedForTest(t)
+		_, c := connectedForTest(t)
+		// A thousand consumers take seconds on a loaded machine: more than connectedForTest's 10 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
 		if _, err := c.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "PLAIN", Subjects: []string{"plain.>"}, Storage: jetstream.MemoryStorage}); err != nil {
 			t.Fatal(err)
 		}

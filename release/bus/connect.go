@@ -55,6 +55,23 @@ func Lasting(log *slog.Logger) ConnectOption {
 	}
 }
 
+// WithCA makes the connection use TLS and trust the CA certificates in file (PEM), such as the
+// ca.pem `mesh-release serve` makes; empty changes nothing (the system's roots, and TLS only if
+// the URL or the server asks for it).
+func WithCA(file string) ConnectOption {
+	return func(opts *[]nats.Option) {
+		if file != "" {
+			*opts = append(*opts, nats.RootCAs(file))
+		}
+	}
+}
+
+// WithInboxPrefix makes the connection's reply subjects start with prefix: a user allowed to
+// subscribe only below it (a node, an enrolment token) must use it.
+func WithInboxPrefix(prefix string) ConnectOption {
+	return func(opts *[]nats.Option) { *opts = append(*opts, nats.CustomInboxPrefix(prefix)) }
+}
+
 // ReconnectBuffer is what a Lasting connection keeps of what is published while it is
 // disconnected (the client's default, said here so that it is a decision).
 const ReconnectBuffer = 8 << 20

@@ -20,7 +20,7 @@ const (
 	// and the targets bucket (one consumer each), and a server's default of 1,000 consumers per
 	// stream would leave the 1,001st node without its declaration and target.
 	KVMaxConsumers     = 1_000_000
-	MaxTargetBytes     = 1 << 10 // a target is {"version": "…"}
+	MaxTargetBytes     = 1 << 10 // a signed target: version, seq, expires, key_id, signature (about 250 bytes)
 	MaxManifestBytes   = 64 << 10
 	MaxRolloutBytes    = 1 << 20
 	HeartbeatMaxAge    = 30 * 24 * time.Hour // a node unheard for 30 days leaves the fleet view
@@ -29,11 +29,13 @@ const (
 	targetHistory      = 10
 	releaseHistory     = 1
 	rolloutHistory     = 5
+	withdrawalsHistory = 10
 )
 
 // Init creates the mesh's buckets and heartbeat stream under names if they are missing, each
 // with explicit limits: KV declarations (values up to wire.DefaultMaxDeclarationBytes),
-// host_targets, host_releases, rollouts; object store host_archives; and the heartbeat stream
+// host_targets, host_releases, rollouts, host_withdrawals (one key, the signed list, up to
+// wire.MaxWithdrawalsBytes); object stores host_archives and blobs (BlobsConfig); and the heartbeat stream
 // keeping one message per node subject on file storage, so every node's last word survives a
 // restart. Existing ones are left as the operator configured them, except that a heartbeat stream
 // not keeping exactly one message per subject is an error. Safe to repeat.
@@ -47,6 +49,8 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 			History: releaseHistory, MaxValueSize: MaxManifestBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
 		{Bucket: n.Rollouts(), Description: "mesh: rollout state",
 			History: rolloutHistory, MaxValueSize: MaxRolloutBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
+		{Bucket: n.Withdrawals(), Description: "mesh: withdrawn host versions, key list (signed)",
+			History: withdrawalsHistory, MaxValueSize: wire.MaxWithdrawalsBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
 	}
 	for _, cfg := range kvs {
 		if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
@@ -58,8 +62,10 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 	}
 	// Archives are kept until an operator removes them: a node may need an old version again.
 	obj := jetstream.ObjectStoreConfig{Bucket: n.Archives(), Description: "mesh: host archives, fetched by digest", MaxBytes: -1, Storage: jetstream.FileStorage}
-	if _, err := js.CreateObjectStore(ctx, obj); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-		return fmt.Errorf("init: create object store %s: %w", obj.Bucket, err)
+	for _, cfg := range []jetstream.ObjectStoreConfig{obj, BlobsConfig(n)} {
+		if _, err := js.CreateObjectStore(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("init: create object store %s: %w", cfg.Bucket, err)
+		}
 	}
 	sc := jetstream.StreamConfig{
 		Name:              n.HeartbeatStream(),
@@ -91,6 +97,14 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 			sc.Name, have.MaxMsgsPerSubject, have.Subjects, n.HeartbeatWildcard())
 	}
 	return nil
+}
+
+// BlobsConfig is the object store of blobs, what declarations name by digest (object name =
+// "sha256:<hex>"), as Init and `mesh-release blob put` create it. Like archives, blobs are kept
+// until an operator removes them: a node joining later needs what the declarations name.
+func BlobsConfig(n wire.Names) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{Bucket: n.Blobs(), Description: "mesh: blobs declarations name by digest, object name = the digest",
+		MaxBytes: -1, Storage: jetstream.FileStorage}
 }
 
 // allowWatches gives the stream behind KV bucket an explicit consumer limit (KVMaxConsumers)

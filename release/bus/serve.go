@@ -11,7 +11,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/novox/mesh-host/release/trust"
 )
 
 // DefaultListen is where `mesh-release serve` listens unless told otherwise: loopback only.
@@ -31,12 +35,32 @@ type ServeOptions struct {
 	// MaxPayload is the largest message the server accepts, in bytes; 0 is the server's
 	// default, 1 MiB.
 	MaxPayload int32
+	// Auth, when set, runs the server in operator mode with these identities: it trusts their
+	// operator, admits only users their accounts signed (and not revoked), keeps account JWTs in
+	// a directory resolver (Auth.ResolverDir()) that $SYS.REQ.CLAIMS.UPDATE updates, and runs
+	// JetStream in the mesh account. Nil serves without authentication, for in-process tests and
+	// `serve --insecure-no-auth`.
+	Auth *trust.Store
+	// TLSCert and TLSKey are the server's certificate and key (PEM files, both or neither);
+	// with them every client must use TLS.
+	TLSCert, TLSKey string
+	// OwnTLS, without TLSCert, makes the server use TLS with its own CA and certificate under
+	// DataDir/tls (trust.EnsureTLS), made or renewed once the data directory is locked: for the
+	// listen host (or, listening on every address, this machine's host name), localhost,
+	// 127.0.0.1, ::1 and TLSNames.
+	OwnTLS   bool
+	TLSNames []string
 }
 
 // Server is a running embedded NATS server with JetStream.
 type Server struct {
 	ns   *server.Server
 	lock *dataLock
+	tls  bool
+	// caFile and tlsNames are the CA clients must trust and the names the certificate was
+	// made for, when the server keeps its own (OwnTLS).
+	caFile   string
+	tlsNames []string
 }
 
 // ErrListen is returned when the listen address cannot be bound (in use, or not this machine's).
@@ -109,11 +133,44 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		// the server's default of 1,000 consumers per stream would refuse the 1,001st node.
 		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
 	}
+	var caFile string
+	if opts.OwnTLS && opts.TLSCert == "" {
+		names := append([]string{host}, opts.TLSNames...)
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			// Every address: the name other machines most likely use.
+			if h, err := os.Hostname(); err == nil {
+				names = append(names, h)
+			}
+		}
+		opts.TLSNames = names
+		if opts.TLSCert, opts.TLSKey, caFile, err = trust.EnsureTLS(opts.DataDir, names); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	if err := secure(sopts, opts); err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {
+		if sopts.AccountResolver != nil {
+			sopts.AccountResolver.Close()
+		}
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	ns.SetLoggerV2(slogAdapter{l: logger, fatal: fatal}, false, false, false)
+	if opts.Auth != nil {
+		// The server loads an account when its first user connects. Loading the nodes account
+		// then races the first nodes: the server shows the account to concurrent connections
+		// before it has set up the subscriptions of its service imports, and a node's first
+		// request through one meets no responders (seen with 1,000 nodes joining a fresh
+		// server). So both accounts are loaded here, before the server accepts anyone.
+		for _, pub := range []string{opts.Auth.AccountPublicKey(), opts.Auth.NodesAccountPublicKey()} {
+			if _, err := ns.LookupAccount(pub); err != nil {
+				sopts.AccountResolver.Close()
+				return nil, fmt.Errorf("serve: load account %s: %w", pub, err)
+			}
+		}
+	}
 	ns.Start()
 	deadline := time.Now().Add(opts.ReadyTimeout)
 	for !ns.ReadyForConnections(100 * time.Millisecond) {
@@ -135,11 +192,89 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		}
 	}
 	ok = true
-	return &Server{ns: ns, lock: lock}, nil
+	srv := &Server{ns: ns, lock: lock, tls: sopts.TLSConfig != nil, caFile: caFile}
+	if caFile != "" {
+		srv.tlsNames = opts.TLSNames
+	}
+	return srv, nil
 }
 
-// ClientURL is the nats:// URL clients connect to.
+// secure sets the server options for opts.Auth and opts.TLSCert/TLSKey.
+func secure(sopts *server.Options, opts ServeOptions) error {
+	if (opts.TLSCert == "") != (opts.TLSKey == "") {
+		return errors.New("serve: a TLS certificate needs its key and a key its certificate (--tls-cert and --tls-key go together)")
+	}
+	if opts.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: opts.TLSCert, KeyFile: opts.TLSKey, Timeout: tlsTimeout.Seconds()})
+		if err != nil {
+			return fmt.Errorf("serve: TLS certificate %s and key %s: %w", opts.TLSCert, opts.TLSKey, err)
+		}
+		sopts.TLS, sopts.TLSConfig, sopts.TLSTimeout = true, tc, tlsTimeout.Seconds()
+	}
+	if opts.Auth == nil {
+		return nil
+	}
+	dir := opts.Auth.ResolverDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("serve: account resolver directory: %w", err)
+	}
+	// A full directory resolver: it keeps every account JWT pushed to it, and takes updates on
+	// $SYS.REQ.CLAIMS.UPDATE from the system account. Deleting accounts is not allowed.
+	res, err := server.NewDirAccResolver(dir, 0, 2*time.Minute, server.NoDelete)
+	if err != nil {
+		return fmt.Errorf("serve: account resolver in %s: %w", dir, err)
+	}
+	jwts, err := opts.Auth.AccountJWTs()
+	if err != nil {
+		res.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	// DATA/trust/account.jwt is the record: a revocation stored there that the resolver missed
+	// (the server was down) takes effect now. The resolver keeps whichever is newer.
+	for pub, text := range jwts {
+		if err := res.Store(pub, text); err != nil {
+			res.Close()
+			return fmt.Errorf("serve: load account %s into the resolver: %w", pub, err)
+		}
+	}
+	sopts.TrustedOperators = []*jwt.OperatorClaims{opts.Auth.OperatorClaims()}
+	sopts.SystemAccount = opts.Auth.SystemAccountPublicKey()
+	sopts.AccountResolver = res
+	return nil
+}
+
+// tlsTimeout bounds a client's TLS handshake (the server's default is 2 s, too short for a
+// loaded machine's first connection).
+const tlsTimeout = 5 * time.Second
+
+// ClientURL is the URL clients connect to: nats://host:port, or tls://host:port when the server
+// requires TLS.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// TLS reports whether the server requires TLS from its clients.
+func (s *Server) TLS() bool { return s.tls }
+
+// CAFile is the CA certificate clients must trust when the server keeps its own (OwnTLS), and
+// TLSNames the names its certificate was asked for (besides trust.DefaultTLSNames); empty
+// otherwise.
+func (s *Server) CAFile() string     { return s.caFile }
+func (s *Server) TLSNames() []string { return s.tlsNames }
+
+// InProcess is a ConnectOption that connects to s inside this process, without a socket or TLS
+// (credentials are still required in operator mode): for the process that runs the server. The
+// URL given to Connect must not ask for TLS (tls://); Server.Connect takes care of it.
+func InProcess(s *Server) ConnectOption {
+	return func(opts *[]nats.Option) { *opts = append(*opts, nats.InProcessServer(s.ns)) }
+}
+
+// Connect connects to s inside this process (InProcess) with the .creds file creds (empty for
+// none).
+func (s *Server) Connect(ctx context.Context, creds string, options ...ConnectOption) (*Conn, error) {
+	return Connect(ctx, "nats://in-process", creds, append([]ConnectOption{InProcess(s)}, options...)...)
+}
+
+// Varz is the server's own view of itself (connections, CPU, memory), for measurements.
+func (s *Server) Varz() (*server.Varz, error) { return s.ns.Varz(nil) }
 
 // Addr is the address the server accepts clients on.
 func (s *Server) Addr() net.Addr { return s.ns.Addr() }

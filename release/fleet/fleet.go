@@ -186,6 +186,11 @@ func (v *View) Len() int {
 // Rows returns the view's rows as of now (see Rows); a node the view saw restart within
 // RestartShownFor, still on the version it restarted, reads "restarting".
 func (v *View) Rows(now time.Time, silentAfter time.Duration) []Row {
+	return v.RowsWith(now, RowOptions{SilentAfter: silentAfter})
+}
+
+// RowsWith is Rows judged with o (see RowsWith).
+func (v *View) RowsWith(now time.Time, o RowOptions) []Row {
 	v.mu.Lock()
 	es := make([]Entry, 0, len(v.entries))
 	restarted := make(map[string]bool)
@@ -196,7 +201,7 @@ func (v *View) Rows(now time.Time, silentAfter time.Duration) []Row {
 		}
 	}
 	v.mu.Unlock()
-	return rows(es, now, silentAfter, restarted)
+	return rows(es, now, o, restarted)
 }
 
 // fillMissed reads, one by one, the last heartbeat of every node the stream holds but the

@@ -32,27 +32,50 @@ type Row struct {
 	ReconcileOK    *bool  `json:"reconcile_ok"`
 	ReconcileError string `json:"reconcile_error,omitempty"`
 	// Problem says why the node's last heartbeat could not be read.
-	Problem   string          `json:"problem,omitempty"`
-	Heartbeat *wire.Heartbeat `json:"heartbeat,omitempty"`
+	Problem string `json:"problem,omitempty"`
+	// Withdrawn is the withdrawal of the version the node runs, when it is withdrawn.
+	Withdrawn *wire.Withdrawn `json:"withdrawn,omitempty"`
+	// TargetExpiredSince is when the target in force on the node expired, while it has.
+	TargetExpiredSince *time.Time      `json:"target_expired_since,omitempty"`
+	Heartbeat          *wire.Heartbeat `json:"heartbeat,omitempty"`
+}
+
+// RowOptions are what, besides each node's heartbeat, its row is judged from.
+type RowOptions struct {
+	// SilentAfter is how long a node may go unheard before it is silent (default
+	// DefaultSilentAfter).
+	SilentAfter time.Duration
+	// Withdrawals is the withdrawal list on the bus and WithdrawalsRevision its revision (zero
+	// when there is none): a node running a withdrawn version is marked, and a refusal of the
+	// list in force shown.
+	Withdrawals         wire.Withdrawals
+	WithdrawalsRevision uint64
 }
 
 // Rows turns entries into rows as of now: a node unheard for longer than silentAfter is silent.
 // Silent nodes come first, then nodes whose heartbeat is unreadable, then nodes in trouble
 // (Kind.Trouble), then the rest, each group by node id.
 func Rows(entries []Entry, now time.Time, silentAfter time.Duration) []Row {
-	return rows(entries, now, silentAfter, nil)
+	return RowsWith(entries, now, RowOptions{SilentAfter: silentAfter})
 }
 
-// rows is Rows, with the nodes a View saw restart lately.
-func rows(entries []Entry, now time.Time, silentAfter time.Duration, restarted map[string]bool) []Row {
+// RowsWith is Rows judged with o: what is withdrawn too.
+func RowsWith(entries []Entry, now time.Time, o RowOptions) []Row {
+	return rows(entries, now, o, nil)
+}
+
+// rows is RowsWith, with the nodes a View saw restart lately.
+func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]bool) []Row {
+	silentAfter := o.SilentAfter
 	if silentAfter <= 0 {
 		silentAfter = DefaultSilentAfter
 	}
+	w := withdrawals{list: o.Withdrawals, rev: o.WithdrawalsRevision}
 	rows := make([]Row, 0, len(entries))
 	for _, e := range entries {
 		age := now.Sub(e.Heard)
 		r := Row{Node: e.Node, LastHeard: e.Heard.UTC(), AgeS: age.Seconds(), Silent: age > silentAfter}
-		r.StatusKind, r.Status = status(e, now, silentAfter, restarted[e.Node])
+		r.StatusKind, r.Status = status(e, now, silentAfter, restarted[e.Node], w)
 		if e.Err != nil {
 			r.Problem = e.Err.Error()
 		} else {
@@ -62,6 +85,10 @@ func rows(entries []Entry, now time.Time, silentAfter time.Duration, restarted m
 				ok := lr.OK
 				r.ReconcileOK, r.ReconcileError = &ok, lr.Error
 			}
+			if wd, ok := o.Withdrawals.Has(hb.Running); ok && hb.Running != "" {
+				r.Withdrawn = &wd
+			}
+			r.TargetExpiredSince = hb.TargetExpiredSince
 			r.Heartbeat = &hb
 		}
 		rows = append(rows, r)
@@ -95,6 +122,11 @@ type TextOptions struct {
 	// Header, when not empty, is written as one line above the table (a rollout in progress,
 	// say); it is made printable and bounded like every cell.
 	Header string
+	// Withdrawn, when not empty, is said in one line above the table: the newest few withdrawn
+	// versions and why, and how many more. WithdrawnProblem, when not empty, says in that line
+	// why the list could not be read.
+	Withdrawn        []wire.Withdrawn
+	WithdrawnProblem string
 }
 
 // WriteText writes rows as an aligned table with a summary line (see WriteTextWith).
@@ -111,6 +143,11 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 	}
 	if o.Header != "" {
 		if _, err := fmt.Fprintln(w, cell(o.Header, maxHeaderCell)); err != nil {
+			return err
+		}
+	}
+	if len(o.Withdrawn) > 0 || o.WithdrawnProblem != "" {
+		if _, err := fmt.Fprintln(w, withdrawnLine(o.Withdrawn, o.WithdrawnProblem)); err != nil {
 			return err
 		}
 	}
@@ -140,8 +177,34 @@ var summaryKinds = []struct {
 	word string
 }{
 	{KindUnreadable, "unreadable"}, {KindStopping, "stopping"}, {KindStandingAside, "standing aside"},
-	{KindRolledBack, "rolled back"}, {KindRefused, "refused"}, {KindFetching, "fetching"},
-	{KindRestarted, "restarting"}, {KindTrying, "trying"},
+	{KindWithdrawn, "running withdrawn"}, {KindRolledBack, "rolled back"}, {KindRefused, "refused"},
+	{KindFetching, "fetching"}, {KindTargetExpired, "target expired"}, {KindRestarted, "restarting"},
+	{KindTrying, "trying"},
+}
+
+// shownWithdrawn is how many withdrawn versions the line above the table names.
+const shownWithdrawn = 3
+
+// withdrawnLine is `withdrawn: v1.4.0 ("leaks fds"), v1.3.1 ("crashes on arm64"); and 2 more
+// (mesh-release withdraw --list)`: the newest first, each reason cut short, the whole bounded.
+func withdrawnLine(list []wire.Withdrawn, problem string) string {
+	var parts []string
+	if problem != "" {
+		parts = append(parts, "(the list could not be read: "+problem+")")
+	}
+	for i := len(list) - 1; i >= max(len(list)-shownWithdrawn, 0); i-- {
+		e := list[i]
+		part := cell(e.Version, maxIDCell)
+		if e.Reason != "" {
+			part += " (" + cell(fmt.Sprintf("%q", e.Reason), maxReasonCell) + ")"
+		}
+		parts = append(parts, part)
+	}
+	line := "withdrawn: " + strings.Join(parts, ", ")
+	if more := len(list) - min(len(list), shownWithdrawn); more > 0 {
+		line += fmt.Sprintf("; and %d more (`mesh-release withdraw --list`)", more)
+	}
+	return cell(line, maxHeaderCell)
 }
 
 // kindCounts is "; 2 rolled back, 1 refused", or nothing when no node is any of these.
@@ -179,6 +242,7 @@ const (
 	maxStatusCell = 96  // the STATE column
 	maxTextCell   = 120 // the reconcile error or the problem
 	maxHeaderCell = 240 // the header line above the table
+	maxReasonCell = 60  // a withdrawal's reason in the line above the table
 )
 
 // cell is s as one bounded, printable table cell: runs of white space (newlines and tabs too)

@@ -18,20 +18,22 @@ const (
 	KindUnreadable    Kind = "unreadable"
 	KindStopping      Kind = "stopping"
 	KindStandingAside Kind = "standing-aside"
+	KindWithdrawn     Kind = "withdrawn"
 	KindRolledBack    Kind = "rolled-back"
 	KindRefused       Kind = "refused"
 	KindFetching      Kind = "fetching"
+	KindTargetExpired Kind = "target-expired"
 	KindRestarted     Kind = "restarting"
 	KindTrying        Kind = "trying"
 	KindOK            Kind = "ok"
 )
 
-// Trouble reports whether k is a node an operator should look at: it rolled back, refused,
-// restarted or runs a version not yet confirmed. Such rows sort right after silent and
-// unreadable ones.
+// Trouble reports whether k is a node an operator should look at: it runs a withdrawn version,
+// rolled back, refused, acts on no target (it expired), restarted or runs a version not yet
+// confirmed. Such rows sort right after silent and unreadable ones.
 func (k Kind) Trouble() bool {
 	switch k {
-	case KindRolledBack, KindRefused, KindRestarted, KindTrying:
+	case KindWithdrawn, KindRolledBack, KindRefused, KindTargetExpired, KindRestarted, KindTrying:
 		return true
 	}
 	return false
@@ -48,20 +50,27 @@ const RestartShownFor = 5 * time.Minute
 //  2. unreadable: the last heartbeat could not be read — "UNREADABLE".
 //  3. stopping: state stopping (the launcher restarts it unless its unit is being stopped).
 //  4. standing-aside: state standing-aside — "standing aside for v1.2.0".
-//  5. rolled-back: the newest rollbacks[] entry whose from is newer than running — "rolled back
+//  5. withdrawn: running is on the withdrawal list on the bus — "runs withdrawn v1.2.0: why"
+//     (the host steps down from it at its next reconcile, unless nothing else is on its disk).
+//  6. rolled-back: the newest rollbacks[] entry whose from is newer than running — "rolled back
 //     from v1.2.0 at 13:15". A rollback from a version no newer than running is history.
-//  6. refused: refused.what is "target" and the node does not run its target — "refused v1.2.0:
+//  7. refused: refused.what is "target" and the node does not run its target — "refused v1.2.0:
 //     why" — unless its fetch shows it working on that target (fetching, verifying, staged, or
 //     failed with a retry), which means the refusal was of an earlier target; or refused.what
 //     is "declaration" and refused.revision is newer than declaration_revision (the newest
-//     declaration was refused, an older one is held) — "refused declaration rev 43: why". A
-//     failed fetch of the target that is not retried is a refusal too.
-//  7. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
+//     declaration was refused, an older one is held) — "refused declaration rev 43: why"; or
+//     refused.what is "withdrawals" and refused.revision is the withdrawal list's revision on
+//     the bus (the list in force was refused) — "refused withdrawal list rev 9: why". A failed
+//     fetch of the target that is not retried is a refusal too.
+//  8. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
 //     "verifying v1.2.0", "fetch of v1.2.0 failed, retry at 13:16:05: why", "staged v1.2.0".
-//  8. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
+//  9. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
+//     the node acts on no target until one signed again arrives (`mesh-release serve --key`
+//     or a rollout controller signs targets again before they expire).
+//  10. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
 //     within RestartShownFor — "restarting (up 3s)"; trying: running is not known_good, the
 //     version is on trial — "trying v1.2.0 (not confirmed, up 3s)".
-//  9. ok.
+//  11. ok.
 //
 // Times are UTC (with the date when not within a day of now); "up" is uptime_s plus the time
 // since the heartbeat was heard.
@@ -71,9 +80,11 @@ var rules = []struct {
 }{
 	{KindStopping, stopping},
 	{KindStandingAside, standingAside},
+	{KindWithdrawn, withdrawn},
 	{KindRolledBack, rolledBack},
 	{KindRefused, refused},
 	{KindFetching, fetching},
+	{KindTargetExpired, targetExpired},
 	{KindRestarted, restarted},
 	{KindTrying, trying},
 }
@@ -84,12 +95,19 @@ type facts struct {
 	heard     time.Time // when the server stored hb
 	now       time.Time
 	restarted bool // a View saw the running version start again, lately
+	withdrawn withdrawals
+}
+
+// withdrawals is the withdrawal list on the bus, as the rules read it.
+type withdrawals struct {
+	list wire.Withdrawals
+	rev  uint64 // its revision (0: none)
 }
 
 // status is the STATE cell (bounded and printable) and its kind for entry e as of now.
 // restarted says whether a View saw e's running version start again within RestartShownFor.
-func status(e Entry, now time.Time, silentAfter time.Duration, restarted bool) (Kind, string) {
-	kind, text := lastWord(e, now, restarted)
+func status(e Entry, now time.Time, silentAfter time.Duration, restarted bool, w withdrawals) (Kind, string) {
+	kind, text := lastWord(e, now, restarted, w)
 	if now.Sub(e.Heard) > silentAfter {
 		was := text
 		switch {
@@ -106,11 +124,11 @@ func status(e Entry, now time.Time, silentAfter time.Duration, restarted bool) (
 }
 
 // lastWord is the status the node's last heartbeat gives, silence aside.
-func lastWord(e Entry, now time.Time, restarted bool) (Kind, string) {
+func lastWord(e Entry, now time.Time, restarted bool, w withdrawals) (Kind, string) {
 	if e.Err != nil {
 		return KindUnreadable, "UNREADABLE"
 	}
-	f := facts{hb: e.Heartbeat, heard: e.Heard, now: now, restarted: restarted}
+	f := facts{hb: e.Heartbeat, heard: e.Heard, now: now, restarted: restarted, withdrawn: w}
 	for _, r := range rules {
 		if text, ok := r.judge(f); ok {
 			return r.kind, text
@@ -131,6 +149,22 @@ func standingAside(f facts) (string, bool) {
 		return "standing aside", true
 	}
 	return "standing aside for " + version(f.hb.StandingAsideFor), true
+}
+
+func withdrawn(f facts) (string, bool) {
+	e, ok := f.withdrawn.list.Has(f.hb.Running)
+	if !ok || f.hb.Running == "" {
+		return "", false
+	}
+	return "runs withdrawn " + version(f.hb.Running) + why(e.Reason), true
+}
+
+func targetExpired(f facts) (string, bool) {
+	since := f.hb.TargetExpiredSince
+	if since == nil {
+		return "", false
+	}
+	return "target expired since " + clock(*since, f.now, "15:04"), true
 }
 
 func rolledBack(f facts) (string, bool) {
@@ -176,6 +210,11 @@ func refused(f facts) (string, bool) {
 			return "", false
 		}
 		return fmt.Sprintf("refused declaration rev %d", r.Revision) + why(r.Error), true
+	case "withdrawals":
+		if f.withdrawn.rev == 0 || r.Revision != f.withdrawn.rev {
+			return "", false // a list since replaced, or one this view does not know
+		}
+		return fmt.Sprintf("refused withdrawal list rev %d", r.Revision) + why(r.Error), true
 	}
 	return "", false
 }

@@ -1,6 +1,6 @@
 // Package publish puts host releases on the bus: the archive into the archives object store
 // and its manifest into the releases KV (the announcement hosts watch), and sets which version
-// nodes, or the whole fleet, should run.
+// nodes, or the whole fleet, should run (a signed target, release/targets).
 package publish
 
 import (
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -148,11 +149,12 @@ func bucketErr(kind, name string, err error) error {
 }
 
 // Target sets the version nodes should run: key node.<id> in KV names.Targets() for each
-// node, or the fleet key when fleet is true (exactly one of the two). The version must be
-// published; a target naming a version with no manifest is refused with ErrNotPublished.
-// It returns the keys it set and their revisions, in the order given; on an error, those set
-// before it.
-func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, version string, nodes []string, fleet bool) ([]Set, error) {
+// node, or the fleet key when fleet is true (exactly one of the two), each a target signed by
+// signer (decision 0011) and written by compare-and-set, numbered after the value it replaces.
+// The version must be published (ErrNotPublished) and not withdrawn (targets.ErrWithdrawn).
+// It returns the keys it set, their revisions and the targets written, in the order given; on
+// an error, those set before it.
+func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, version string, nodes []string, fleet bool, signer targets.Signer) ([]Set, error) {
 	if !wire.ValidVersion(version) {
 		return nil, fmt.Errorf("version %q is not %s", version, wire.VersionRule)
 	}
@@ -172,6 +174,9 @@ func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, versi
 			keys = append(keys, wire.NodeTargetKey(n))
 		}
 	}
+	if err := signer.Check(); err != nil {
+		return nil, err // no key: say so before reading anything
+	}
 	rel, err := js.KeyValue(ctx, names.Releases())
 	if err != nil {
 		return nil, bucketErr("KV", names.Releases(), err)
@@ -186,24 +191,28 @@ func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, versi
 	if _, err := wire.ParseManifest(e.Value()); err != nil {
 		return nil, fmt.Errorf("%s: the published manifest is unreadable (%w); hosts would refuse it", version, err)
 	}
+	if err := targets.CheckNotWithdrawn(ctx, js, names, version); err != nil {
+		return nil, err
+	}
 	tgt, err := js.KeyValue(ctx, names.Targets())
 	if err != nil {
 		return nil, bucketErr("KV", names.Targets(), err)
 	}
-	val := wire.Target{Version: version}.Marshal()
+	w := targets.Writer{KV: tgt, Signer: signer}
 	set := make([]Set, 0, len(keys))
 	for _, k := range keys {
-		rev, err := tgt.Put(ctx, k, val)
+		res, err := w.Update(ctx, k, nil, func(targets.Current) targets.Decision { return targets.SetTo(version) })
 		if err != nil {
-			return set, fmt.Errorf("set %s in %s: %w", k, names.Targets(), err)
+			return set, err
 		}
-		set = append(set, Set{Key: k, Revision: rev})
+		set = append(set, Set{Key: k, Revision: res.Rev, Target: res.Target})
 	}
 	return set, nil
 }
 
-// Set is one target key Target put, and the revision the bucket gave it.
+// Set is one target key Target put, the revision the bucket gave it, and the target written.
 type Set struct {
 	Key      string
 	Revision uint64
+	Target   wire.Target
 }

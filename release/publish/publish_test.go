@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
@@ -165,6 +166,8 @@ func TestPublishWithoutBucketsSaysToRunInit(t *testing.T) {
 	}
 }
 
+var signer = targets.Signer{Key: meshtest.ReleaseKey.Private, TTL: targets.DefaultTTL}
+
 func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 	ctx := context.Background()
 	js := meshtest.StartBus(t).Conn.JS
@@ -172,11 +175,11 @@ func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 	if _, err := Publish(ctx, js, names, dir); err != nil {
 		t.Fatal(err)
 	}
-	set, err := Target(ctx, js, names, "v1.0.0", []string{"node-a", "node_b"}, false)
+	set, err := Target(ctx, js, names, "v1.0.0", []string{"node-a", "node_b"}, false, signer)
 	if err != nil || len(set) != 2 || set[0].Key != "node.node-a" || set[1].Revision <= set[0].Revision {
 		t.Fatalf("%+v, %v; want node.node-a and node.node_b with rising revisions", set, err)
 	}
-	if _, err := Target(ctx, js, names, "v1.0.0", nil, true); err != nil {
+	if _, err := Target(ctx, js, names, "v1.0.0", nil, true, signer); err != nil {
 		t.Fatal(err)
 	}
 	kv, _ := js.KeyValue(ctx, names.Targets())
@@ -187,6 +190,8 @@ func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 		}
 		if tg, err := wire.ParseTarget(e.Value()); err != nil || tg.Version != "v1.0.0" {
 			t.Fatalf("%s: %+v, %v", k, tg, err)
+		} else if err := tg.Verify(k, []ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+			t.Errorf("%s: %v", k, err)
 		}
 	}
 }
@@ -210,10 +215,21 @@ func TestTargetRefuses(t *testing.T) {
 		{"TestTargetRefusesANodeIdWithADot", "v1.0.0", []string{"web1.example.com"}, false, "node id"},
 		{"TestTargetRefusesNodesAndFleetTogether", "v1.0.0", []string{"a"}, true, "not both"},
 		{"TestTargetRefusesNoNodesAndNoFleet", "v1.0.0", nil, false, "--fleet"},
+		{"TestTargetRefusesAWithdrawnVersion", "v1.0.0", []string{"a"}, false, `v1.0.0 is withdrawn (at `},
+		{"TestTargetRefusesWithoutAKey", "v1.0.0", []string{"a"}, false, "no target key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := Target(ctx, js, names, c.version, c.nodes, c.fleet); err == nil || !strings.Contains(err.Error(), c.want) {
+			s := signer
+			switch c.name {
+			case "TestTargetRefusesAWithdrawnVersion":
+				if _, err := targets.Withdraw(ctx, js, names, "v1.0.0", "broken", meshtest.ReleaseKey.Private, nil); err != nil {
+					t.Fatal(err)
+				}
+			case "TestTargetRefusesWithoutAKey":
+				s.Key = nil
+			}
+			if _, err := Target(ctx, js, names, c.version, c.nodes, c.fleet, s); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want %q", err, c.want)
 			}
 		})

@@ -223,7 +223,7 @@ func TestAbortStopsTheRolloutAndSetsTheBatchBack(t *testing.T) {
 	b := meshtest.StartBus(t)
 	publishRelease(t, b, "v1.1.0")
 	ctx := ctxFor(t, 60*time.Second)
-	if _, err := Abort(ctx, b.Conn.JS, b.Names, "alice"); !errors.Is(err, ErrNoRollout) {
+	if _, err := Abort(ctx, b.Conn.JS, b.Names, "alice", testSigner); !errors.Is(err, ErrNoRollout) {
 		t.Fatalf("abort with no rollout = %v", err)
 	}
 	ns := sixNodes()
@@ -242,7 +242,7 @@ func TestAbortStopsTheRolloutAndSetsTheBatchBack(t *testing.T) {
 	}
 	done := runAsync(ctx, c, st.ID)
 	waitEvent(t, ev, EventConfirmed, func(e Event) bool { return e.Node == "node-2" })
-	ab, err := Abort(ctx, b.Conn.JS, b.Names, "alice@web-01")
+	ab, err := Abort(ctx, b.Conn.JS, b.Names, "alice@web-01", testSigner)
 	if err != nil || ab.Status != StatusAborted || ab.AbortedBy != "alice@web-01" || !ab.Restored {
 		t.Fatalf("abort = %+v, %v", ab, err)
 	}
@@ -263,7 +263,7 @@ func TestAbortStopsTheRolloutAndSetsTheBatchBack(t *testing.T) {
 		t.Error("an aborted rollout set the fleet key")
 	}
 	var nr *NotRunningError
-	if _, err := Abort(ctx, b.Conn.JS, b.Names, "bob"); !errors.As(err, &nr) || !strings.Contains(err.Error(), "is aborted (ended ") {
+	if _, err := Abort(ctx, b.Conn.JS, b.Names, "bob", testSigner); !errors.As(err, &nr) || !strings.Contains(err.Error(), "is aborted (ended ") {
 		t.Errorf("abort again = %v", err)
 	}
 	if _, err := c.Resume(ctx); !errors.As(err, &nr) {
@@ -290,7 +290,7 @@ func TestAHaltLeftUnrestoredIsRestoredByTheNextController(t *testing.T) {
 	}
 	// As if the controller died between writing halted and setting the targets back.
 	rewrite(t, b, st.ID, func(s *State) { s.Restored = false })
-	b.Put(b.Names.Targets(), wire.NodeTargetKey("node-2"), wire.Target{Version: "v1.1.0"}.Marshal())
+	putTarget(t, b, wire.NodeTargetKey("node-2"), "v1.1.0")
 	var nr *NotRunningError
 	got, err := newController(t, connect(t, b), nil, "").Resume(ctx)
 	if !errors.As(err, &nr) || !got.Restored || !strings.Contains(err.Error(), "is halted") {
@@ -370,7 +370,7 @@ func TestRolloutsThatNeedNoBatchCompleteAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartBus(t)
 			publishRelease(t, b, "v1.1.0")
-			b.Put(b.Names.Targets(), wire.NodeTargetKey("node-1"), wire.Target{Version: "v1.0.0"}.Marshal())
+			putTarget(t, b, wire.NodeTargetKey("node-1"), "v1.0.0")
 			startSim(t, b, tc.nodes...)
 			ev := &events{}
 			c := newController(t, connect(t, b), ev, "")

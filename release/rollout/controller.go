@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -30,6 +32,13 @@ type Config struct {
 	Tick     time.Duration // how often the current batch is judged besides on each heartbeat; default 250ms
 	Workers  int           // targets set/deleted concurrently; default 32
 	Holder   string        // optional extra text naming this controller (e.g. "watch"); host name and pid are always recorded
+	// Key signs every target the controller writes (decision 0011): the release key or a
+	// target key the hosts trust. Required.
+	Key ed25519.PrivateKey
+	// TargetTTL is how long a target it writes stays valid; while the controller drives a
+	// rollout it signs again every target of Key with less than half of it left (targets.Keep).
+	// Default targets.DefaultTTL.
+	TargetTTL time.Duration
 }
 
 // Defaults of Config.
@@ -41,13 +50,18 @@ const (
 // Controller drives rollouts on one bus. One controller may run one rollout at a time (Watch
 // runs them one after the other); two controllers never act on the same rollout at once.
 type Controller struct {
-	cfg   Config
-	log   *slog.Logger
-	host  string
-	pid   int
-	token string
+	cfg    Config
+	log    *slog.Logger
+	signer targets.Signer
+	host   string
+	pid    int
+	token  string
 
 	emitMu sync.Mutex
+
+	keepMu   sync.Mutex
+	keepers  int                // runs (Run, Watch) that want targets kept
+	stopKeep context.CancelFunc // ends the one Keep they share
 }
 
 // New returns a controller for cfg, with its defaults filled in.
@@ -67,13 +81,48 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
+	if cfg.TargetTTL == 0 {
+		cfg.TargetTTL = targets.DefaultTTL
+	}
+	signer, err := targets.NewSigner(cfg.Key, cfg.TargetTTL)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])
-	return &Controller{cfg: cfg, log: discard(cfg.Log), host: host, pid: os.Getpid(), token: hex.EncodeToString(tok[:])}, nil
+	return &Controller{cfg: cfg, log: discard(cfg.Log), signer: signer, host: host, pid: os.Getpid(), token: hex.EncodeToString(tok[:])}, nil
+}
+
+// keeping keeps the targets of the controller's key from expiring (targets.Keep) until every
+// caller has called the stop it returns: a watch and the rollout it drives share one Keep.
+func (c *Controller) keeping() (stop func()) {
+	c.keepMu.Lock()
+	defer c.keepMu.Unlock()
+	if c.keepers == 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.stopKeep = cancel
+		go func() {
+			err := targets.Keep(ctx, c.cfg.JS, c.cfg.Names, c.cfg.Key, c.cfg.TargetTTL, c.log)
+			if err != nil && ctx.Err() == nil {
+				c.log.Error("targets are not being signed again before they expire", "err", err)
+			}
+		}()
+	}
+	c.keepers++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.keepMu.Lock()
+			defer c.keepMu.Unlock()
+			if c.keepers--; c.keepers == 0 {
+				c.stopKeep()
+			}
+		})
+	}
 }
 
 // holder is this controller holding a rollout from since, its lease running from now.
@@ -131,11 +180,16 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if err := o.Validate(); err != nil {
 		return State{}, err
 	}
-	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.signer, c.log)
 	if err != nil {
 		return State{}, err
 	}
 	if err := published(ctx, c.cfg.JS, c.cfg.Names, o.Version, c.log); err != nil {
+		return State{}, err
+	}
+	if err := retry(ctx, c.log, "read the withdrawals", func(ctx context.Context) error {
+		return targets.CheckNotWithdrawn(ctx, c.cfg.JS, c.cfg.Names, o.Version)
+	}); err != nil {
 		return State{}, err
 	}
 	curID, curRev, err := s.current(ctx)
@@ -294,7 +348,7 @@ func published(ctx context.Context, js jetstream.JetStream, n wire.Names, versio
 // targets first if a halt or abort left them), and a *HeldError when another live controller
 // holds it.
 func (c *Controller) Resume(ctx context.Context) (State, error) {
-	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.signer, c.log)
 	if err != nil {
 		return State{}, err
 	}
@@ -330,10 +384,14 @@ func runningCurrent(ctx context.Context, s *store, workers int) (State, uint64, 
 }
 
 // Abort marks the current running rollout aborted (by names who: "alice@web-01"), sets the
-// batch in progress back as a halt does, and returns its state. The controller holding it
-// notices and stops. *NotRunningError or ErrNoRollout when there is nothing to abort.
-func Abort(ctx context.Context, js jetstream.JetStream, n wire.Names, by string) (State, error) {
-	s, err := openStore(ctx, js, n, nil)
+// batch in progress back as a halt does, its targets signed by signer, and returns its state.
+// The controller holding it notices and stops. *NotRunningError or ErrNoRollout when there is
+// nothing to abort.
+func Abort(ctx context.Context, js jetstream.JetStream, n wire.Names, by string, signer targets.Signer) (State, error) {
+	if err := signer.Check(); err != nil {
+		return State{}, fmt.Errorf("rollout: %w", err) // it could not set the batch back
+	}
+	s, err := openStore(ctx, js, n, signer, nil)
 	if err != nil {
 		return State{}, err
 	}

@@ -23,7 +23,7 @@ func TestAGoodReleaseReachesEveryNodeInBatchOrderThenTheFleetKey(t *testing.T) {
 	publishRelease(t, b, "v1.1.0")
 	s := startSim(t, b, sixNodes()...)
 	ev := &events{}
-	c, err := New(Config{JS: connect(t, b), Events: ev.add, Tick: 50 * time.Millisecond, Progress: 300 * time.Millisecond})
+	c, err := New(Config{JS: connect(t, b), Events: ev.add, Tick: 50 * time.Millisecond, Progress: 300 * time.Millisecond, Key: testSigner.Key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/release/targets"
 )
 
 // Run drives rollout id — held by this controller, or taken over as 0006 allows — until its
@@ -20,7 +21,7 @@ import (
 // it releases its lease (best effort) and returns the state and ctx.Err(): the rollout stays
 // running, and Resume continues it.
 func (c *Controller) Run(ctx context.Context, id string) (State, error) {
-	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.signer, c.log)
 	if err != nil {
 		return State{}, err
 	}
@@ -37,6 +38,7 @@ func (c *Controller) Run(ctx context.Context, id string) (State, error) {
 	} else if err != nil {
 		return r.st, err
 	}
+	defer c.keeping()()
 	return r.drive(ctx)
 }
 
@@ -488,12 +490,11 @@ func (r *runner) begin(ctx context.Context) error {
 	nodes := r.st.BatchNodes(i)
 	now := time.Now().UTC()
 	fresh := b.Started.IsZero()
-	have := make([]string, len(nodes))
-	revs := make([]uint64, len(nodes))
+	cur := make([]targets.Current, len(nodes))
 	latest := make([]*fleet.Entry, len(nodes))
 	err := r.renewing(ctx, func(ctx context.Context) error {
 		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
-			have[k], revs[k], err = r.s.targetOf(ctx, nodes[k])
+			cur[k], err = r.s.targetOf(ctx, nodes[k])
 			return err
 		})
 	})
@@ -556,7 +557,7 @@ func (r *runner) begin(ctx context.Context) error {
 				leftOut = append(leftOut, lo)
 			}
 		case t.heard && t.last.Err == nil && alreadyHas(t.last.Heartbeat, r.version) &&
-			(t.last.Heartbeat.KnownGood != r.version || have[k] != r.version):
+			(t.last.Heartbeat.KnownGood != r.version || !cur[k].Names(r.version)):
 			t.done = true // it has the version or a newer one, and not from this rollout
 			already = append(already, n)
 		default:
@@ -564,8 +565,8 @@ func (r *runner) begin(ctx context.Context) error {
 			if t.heard {
 				t.priorRollback = lastRollbackFrom(t.last, r.version)
 			}
-			if have[k] == r.version {
-				t.targetRev = revs[k]
+			if r.s.ours(cur[k], r.version) {
+				t.targetRev = cur[k].Rev
 			} else {
 				toSet = append(toSet, k)
 			}
@@ -586,12 +587,13 @@ func (r *runner) begin(ctx context.Context) error {
 		}
 	}
 	setNodes := make([]string, len(toSet))
+	setCur := make([]targets.Current, len(toSet))
 	for j, k := range toSet {
-		setNodes[j] = nodes[k]
+		setNodes[j], setCur[j] = nodes[k], cur[k]
 	}
 	var setRevs []uint64
 	err = r.renewing(ctx, func(ctx context.Context) (err error) {
-		setRevs, err = r.s.setTargets(ctx, setNodes, r.version, r.c.cfg.Workers)
+		setRevs, err = r.s.setTargets(ctx, setNodes, setCur, r.version, r.c.cfg.Workers)
 		return err
 	})
 	if err != nil {

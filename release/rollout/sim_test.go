@@ -2,7 +2,9 @@ package rollout
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -69,6 +72,9 @@ type sim struct {
 	targets map[string]simTarget
 	puts    map[string]int // writes seen per key
 	back    chan struct{}  // the connection came back: watch the targets again
+	// unverified are the targets that did not verify as a host verifies them (with the test
+	// release key, for the key they are under): a host would refuse each.
+	unverified []string
 }
 
 // connect is a connection of its own that rides out a server restart.
@@ -104,6 +110,13 @@ func startSimEvery(t testing.TB, b *meshtest.Bus, beat time.Duration, nodes ...*
 	t.Helper()
 	back := make(chan struct{}, 1)
 	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, u := range s.unverified {
+			t.Errorf("a target a host would refuse: %s", u)
+		}
+	})
 	s.js = connect(t, b, nats.ReconnectHandler(func(*nats.Conn) {
 		select {
 		case back <- struct{}{}:
@@ -166,11 +179,15 @@ func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
 			}
 			s.mu.Lock()
 			if e.Operation() == jetstream.KeyValuePut {
-				if tg, err := wire.ParseTarget(e.Value()); err == nil {
-					if old, ok := s.targets[e.Key()]; !ok || old.rev < e.Revision() {
-						s.targets[e.Key()] = simTarget{tg.Version, e.Revision()}
-						s.puts[e.Key()]++
-					}
+				tg, err := wire.ParseTarget(e.Value())
+				if err == nil {
+					err = tg.Verify(e.Key(), []ed25519.PublicKey{meshtest.ReleaseKey.Public})
+				}
+				if err != nil {
+					s.unverified = append(s.unverified, fmt.Sprintf("%s revision %d: %v", e.Key(), e.Revision(), err))
+				} else if old, ok := s.targets[e.Key()]; !ok || old.rev < e.Revision() {
+					s.targets[e.Key()] = simTarget{tg.Version, e.Revision()}
+					s.puts[e.Key()]++
 				}
 			} else {
 				delete(s.targets, e.Key())
@@ -315,9 +332,24 @@ func testOptions(version string) Options {
 		Alive: time.Hour, SilentAfter: time.Second}
 }
 
+// testSigner signs as the controllers of the tests do, with the test release key.
+var testSigner = targets.Signer{Key: meshtest.ReleaseKey.Private, TTL: time.Hour}
+
+// putTarget writes a target for version under key, signed with the test release key, as
+// someone else with the key would, and returns its revision.
+func putTarget(t testing.TB, b *meshtest.Bus, key, version string) uint64 {
+	t.Helper()
+	tg, err := testSigner.Sign(key, version, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Put(b.Names.Targets(), key, tg.Marshal())
+}
+
 func newController(t testing.TB, js jetstream.JetStream, ev *events, extra string) *Controller {
 	t.Helper()
-	cfg := Config{JS: js, Names: wire.NamesFor(""), Lease: 3 * time.Second, Tick: 50 * time.Millisecond, Holder: extra}
+	cfg := Config{JS: js, Names: wire.NamesFor(""), Lease: 3 * time.Second, Tick: 50 * time.Millisecond, Holder: extra,
+		Key: testSigner.Key, TargetTTL: testSigner.TTL}
 	if ev != nil {
 		cfg.Events = ev.add
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -33,6 +34,7 @@ type store struct {
 	log      *slog.Logger
 	rollouts jetstream.KeyValue
 	targets  jetstream.KeyValue
+	w        targets.Writer // signs and writes targets, each operation retried like the rest
 }
 
 func discard(l *slog.Logger) *slog.Logger {
@@ -42,8 +44,9 @@ func discard(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// openStore opens the rollouts and targets buckets.
-func openStore(ctx context.Context, js jetstream.JetStream, n wire.Names, log *slog.Logger) (*store, error) {
+// openStore opens the rollouts and targets buckets; targets are signed by signer (the zero
+// signer for a store that only reads).
+func openStore(ctx context.Context, js jetstream.JetStream, n wire.Names, signer targets.Signer, log *slog.Logger) (*store, error) {
 	s := &store{n: n, log: discard(log)}
 	var err error
 	if s.rollouts, err = openKV(ctx, js, n.Rollouts(), s.log); err != nil {
@@ -52,6 +55,9 @@ func openStore(ctx context.Context, js jetstream.JetStream, n wire.Names, log *s
 	if s.targets, err = openKV(ctx, js, n.Targets(), s.log); err != nil {
 		return nil, err
 	}
+	s.w = targets.Writer{KV: s.targets, Signer: signer, Do: func(ctx context.Context, what string, op func(context.Context) error) error {
+		return retry(ctx, s.log, what, op)
+	}}
 	return s, nil
 }
 
@@ -186,7 +192,7 @@ func (s *store) savePointer(ctx context.Context, id string, rev uint64) (uint64,
 
 // Get reads rollout id from the rollouts bucket.
 func Get(ctx context.Context, js jetstream.JetStream, n wire.Names, id string) (State, error) {
-	s, err := openStore(ctx, js, n, nil)
+	s, err := openStore(ctx, js, n, targets.Signer{}, nil)
 	if err != nil {
 		return State{}, err
 	}
@@ -196,7 +202,7 @@ func Get(ctx context.Context, js jetstream.JetStream, n wire.Names, id string) (
 
 // Current reads the rollout "current" names; ok is false when no rollout was ever started.
 func Current(ctx context.Context, js jetstream.JetStream, n wire.Names) (st State, ok bool, err error) {
-	s, err := openStore(ctx, js, n, nil)
+	s, err := openStore(ctx, js, n, targets.Signer{}, nil)
 	if err != nil {
 		return State{}, false, err
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -54,42 +56,34 @@ feed:
 	return first
 }
 
-// targetOf reads a node's target key: the version it names ("" when absent or unreadable) and
-// its revision.
-func (s *store) targetOf(ctx context.Context, node string) (version string, rev uint64, err error) {
-	e, ok, err := s.entry(ctx, s.targets, wire.NodeTargetKey(node))
-	if err != nil || !ok {
-		return "", 0, err
-	}
-	t, err := wire.ParseTarget(e.Value())
-	if err != nil {
-		return "", e.Revision(), nil
-	}
-	return t.Version, e.Revision(), nil
+// targetOf reads a node's target key.
+func (s *store) targetOf(ctx context.Context, node string) (targets.Current, error) {
+	return s.w.Read(ctx, wire.NodeTargetKey(node))
 }
 
-func (s *store) put(ctx context.Context, key string, v []byte) (uint64, error) {
-	var rev uint64
-	err := retry(ctx, s.log, "set "+key, func(ctx context.Context) (err error) {
-		rev, err = s.targets.Put(ctx, key, v)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("set %s in %s: %w", key, s.targets.Bucket(), err)
-	}
-	return rev, nil
+// ours reports whether c is a target for version this controller may leave as it is: signed
+// with its key and not expired (the controller's Keep signs it again before it does). Anything
+// else naming the version — unsigned, another key's, expired — is signed again.
+func (s *store) ours(c targets.Current, version string) bool {
+	return c.Names(version) && s.w.Signer.Signed(c.Key, c.Target) && !c.Target.ExpiredAt(time.Now())
 }
 
-// setTargets puts node.<id> = version for each node and returns each key's revision. The
-// caller passes only nodes whose key it read as naming something else (a key already naming
-// the version is left alone, so its revision — what a refusal is compared with — does not move
-// when a batch is set again on resume); reading it again here would cost a third more round
-// trips per node, which is what a 10,000-node batch waits on.
-func (s *store) setTargets(ctx context.Context, nodes []string, version string, workers int) ([]uint64, error) {
+// setTargets sets node.<id> = version, signed, for each node, by compare-and-set on what
+// begin read (curs, index for index), and returns each key's revision. The caller passes
+// only nodes whose key it read as not ours for the version (a key that is is left alone, so its
+// revision — what a refusal is compared with — does not move when a batch is set again on
+// resume); reading it again here would cost a third more round trips per node, which is what a
+// 10,000-node batch waits on. A key changed since it was read is read again.
+func (s *store) setTargets(ctx context.Context, nodes []string, curs []targets.Current, version string, workers int) ([]uint64, error) {
 	revs := make([]uint64, len(nodes))
-	val := wire.Target{Version: version}.Marshal()
-	err := each(ctx, workers, len(nodes), func(ctx context.Context, i int) (err error) {
-		revs[i], err = s.put(ctx, wire.NodeTargetKey(nodes[i]), val)
+	err := each(ctx, workers, len(nodes), func(ctx context.Context, i int) error {
+		res, err := s.w.Update(ctx, wire.NodeTargetKey(nodes[i]), &curs[i], func(c targets.Current) targets.Decision {
+			if s.ours(c, version) {
+				return targets.Leave()
+			}
+			return targets.SetTo(version)
+		})
+		revs[i] = res.Rev
 		return err
 	})
 	return revs, err
@@ -97,18 +91,19 @@ func (s *store) setTargets(ctx context.Context, nodes []string, version string, 
 
 // restoreTargets sets node.<id> back to the version each node ran (ran, index for index) where
 // it still names version, the rollout's: a key naming anything else was not set by the rollout,
-// or was set since by someone else, and is left alone. A node that ran no version has its key
-// deleted.
+// or was set since by someone else, and is left alone (compare-and-set: a key changed while it
+// is being set back is read and judged again). A node that ran no version has its key deleted.
 func (s *store) restoreTargets(ctx context.Context, nodes, ran []string, version string, workers int) error {
 	return each(ctx, workers, len(nodes), func(ctx context.Context, i int) error {
-		have, _, err := s.targetOf(ctx, nodes[i])
-		if err != nil || have != version || have == ran[i] {
-			return err
-		}
-		if ran[i] == "" {
-			return s.deleteTarget(ctx, nodes[i])
-		}
-		_, err = s.put(ctx, wire.NodeTargetKey(nodes[i]), wire.Target{Version: ran[i]}.Marshal())
+		_, err := s.w.Update(ctx, wire.NodeTargetKey(nodes[i]), nil, func(c targets.Current) targets.Decision {
+			switch {
+			case !c.Names(version) || ran[i] == version:
+				return targets.Leave()
+			case ran[i] == "":
+				return targets.Delete()
+			}
+			return targets.SetTo(ran[i])
+		})
 		return err
 	})
 }
@@ -131,30 +126,23 @@ func (s *store) deleteTarget(ctx context.Context, node string) error {
 	return nil
 }
 
-// setFleet sets the fleet key to version, unless it names it already.
+// setFleet sets the fleet key to version, signed, unless it holds it already signed by this
+// controller's key.
 func (s *store) setFleet(ctx context.Context, version string) error {
-	e, ok, err := s.entry(ctx, s.targets, wire.FleetTargetKey)
-	if err != nil {
-		return err
-	}
-	if ok {
-		if t, err := wire.ParseTarget(e.Value()); err == nil && t.Version == version {
-			return nil
+	_, err := s.w.Update(ctx, wire.FleetTargetKey, nil, func(c targets.Current) targets.Decision {
+		if s.ours(c, version) {
+			return targets.Leave()
 		}
-	}
-	_, err = s.put(ctx, wire.FleetTargetKey, wire.Target{Version: version}.Marshal())
+		return targets.SetTo(version)
+	})
 	return err
 }
 
-// fleetTarget is the version the fleet key names ("" when none).
+// fleetTarget is the version the fleet key names ("" when none or unreadable).
 func (s *store) fleetTarget(ctx context.Context) (string, error) {
-	e, ok, err := s.entry(ctx, s.targets, wire.FleetTargetKey)
-	if err != nil || !ok {
+	c, err := s.w.Read(ctx, wire.FleetTargetKey)
+	if err != nil || c.Err != nil {
 		return "", err
 	}
-	t, err := wire.ParseTarget(e.Value())
-	if err != nil {
-		return "", nil
-	}
-	return t.Version, nil
+	return c.Target.Version, nil
 }

@@ -10,13 +10,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/mod/semver"
 
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
 // Watch upgrades the fleet by build announcement (0006, "Build announcement"): it follows the
 // releases bucket and starts a rollout with o (o.Version ignored) for each version announced
 // that is newer than the fleet target and than every completed rollout, superseding a running
-// rollout of an older version; a version that was halted or aborted is skipped, saying so. On
+// rollout of an older version; a version that was halted or aborted, or is withdrawn, is
+// skipped, saying so. While it runs it keeps the targets of its key from expiring. On
 // start it resumes the current rollout if it runs and its lease has lapsed, and considers the
 // newest version announced. It runs until ctx ends (then it returns nil, its rollout left
 // running and released for `rollout resume`) or the bus fails in a way it cannot recover from.
@@ -26,7 +28,7 @@ func (c *Controller) Watch(ctx context.Context, o Options) error {
 	if err := probe.Validate(); err != nil {
 		return err
 	}
-	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.log)
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.signer, c.log)
 	if err != nil {
 		return err
 	}
@@ -35,6 +37,7 @@ func (c *Controller) Watch(ctx context.Context, o Options) error {
 		return err
 	}
 	w := &watcher{c: c, s: s, rel: rel, o: o, done: make(chan runResult, 1), seen: make(map[string]bool)}
+	defer c.keeping()() // targets are kept while it waits for the next release, too
 	defer w.stopRun()
 	w.resumeCurrent(ctx)
 	return w.follow(ctx)
@@ -100,7 +103,7 @@ func (w *watcher) follow(ctx context.Context) error {
 				}
 				if e == nil {
 					caughtUp = true
-					if v := newest(fresh); v != "" {
+					if v := newest(w.notWithdrawn(ctx, fresh)); v != "" {
 						w.emit(v, EventPublished, fmt.Sprintf("%s is the newest release published", v))
 						w.consider(ctx, v)
 					}
@@ -144,6 +147,15 @@ func (w *watcher) emit(version, kind, msg string) {
 // consider decides whether version v is rolled out, and starts it.
 func (w *watcher) consider(ctx context.Context, v string) {
 	skip := func(why string) { w.emit(v, EventSkipped, fmt.Sprintf("%s is not rolled out: %s", v, why)) }
+	list, err := w.withdrawals(ctx)
+	if err != nil {
+		w.c.log.Error("could not read the withdrawals", "err", err)
+		return
+	}
+	if e, ok := list.Has(v); ok {
+		skip("it is withdrawn (" + targets.Describe(e) + ")")
+		return
+	}
 	fleetV, err := w.s.fleetTarget(ctx)
 	if err != nil {
 		w.c.log.Error("could not read the fleet target", "err", err)
@@ -201,6 +213,45 @@ func (w *watcher) consider(ctx context.Context, v string) {
 	if !st.Status.Final() {
 		w.startRun(ctx, st.ID, st.Version)
 	}
+}
+
+// withdrawals reads the withdrawal list; a bus without its bucket has withdrawn nothing.
+func (w *watcher) withdrawals(ctx context.Context) (wire.Withdrawals, error) {
+	var list wire.Withdrawals
+	err := retry(ctx, w.c.log, "read the withdrawals", func(ctx context.Context) (err error) {
+		list, _, err = targets.ReadWithdrawals(ctx, w.c.cfg.JS, w.c.cfg.Names)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return wire.Withdrawals{}, nil
+	}
+	return list, err
+}
+
+// notWithdrawn is vs without the versions withdrawn, so that the newest release considered on
+// start is the newest one that may be rolled out; each withdrawn one is said.
+func (w *watcher) notWithdrawn(ctx context.Context, vs []string) []string {
+	list, err := w.withdrawals(ctx)
+	if err != nil {
+		w.c.log.Error("could not read the withdrawals", "err", err)
+		return vs
+	}
+	var out, gone []string
+	for _, v := range vs {
+		if _, ok := list.Has(v); ok {
+			gone = append(gone, v)
+		} else {
+			out = append(out, v)
+		}
+	}
+	best := newest(out)
+	for _, v := range gone {
+		if best == "" || semver.Compare(v, best) > 0 {
+			e, _ := list.Has(v)
+			w.emit(v, EventSkipped, fmt.Sprintf("%s is not rolled out: it is withdrawn (%s)", v, targets.Describe(e)))
+		}
+	}
+	return out
 }
 
 func verb(s Status) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/ctxio"
 	"github.com/novox/mesh-host/internal/layout"
 )
 
@@ -215,12 +216,17 @@ func extract(ctx context.Context, r io.Reader, dir string, lim Limits, create fu
 // open starts decoding r: the zstd decoder (the caller closes it), the tar reader on its
 // capped output, and the cap itself.
 func open(ctx context.Context, r io.Reader, lim Limits) (*zstd.Decoder, *tar.Reader, *capReader, error) {
-	capBytes := lim.MaxBinary + tarSlack
-	zr, err := zstd.NewReader(&ctxReader{ctx: ctx, r: r},
+	return openCapped(ctx, r, lim.MaxWindow, lim.MaxBinary+tarSlack)
+}
+
+// openCapped is open with the window limit and the cap on the decoded stream given directly;
+// ExtractTree shares it with its own caps.
+func openCapped(ctx context.Context, r io.Reader, maxWindow uint64, capBytes int64) (*zstd.Decoder, *tar.Reader, *capReader, error) {
+	zr, err := zstd.NewReader(ctxio.Reader(ctx, r),
 		zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(lim.MaxWindow),
-		zstd.WithDecoderMaxMemory(lim.MaxWindow)) // for streams, a memory bound; output is capped below
+		zstd.WithDecoderMaxWindow(maxWindow),
+		zstd.WithDecoderMaxMemory(maxWindow)) // for streams, a memory bound; output is capped below
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("extract: zstd: %w", err)
 	}
@@ -265,39 +271,59 @@ func checkEntry(hdr *tar.Header, lim Limits) error {
 		return fmt.Errorf("%w: entry %q %s; a host archive holds exactly one regular file named %s",
 			ErrUnsafe, name, fmt.Sprintf(format, args...), BinaryName)
 	}
-	switch {
-	case strings.HasPrefix(name, "/"):
-		return refuse("has an absolute path")
-	case hasDotDot(name):
-		return refuse("escapes the extraction directory with ..")
-	}
-	switch hdr.Typeflag {
-	case tar.TypeReg:
-	case tar.TypeSymlink:
-		return refuse("is a symlink to %q", hdr.Linkname)
-	case tar.TypeLink:
-		return refuse("is a hard link to %q", hdr.Linkname)
-	case tar.TypeChar, tar.TypeBlock:
-		return refuse("is a device node")
-	case tar.TypeFifo:
-		return refuse("is a FIFO")
-	case tar.TypeDir:
-		return refuse("is a directory")
-	case tar.TypeXGlobalHeader:
-		return refuse("is a PAX global header")
-	default:
-		return refuse("has tar type %q", string(hdr.Typeflag))
+	if p := kindProblem(hdr, false); p != "" {
+		return refuse("%s", p)
 	}
 	if name != BinaryName && name != "./"+BinaryName {
 		return refuse("is not named %s", BinaryName)
 	}
-	if hdr.Mode&0o7000 != 0 {
-		return refuse("has mode %#o (setuid, setgid or sticky)", hdr.Mode)
+	if p := modeProblem(hdr); p != "" {
+		return refuse("%s", p)
 	}
 	if hdr.Size > lim.MaxBinary {
 		return refuse("is %d bytes, over the %d-byte limit", hdr.Size, lim.MaxBinary)
 	}
 	return nil
+}
+
+// kindProblem says what is wrong with an entry's name or kind, or "" if nothing is: the rules
+// every archive the host reads shares. Directories are allowed only where asked (ExtractTree).
+func kindProblem(hdr *tar.Header, allowDir bool) string {
+	switch {
+	case strings.HasPrefix(hdr.Name, "/"):
+		return "has an absolute path"
+	case hasDotDot(hdr.Name):
+		return "escapes the extraction directory with .."
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg:
+	case tar.TypeDir:
+		if !allowDir {
+			return "is a directory"
+		}
+	case tar.TypeSymlink:
+		return fmt.Sprintf("is a symlink to %q", hdr.Linkname)
+	case tar.TypeLink:
+		return fmt.Sprintf("is a hard link to %q", hdr.Linkname)
+	case tar.TypeChar, tar.TypeBlock:
+		return "is a device node"
+	case tar.TypeFifo:
+		return "is a FIFO"
+	case tar.TypeXGlobalHeader:
+		return "is a PAX global header"
+	default:
+		return fmt.Sprintf("has tar type %q", string(hdr.Typeflag))
+	}
+	return ""
+}
+
+// modeProblem refuses setuid, setgid and sticky modes: an archive never makes a program that
+// runs as someone else.
+func modeProblem(hdr *tar.Header) string {
+	if hdr.Mode&0o7000 != 0 {
+		return fmt.Sprintf("has mode %#o (setuid, setgid or sticky)", hdr.Mode)
+	}
+	return ""
 }
 
 func hasDotDot(name string) bool {
@@ -371,17 +397,4 @@ func (c *capReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	return n, err
-}
-
-// ctxReader stops reading once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

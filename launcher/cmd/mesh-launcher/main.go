@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/novox/mesh-host/internal/layout"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
@@ -34,6 +35,8 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-launcher <command> --help` for a command's flags. ROOT is --root, else\nMESH_HOST_ROOT, else "+rollback.DefaultRoot+".", []cmdline.Command{
 		{Name: "run", Summary: "run the newest good mesh-host under ROOT/versions (the systemd unit's command)",
 			Run: func(args []string) int { return run(args, stdout, stderr, getenv) }},
+		{Name: "install", Summary: "place a mesh-host binary under ROOT/versions as a version, checked and recorded",
+			Run: func(args []string) int { return install(args, stdout, stderr, getenv) }},
 		{Name: "status", Summary: "show the versions, the running one, failures and the last rollback",
 			Run: func(args []string) int { return status(args, stdout, stderr, getenv) }},
 	})
@@ -78,6 +81,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		StopTimeout:     *stopTimeout,
 		Logger:          log,
 		Notifier:        launcher.SystemdNotifier{},
+		Journal:         launcher.HostJournal(),
 	})
 	if err != nil {
 		log.Error("mesh-launcher cannot run", "err", err)
@@ -106,4 +110,27 @@ func status(args []string, stdout, stderr io.Writer, getenv func(string) string)
 		rep.WriteText(stdout, time.Now())
 	}
 	return rep.ExitCode()
+}
+
+func install(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := prog.NewFlagSetWithOperands("install", "FILE", "Place the mesh-host binary FILE under ROOT/versions/<version>, as delivery stages a version:\ncopied to a staging directory, checked to run (`FILE version` must print the version),\nits digest recorded in records.db as installed by hand, then renamed into place. The\nsame bytes already installed are no error; other bytes under the same version are\nrefused. The launcher still runs the newest good version, whatever is installed.\nExit status: 0 installed (or already there), 1 refused or failed.")
+	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
+	ver := fs.String("version", "", "the version FILE must be (default: the one \"FILE version\" prints)")
+	ops, code, ok := prog.ParseOperands(fs, args, []string{"FILE"}, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if *ver != "" && !layout.ValidVersion(*ver) {
+		fmt.Fprintf(stderr, "mesh-launcher install: --version %q is not %s\n", *ver, layout.VersionRule)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	in, err := launcher.Install(ctx, *root, ops[0], *ver)
+	if err != nil {
+		fmt.Fprintf(stderr, "mesh-launcher install: %v\n", err)
+		return 1
+	}
+	in.WriteText(stdout)
+	return 0
 }

@@ -25,6 +25,12 @@ func TestTheCommandLineAnswersLikeEveryMeshCommand(t *testing.T) {
 		{[]string{"run", "--bogus"}, 2, "", "mesh-launcher run: flag provided but not defined: -bogus\nrun `mesh-launcher run --help` for usage\n"},
 		{[]string{"status", "extra"}, 2, "", "mesh-launcher status: unexpected argument \"extra\"; this command takes flags only\n"},
 		{[]string{"run", "--failure-limit", "0"}, 2, "", "mesh-launcher run: --failure-limit must be at least 1\n"},
+		{[]string{"install", "--help"}, 0, "usage: mesh-launcher install [flags] FILE\n", ""},
+		{[]string{"install"}, 2, "", "mesh-launcher install: missing FILE\nrun `mesh-launcher install --help` for usage\n"},
+		{[]string{"install", "a", "b"}, 2, "", "mesh-launcher install: unexpected argument \"b\"; this command takes FILE\n"},
+		{[]string{"install", "a", "--version", "1.0"}, 2, "", "mesh-launcher install: --version \"1.0\" is not a canonical semantic version"},
+		{[]string{"install", "--version", "v1.0.0+build", "a"}, 2, "", "mesh-launcher install: --version \"v1.0.0+build\" is not"},
+		{[]string{"install", "--", "--version"}, 1, "", "mesh-launcher install: --version does not exist"},
 	} {
 		var out, errOut bytes.Buffer
 		code := cli(tc.args, &out, &errOut, func(string) string { return "" })

@@ -120,13 +120,18 @@ func unknown(s *stdio, name string) int {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: mesh-release <command> [flags] [arguments]")
 	fmt.Fprintln(w, "\ncommands:")
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintf(w, `
 Run `+"`mesh-release <command> --help`"+` for a command's flags and arguments.
-Commands that use a bus take --nats URL and --creds FILE, or read %s and %s.
-`, envNATSURL, envNATSCreds)
+Commands that use a bus take --nats URL, --creds FILE and --ca FILE, or read %s, %s
+and %s.
+`, envNATSURL, envNATSCreds, envNATSCA)
 }
 
 // flagSet is c's empty flag set: it prints nothing itself, so that run says each thing once.
@@ -160,7 +165,7 @@ func (c command) usage(w io.Writer, fs *flag.FlagSet) {
 		fs.SetOutput(io.Discard)
 	}
 	if fs.Lookup("nats") != nil {
-		fmt.Fprintf(w, "\nenvironment (the flags win):\n  %-16s the bus URL when --nats is not given\n  %-16s the credentials file when --creds is not given\n", envNATSURL, envNATSCreds)
+		fmt.Fprintf(w, "\nenvironment (the flags win):\n  %-16s the bus URL when --nats is not given\n  %-16s the credentials file when --creds is not given\n  %-16s the CA file when --ca is not given\n", envNATSURL, envNATSCreds, envNATSCA)
 	}
 }
 

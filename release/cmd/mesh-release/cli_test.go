@@ -42,7 +42,7 @@ func execCmd(ctx context.Context, name string, in io.Reader, out io.Writer, args
 }
 
 // runMain runs the command line as main does, with env as the whole environment.
-func runMain(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+func runMain(t testing.TB, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var o, e bytes.Buffer
 	s := &stdio{in: strings.NewReader(""), out: &o, err: &e, getenv: func(k string) string { return env[k] }}
@@ -172,10 +172,10 @@ func TestTargetSaysWhatItSetAndRefusesANodeNeverHeard(t *testing.T) {
 		want string // a regexp on stdout (exit 0) or stderr
 		set  []string
 	}{
-		{"Heard", []string{"web-01", "web-02", "v1.0.0"}, 0, `^target v1\.0\.0 set for web-01 \(revision \d+\), web-02 \(revision \d+\)\n$`, []string{"web-01", "web-02"}},
+		{"Heard", []string{"web-01", "web-02", "v1.0.0"}, 0, `^target v1\.0\.0 set for web-01 \(revision \d+\), web-02 \(revision \d+\), signed by key [0-9a-f]{16}, valid until \S+Z\n$`, []string{"web-01", "web-02"}},
 		{"Typo", []string{"web-01", "web-10", "v1.0.0"}, 1, `(?s)^mesh-release target: node "web-10" has never heartbeated on this bus \(MESH_HEARTBEATS keeps each node's last heartbeat for 30 days\); no target was set\.\n.*short hostname.*Heard from 2 nodes: web-01, web-02\.\n.*--force`, nil},
-		{"Forced", []string{"web-09", "v1.0.0", "--force"}, 0, `^target v1\.0\.0 set for web-09 \(revision \d+; pre-declared: it has not heartbeated yet\)\n$`, []string{"web-09"}},
-		{"Fleet", []string{"--fleet", "v1.0.0"}, 0, `^target v1\.0\.0 set for the fleet \(revision \d+\): every node without its own target runs it\n$`, nil},
+		{"Forced", []string{"web-09", "v1.0.0", "--force"}, 0, `^target v1\.0\.0 set for web-09 \(revision \d+; pre-declared: it has not heartbeated yet\), signed by key [0-9a-f]{16}, valid until \S+Z\n$`, []string{"web-09"}},
+		{"Fleet", []string{"--fleet", "v1.0.0"}, 0, `^target v1\.0\.0 set for the fleet \(revision \d+\): every node without its own target runs it, signed by key [0-9a-f]{16}, valid until \S+Z\n$`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kv, err := c.JS.KeyValue(ctx, n.Targets())
@@ -183,7 +183,7 @@ func TestTargetSaysWhatItSetAndRefusesANodeNeverHeard(t *testing.T) {
 				t.Fatal(err)
 			}
 			before, _ := kv.Status(ctx)
-			code, out, errOut := runMain(t, map[string]string{envNATSURL: url}, append([]string{"target"}, tc.args...)...)
+			code, out, errOut := runMain(t, map[string]string{envNATSURL: url}, append([]string{"target", "--key", keyFile(t)}, tc.args...)...)
 			got := out
 			if tc.code != 0 {
 				got = errOut
@@ -278,7 +278,7 @@ func TestServeIsQuietUnlessVerbose(t *testing.T) {
 		if verbose && !strings.Contains(logged, "Listening for client connections") {
 			t.Errorf("serve --verbose did not log the server's notices:\n%s", logged)
 		}
-		if o := out.String(); !regexp.MustCompile(`^serving the mesh bus on nats://127\.0\.0\.1:\d+ \(data in .*, prefix mesh\)\nonly this machine can connect; nodes elsewhere need --listen`).MatchString(o) {
+		if o := out.String(); !regexp.MustCompile(`^serving the mesh bus on tls://127\.0\.0\.1:\d+ \(data in .*, prefix mesh\)\nonly this machine can connect; nodes elsewhere need --listen`).MatchString(o) {
 			t.Errorf("serve printed:\n%s", o)
 		}
 	}

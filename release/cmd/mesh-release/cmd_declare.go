@@ -15,8 +15,9 @@ import (
 )
 
 const declareAbout = `NODE is the node's id; FILE is the declaration (- reads stdin). The declaration is
-validated as its host would (addressed to NODE, known fields, within --max-bytes) before
-anything is sent. It is stored only for a node that has heartbeated on this bus, so that a
+validated as its host would (addressed to NODE, known fields, every resource's spec checked,
+paths and units the installation owns refused, within --max-bytes) before anything is sent;
+an error names the place, as in resources[3].spec.mode. It is stored only for a node that has heartbeated on this bus, so that a
 mistyped id is not stored silently; --force stores it for a node not yet started.
 Prints "declaration for NODE stored, revision N"; the host reports that revision.`
 
@@ -56,7 +57,8 @@ func declareCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 		return fmt.Errorf("%s: %w; split it, or raise --max-bytes if the hosts' max_declaration_bytes and the bucket's max value size allow it (nothing was put)", file, err)
 	}
 	if _, err := wire.ParseDeclaration(data, node); err != nil {
-		// The error quotes the file; bounded, so a huge key does not flood the terminal.
+		// The error names the place (resources[3].spec.mode: …) and is bounded, so a huge key
+		// does not flood the terminal.
 		return fmt.Errorf("%s: %s (nothing was put)", file, rollback.Cut(err.Error(), wire.MaxErrorBytes))
 	}
 	c, err := b.connect(ctx)

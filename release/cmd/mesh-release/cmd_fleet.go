@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/rollout"
+	"github.com/novox/mesh-host/release/targets"
+	"github.com/novox/mesh-host/wire"
 )
 
 func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
@@ -30,7 +35,10 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	}
 	defer c.Close()
 	header := rolloutHeader(c, b)
-	render := func(rows []fleet.Row) error {
+	withdrawn := withdrawalsOf(c, b)
+	render := func(judge func(fleet.RowOptions) []fleet.Row) error {
+		w, rev, problem := withdrawn(ctx)
+		rows := judge(fleet.RowOptions{SilentAfter: *silentAfter, Withdrawals: w, WithdrawalsRevision: rev})
 		if *asJSON {
 			if *watch {
 				return fleet.WriteJSONLine(out, rows) // one line per render
@@ -42,21 +50,22 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 		} else if *watch {
 			fmt.Fprintf(out, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
 		}
-		return fleet.WriteTextWith(out, rows, fleet.TextOptions{SilentAfter: *silentAfter, Header: header(ctx)})
+		return fleet.WriteTextWith(out, rows, fleet.TextOptions{SilentAfter: *silentAfter, Header: header(ctx),
+			Withdrawn: w.Withdrawn, WithdrawnProblem: problem})
 	}
 	if !*watch {
 		es, err := fleet.Read(ctx, c.JS, b.names())
 		if err != nil {
 			return err
 		}
-		return render(fleet.Rows(es, time.Now(), *silentAfter))
+		return render(func(o fleet.RowOptions) []fleet.Row { return fleet.RowsWith(es, time.Now(), o) })
 	}
-	return watchFleet(ctx, c, b, *silentAfter, render)
+	return watchFleet(ctx, c, b, render)
 }
 
 // watchFleet re-renders when heartbeats arrive (at most every 250 ms) and once a second so that
 // ages and silence stay current. Heartbeats are pushed by the server; nothing is polled.
-func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, silentAfter time.Duration, render func([]fleet.Row) error) error {
+func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, render func(func(fleet.RowOptions) []fleet.Row) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	view := fleet.NewView()
@@ -84,7 +93,7 @@ func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, silentAfter time.D
 	last := time.Time{}
 	for {
 		if time.Since(last) >= 250*time.Millisecond {
-			if err := render(view.Rows(time.Now(), silentAfter)); err != nil {
+			if err := render(func(o fleet.RowOptions) []fleet.Row { return view.RowsWith(time.Now(), o) }); err != nil {
 				return err
 			}
 			last = time.Now()
@@ -128,5 +137,33 @@ func rolloutHeader(c *bus.Conn, b busFlags) func(context.Context) string {
 			line = ""
 		}
 		return line
+	}
+}
+
+// withdrawalsOf returns a reader of the withdrawal list on the bus: the list, its revision and,
+// when it could not be read, why. It reads at most once a second, so --watch stays light. A bus
+// without the bucket (set up before withdrawals) has withdrawn nothing.
+func withdrawalsOf(c *bus.Conn, b busFlags) func(context.Context) (wire.Withdrawals, uint64, string) {
+	var (
+		list    wire.Withdrawals
+		rev     uint64
+		problem string
+		read    time.Time
+	)
+	return func(ctx context.Context) (wire.Withdrawals, uint64, string) {
+		if time.Since(read) < time.Second {
+			return list, rev, problem
+		}
+		read = time.Now()
+		l, r, err := targets.ReadWithdrawals(ctx, c.JS, b.names())
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+			list, rev, problem = wire.Withdrawals{}, 0, ""
+		case err != nil:
+			problem = err.Error() // the last list read stays in use
+		default:
+			list, rev, problem = l, r, ""
+		}
+		return list, rev, problem
 	}
 }

@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/rollout"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -142,6 +147,61 @@ func TestFleetShowsTheCurrentRolloutOnTop(t *testing.T) {
 			t.Errorf("%s: the table has a line on top: %q", tc.status, first)
 		case tc.want != "" && !strings.Contains(first, tc.want):
 			t.Errorf("%s: first line %q, want it to say %q:\n%s", tc.status, first, tc.want, out.String())
+		}
+	}
+}
+
+// `fleet` says what is withdrawn above the table and marks a node running a withdrawn version,
+// and a node whose target expired, in the STATE column; --json carries both on the rows.
+func TestFleetShowsWithdrawnVersionsAndExpiredTargets(t *testing.T) {
+	url, c := startServeConnected(t)
+	ctx := context.Background()
+	n := wire.NamesFor("")
+	expired := time.Now().Add(-2 * time.Hour).UTC().Truncate(time.Second)
+	for _, hb := range []wire.Heartbeat{
+		{Node: "web-01", State: wire.StateRunning, Running: "v1.2.0", KnownGood: "v1.2.0", Target: "v1.2.0"},
+		{Node: "web-02", State: wire.StateRunning, Running: "v1.1.0", KnownGood: "v1.1.0", Target: "v1.1.0", TargetExpiredSince: &expired},
+		{Node: "web-03", State: wire.StateRunning, Running: "v1.1.0", KnownGood: "v1.1.0", Target: "v1.1.0"},
+	} {
+		hb.Schema, hb.SentAt = wire.HeartbeatSchema, time.Now().UTC()
+		if _, err := c.JS.Publish(ctx, n.Heartbeat(hb.Node), hb.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := targets.Withdraw(ctx, c.JS, n, "v1.2.0", "corrupts the cache", meshtest.ReleaseKey.Private, nil); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := execCmd(ctx, "fleet", nil, &out, "--nats", url); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`^withdrawn: v1\.2\.0 \("corrupts the cache"\)$`),
+		regexp.MustCompile(`^NODE `),
+		regexp.MustCompile(`^web-01 +runs withdrawn v1\.2\.0: corrupts the cache +v1\.2\.0 `),
+		regexp.MustCompile(`^web-02 +target expired since ` + expired.Format("15:04") + ` +v1\.1\.0 `),
+		regexp.MustCompile(`^web-03 +ok `),
+		regexp.MustCompile(`; 1 running withdrawn, 1 target expired$`),
+	} {
+		if !slices.ContainsFunc(lines, want.MatchString) {
+			t.Errorf("no line matches %s:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := execCmd(ctx, "fleet", nil, &out, "--nats", url, "--json"); err != nil {
+		t.Fatal(err)
+	}
+	var rows []fleet.Row
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		switch {
+		case r.Node == "web-01" && (r.Withdrawn == nil || r.Withdrawn.Reason != "corrupts the cache" || r.StatusKind != fleet.KindWithdrawn),
+			r.Node == "web-02" && (r.TargetExpiredSince == nil || !r.TargetExpiredSince.Equal(expired) || r.StatusKind != fleet.KindTargetExpired),
+			r.Node == "web-03" && (r.Withdrawn != nil || r.TargetExpiredSince != nil):
+			t.Errorf("row %s: %+v", r.Node, r)
 		}
 	}
 }

@@ -19,7 +19,7 @@ func bigDeclaration(node string, size int) []byte {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, `{"type":"file","id":"/srv/app/data/file-%06d.conf","spec":{}}`, i)
+		fmt.Fprintf(&b, `{"type":"file","id":"/srv/app/data/file-%06d.conf","spec":{"content":""}}`, i)
 	}
 	b.WriteString("]}")
 	return []byte(b.String())

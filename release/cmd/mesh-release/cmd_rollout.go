@@ -50,6 +50,10 @@ exit status: 0 completed, 1 an error (or stopped by a signal: the rollout pauses
 
 const driveAbout = `
 
+Every target it writes is signed with --key (the release key, or a target key the hosts trust)
+and valid for --target-ttl; while it runs it signs again, before they expire, all targets of
+that key with less than half of --target-ttl left.
+
 This process is the controller: it prints each milestone (a batch begun and done, a node left
 out, the halt and its reasons, the end); --follow adds each node's confirmation and a progress
 line every 2s; --json writes the same as one JSON event per line. Stopped by a signal (Ctrl-C,
@@ -57,17 +61,17 @@ SIGTERM) it stops driving and releases its lease: the rollout pauses (nodes alre
 carry on) and ` + "`mesh-release rollout resume`" + ` continues it; that exits 1, so that a script
 waiting for the rollout does not take a pause for its end.`
 
-const startAbout = `VERSION (vX.Y.Z) must be published. The fleet is every node heard from within --alive,
-except nodes whose known-good is already VERSION or newer. Canaries go first (--canary-nodes,
-else the --canary nodes with the smallest sha256(VERSION/node), the same on every run), then each
---steps share of the fleet. A batch's nodes get their own target and must run VERSION confirmed
-within --window, then keep it for --soak without restarting; after the last batch the fleet
-target is set to VERSION and the nodes' own targets are removed. A node that goes silent, rolls
-back, restarts, refuses VERSION or does not confirm halts the rollout at once: its batch's
-targets are set back to what each node ran, the fleet target is untouched, and the report names
-each node and why. A node silent for --silent-after when its batch begins is left out. A
-rollout already running is refused unless --supersede. --policy immediate sets the fleet target
-at once (for labs).` + driveAbout + "\n" + exitsAbout
+const startAbout = `VERSION (vX.Y.Z) must be published and not withdrawn. The fleet is every node heard from
+within --alive, except nodes whose known-good is already VERSION or newer. Canaries go first
+(--canary-nodes, else the --canary nodes with the smallest sha256(VERSION/node), the same on
+every run), then each --steps share of the fleet. A batch's nodes get their own target and must
+run VERSION confirmed within --window, then keep it for --soak without restarting; after the
+last batch the fleet target is set to VERSION and the nodes' own targets are removed. A node
+that goes silent, rolls back, restarts, refuses VERSION or does not confirm halts the rollout
+at once: its batch's targets are set back to what each node ran, the fleet target is
+untouched, and the report names each node and why. A node silent for --silent-after when its
+batch begins is left out. A rollout already running is refused unless --supersede. --policy
+immediate sets the fleet target at once (for labs).` + driveAbout + "\n" + exitsAbout
 
 const resumeAbout = `Continues the current rollout where it stopped, never repeating a finished batch nor
 skipping a pending one (a batch in progress starts its soak again). Another controller that
@@ -81,15 +85,17 @@ left out, and for a halt each node and why, with the last lines of a rolled-back
 output. --json writes the stored state. Exits 1 when no rollout was ever started on the bus.`
 
 const abortAbout = `Marks the current rollout aborted (by "<user>@<host>") and sets the targets of its batch in
-progress back to what each node ran; the controller driving it stops at its next step. Nodes
-that already run the release keep it. Exits 1, saying why, when no rollout runs.`
+progress back to what each node ran, signed with --key; the controller driving it stops at its
+next step. Nodes that already run the release keep it. Exits 1, saying why, when no rollout
+runs.`
 
 const watchAbout = `Fleet upgrade by build announcement: follows the releases published on the bus and, for
 each version newer than the fleet target and every completed rollout, starts a rollout of it
-with these flags (superseding a running rollout of an older version). A version that halted or
-was aborted is skipped, saying so. On start it resumes the current rollout if its controller is
-gone, and considers the newest published version. It prints what start prints, for each
-rollout, and runs until stopped by a signal (exit 0; a rollout it drives pauses, and the next
+with these flags (superseding a running rollout of an older version). A version that halted,
+was aborted or is withdrawn (` + "`mesh-release withdraw`" + `) is skipped, saying so. On start it
+resumes the current rollout if its controller is gone, and considers the newest published
+version that is not withdrawn. It prints what start prints, for each rollout, and runs until
+stopped by a signal (exit 0; a rollout it drives pauses, and the next
 ` + "`rollout watch` or `rollout resume`" + ` continues it).`
 
 // rolloutCommands are the subcommands of `mesh-release rollout`; each answers as a command
@@ -128,6 +134,7 @@ func rolloutCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 // rolloutFlags are the flags of the subcommands that drive a rollout.
 type rolloutFlags struct {
 	bus                         busFlags
+	key                         keyFlags
 	canary                      int
 	canaryNodes, steps, policy  string
 	window, soak, alive, silent time.Duration
@@ -139,6 +146,7 @@ type rolloutFlags struct {
 // registerOutput adds what every driving subcommand takes: the bus, --lease, --follow, --json.
 func (f *rolloutFlags) registerOutput(fs *flag.FlagSet, getenv func(string) string) {
 	f.fs = fs
+	f.key.register(fs, true)
 	f.bus.register(fs, getenv)
 	fs.DurationVar(&f.lease, "lease", rollout.DefaultLease, "hold the rollout this long without renewing; another controller may take it over after")
 	fs.BoolVar(&f.follow, "follow", false, "also print each node's confirmation and a progress line every 2s")
@@ -210,12 +218,17 @@ func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 // controller connects with a connection that outlives a NATS server restart and makes the
 // controller that prints to s.
 func (f *rolloutFlags) controller(ctx context.Context, s *stdio, p *eventPrinter, holder string) (*bus.Conn, *rollout.Controller, error) {
+	signer, err := f.key.signer()
+	if err != nil {
+		return nil, nil, err
+	}
 	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "rollout")
 	c, err := f.bus.connect(ctx, bus.Lasting(log))
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := rollout.Config{JS: c.JS, Names: f.bus.names(), Events: p.print, Log: log, Lease: f.lease, Holder: holder}
+	cfg := rollout.Config{JS: c.JS, Names: f.bus.names(), Events: p.print, Log: log, Lease: f.lease, Holder: holder,
+		Key: signer.Key, TargetTTL: signer.TTL}
 	if f.follow {
 		cfg.Progress = progressEvery
 	}
@@ -343,9 +356,15 @@ func rolloutStatusCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []st
 }
 
 func rolloutAbortCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
+	var k keyFlags
+	k.register(fs, true)
 	var b busFlags
 	b.register(fs, s.getenv)
 	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	signer, err := k.signer()
+	if err != nil {
 		return err
 	}
 	c, err := b.connect(ctx)
@@ -353,7 +372,7 @@ func rolloutAbortCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 		return err
 	}
 	defer c.Close()
-	st, err := rollout.Abort(ctx, c.JS, b.names(), operator(s.getenv))
+	st, err := rollout.Abort(ctx, c.JS, b.names(), operator(s.getenv), signer)
 	if err != nil {
 		return err
 	}

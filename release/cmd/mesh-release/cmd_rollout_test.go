@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ func TestRolloutAndEachSubcommandPrintTheirHelpOnStdout(t *testing.T) {
 			t.Errorf("rollout --help does not list %q:\n%s", sub, out)
 		}
 	}
-	if code, out, _ := runMain(t, nil, "--help"); code != 0 || !strings.Contains(out, "\n  rollout  stage a release") {
+	if code, out, _ := runMain(t, nil, "--help"); code != 0 || !regexp.MustCompile(`\n  rollout +stage a release`).MatchString(out) {
 		t.Errorf("mesh-release --help does not list rollout:\n%s", out)
 	}
 	if _, out, _ := runMain(t, nil, "target", "--help"); !strings.Contains(out, "`mesh-release rollout start VERSION`") {
@@ -98,6 +99,11 @@ func TestRolloutUsageErrorsExit2AndAreSaidOnce(t *testing.T) {
 		{[]string{"rollout", "abort", "now"}, "mesh-release rollout abort: unexpected argument"},
 		{[]string{"rollout", "watch", "v1.2.0"}, "mesh-release rollout watch: unexpected argument"},
 		{[]string{"rollout", "watch", "--soak", "-1s"}, "mesh-release rollout watch: --soak is -1s; it must be positive\n"},
+		{[]string{"rollout", "start", "v1.2.0"}, "mesh-release rollout start: --key FILE is required: hosts obey only what a key they trust signed"},
+		{[]string{"rollout", "resume", "--prefix", "mesh"}, "mesh-release rollout resume: --key FILE is required"},
+		{[]string{"rollout", "watch", "--prefix", "mesh"}, "mesh-release rollout watch: --key FILE is required"},
+		{[]string{"rollout", "abort", "--prefix", "mesh"}, "mesh-release rollout abort: --key FILE is required"},
+		{[]string{"rollout", "start", "v1.2.0", "--key", "k", "--target-ttl", "10s"}, "mesh-release rollout start: --target-ttl 10s: want between 1m0s and"},
 	} {
 		code, out, errOut := runMain(t, map[string]string{envNATSURL: "nats://127.0.0.1:1"}, tc.args...)
 		hint := "\nrun `mesh-release " + strings.Join(tc.args[:2], " ") + " --help` for usage\n"
@@ -168,7 +174,8 @@ func simulate(t *testing.T, c *bus.Conn, node, running string, crash ...string) 
 			target := ""
 			for _, key := range []string{wire.NodeTargetKey(node), wire.FleetTargetKey} {
 				if e, err := kv.Get(ctx, key); err == nil {
-					if tg, err := wire.ParseTarget(e.Value()); err == nil {
+					// As a host does: a target that does not verify for its key is refused.
+					if tg, err := wire.ParseTarget(e.Value()); err == nil && tg.Verify(key, []ed25519.PublicKey{meshtest.ReleaseKey.Public}) == nil {
 						target = tg.Version
 						break
 					}
@@ -224,8 +231,11 @@ func fleetOf(t *testing.T, c *bus.Conn, n int, crashing ...string) map[string]*s
 	return nodes
 }
 
-// fastRollout are flags that make a rollout of a simulated fleet take a few seconds.
-var fastRollout = []string{"--soak", "1s", "--window", "20s", "--silent-after", "5s", "--lease", "3s"}
+// fastRollout are flags that make a rollout of a simulated fleet take a few seconds, and the
+// test release key that signs its targets.
+func fastRollout(t *testing.T) []string {
+	return []string{"--soak", "1s", "--window", "20s", "--silent-after", "5s", "--lease", "3s", "--key", keyFile(t)}
+}
 
 // background is a command line run in the background with its own context, as a person runs a
 // controller in another terminal.
@@ -293,7 +303,7 @@ func TestRolloutStartJSONDrivesAGoodReleaseToEveryNodeAndExits0(t *testing.T) {
 	url, c := startServeConnected(t)
 	fleetOf(t, c, 3)
 	env := map[string]string{envNATSURL: url}
-	code, out, errOut := runMain(t, env, append([]string{"rollout", "start", "v1.2.0", "--json", "--canary", "1", "--steps", "100%"}, fastRollout...)...)
+	code, out, errOut := runMain(t, env, append([]string{"rollout", "start", "v1.2.0", "--json", "--canary", "1", "--steps", "100%"}, fastRollout(t)...)...)
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
@@ -345,7 +355,7 @@ func TestRolloutStartHaltsOnARollbackExits3AndNamesTheNodeAndWhy(t *testing.T) {
 	url, c := startServeConnected(t)
 	fleetOf(t, c, 4, "n1")
 	env := map[string]string{envNATSURL: url}
-	code, out, errOut := runMain(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1,n2", "--steps", "50%,100%"}, fastRollout...)...)
+	code, out, errOut := runMain(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1,n2", "--steps", "50%,100%"}, fastRollout(t)...)...)
 	if code != 3 {
 		t.Fatalf("exit %d, want 3 (halted); stderr:\n%s\nstdout:\n%s", code, errOut, out)
 	}
@@ -387,7 +397,7 @@ func TestRolloutStartHaltsOnARollbackExits3AndNamesTheNodeAndWhy(t *testing.T) {
 	}
 	// Nothing runs, so there is nothing to resume or abort: exit 1, saying why.
 	for _, sub := range []string{"resume", "abort"} {
-		if code, out, errOut := runMain(t, env, "rollout", sub); code != 1 || out != "" || !strings.Contains(errOut, "halted") {
+		if code, out, errOut := runMain(t, env, "rollout", sub, "--key", keyFile(t)); code != 1 || out != "" || !strings.Contains(errOut, "halted") {
 			t.Errorf("%s after a halt: exit %d, stdout %q, stderr %q; want exit 1 saying it halted", sub, code, out, errOut)
 		}
 	}
@@ -401,12 +411,12 @@ func TestRolloutAbortStopsTheControllerWhichExits4AndAResumeIsRefusedWhileItHold
 	nodes := fleetOf(t, c, 3)
 	nodes["n1"].setStuck(true) // never confirms: the canary batch waits
 	env := map[string]string{envNATSURL: url, "USER": "ann"}
-	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%"}, fastRollout...)...)
+	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%"}, fastRollout(t)...)...)
 	st := waitStatus(t, c, "the canary batch to begin", func(st rollout.State) bool {
 		return len(st.Batches) > 0 && !st.Batches[0].Started.IsZero()
 	})
 
-	code, out, errOut := runMain(t, env, "rollout", "resume")
+	code, out, errOut := runMain(t, env, "rollout", "resume", "--key", keyFile(t))
 	if code != 1 || out != "" || !strings.Contains(errOut, "mesh-release rollout resume: ") || !strings.Contains(errOut, st.Holder.Host) {
 		t.Errorf("resume while held: exit %d, stdout %q, stderr %q; want exit 1 naming the holder %+v", code, out, errOut, st.Holder)
 	}
@@ -414,7 +424,7 @@ func TestRolloutAbortStopsTheControllerWhichExits4AndAResumeIsRefusedWhileItHold
 		t.Errorf("status while it runs: exit %d:\n%s", code, out)
 	}
 
-	code, out, errOut = runMain(t, env, "rollout", "abort")
+	code, out, errOut = runMain(t, env, "rollout", "abort", "--key", keyFile(t))
 	if code != 0 || !regexp.MustCompile(`^rollout v1\.2\.0: aborted by ann@\S+ in batch 1/2 \(canary\) at \d\d:\d\d\nThe targets of batch 1/2 \(canary\) (were|are being) set back.*: n1 to v1\.1\.0\.\n$`).MatchString(out) {
 		t.Errorf("abort: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -431,7 +441,7 @@ func TestRolloutStoppedBySignalPausesAndResumeCompletesIt(t *testing.T) {
 	nodes := fleetOf(t, c, 3)
 	nodes["n1"].setStuck(true)
 	env := map[string]string{envNATSURL: url}
-	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%", "--follow"}, fastRollout...)...)
+	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%", "--follow"}, fastRollout(t)...)...)
 	st := waitStatus(t, c, "the canary batch to begin", func(st rollout.State) bool {
 		return len(st.Batches) > 0 && !st.Batches[0].Started.IsZero()
 	})
@@ -441,7 +451,7 @@ func TestRolloutStoppedBySignalPausesAndResumeCompletesIt(t *testing.T) {
 		t.Fatalf("stopped: exit %d, stderr %q; want exit 1 and %q; stdout:\n%s", code, errOut, want, out)
 	}
 	nodes["n1"].setStuck(false)
-	code, out, errOut = runMain(t, env, "rollout", "resume")
+	code, out, errOut = runMain(t, env, "rollout", "resume", "--key", keyFile(t))
 	if code != 0 || !strings.Contains(out, "completed") {
 		t.Errorf("resume: exit %d; stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -450,8 +460,9 @@ func TestRolloutStoppedBySignalPausesAndResumeCompletesIt(t *testing.T) {
 // With no rollout ever started, status, resume and abort say so and exit 1.
 func TestRolloutCommandsSayWhenNoRolloutWasEverStarted(t *testing.T) {
 	url, _ := startServeConnected(t)
-	for _, sub := range []string{"status", "resume", "abort"} {
-		code, out, errOut := runMain(t, map[string]string{envNATSURL: url}, "rollout", sub)
+	for _, args := range [][]string{{"status"}, {"resume", "--key", keyFile(t)}, {"abort", "--key", keyFile(t)}} {
+		sub := args[0]
+		code, out, errOut := runMain(t, map[string]string{envNATSURL: url}, append([]string{"rollout"}, args...)...)
 		if want := "mesh-release rollout " + sub + ": no rollout has been started on this bus\n"; code != 1 || out != "" || errOut != want {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1 and %q", sub, code, out, errOut, want)
 		}
@@ -465,7 +476,7 @@ func TestRolloutWatchRollsOutThePublishedReleaseAndASignalEndsItWithExit0(t *tes
 	url, c := startServeConnected(t)
 	fleetOf(t, c, 3)
 	env := map[string]string{envNATSURL: url}
-	w := started(t, env, append([]string{"rollout", "watch", "--json", "--follow", "--canary", "1", "--steps", "100%"}, fastRollout...)...)
+	w := started(t, env, append([]string{"rollout", "watch", "--json", "--follow", "--canary", "1", "--steps", "100%"}, fastRollout(t)...)...)
 	waitStatus(t, c, "v1.2.0 to complete", func(st rollout.State) bool { return st.Version == "v1.2.0" && st.Status == rollout.StatusCompleted })
 	code, out, errOut := w.stop()
 	if code != 0 {
@@ -496,7 +507,7 @@ func TestRolloutStartCarriesOnAcrossANATSServerRestart(t *testing.T) {
 	nodes := fleetOf(t, c, 2)
 	nodes["n1"].setStuck(true)
 	env := map[string]string{envNATSURL: b.URL()}
-	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%"}, fastRollout...)...)
+	ctl := started(t, env, append([]string{"rollout", "start", "v1.2.0", "--canary-nodes", "n1", "--steps", "100%"}, fastRollout(t)...)...)
 	waitStatus(t, c, "the canary batch to begin", func(st rollout.State) bool {
 		return len(st.Batches) > 0 && !st.Batches[0].Started.IsZero()
 	})

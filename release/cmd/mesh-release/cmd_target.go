@@ -2,23 +2,33 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/publish"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
-const targetAbout = `VERSION (vX.Y.Z) must be published. Each NODE gets its own target; --fleet sets the one
-every node without its own falls back to. A NODE that has never heartbeated on this bus is
-refused, so that a mistyped id is not targeted silently; --force sets it for a node not yet
-started. Prints "target VERSION set for NODE (revision N)".
+const targetAbout = `VERSION (vX.Y.Z) must be published and not withdrawn. Each NODE gets its own target;
+--fleet sets the one every node without its own falls back to. A NODE that has never
+heartbeated on this bus is refused, so that a mistyped id is not targeted silently; --force
+sets it for a node not yet started. Prints "target VERSION set for NODE (revision N)".
+Every target is signed with --key (the release key, or a target key the hosts trust in
+trusted_target_keys) and valid for --target-ttl: a host refuses an unsigned target and does not
+act on an expired one, so keep ` + "`mesh-release serve --key`" + ` or a rollout controller running to
+sign targets again before they expire, or target again.
 To stage a release across the fleet, halting by itself on trouble, use ` + "`mesh-release rollout start VERSION`" + `.`
 
 func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	fleet := fs.Bool("fleet", false, "set the fleet target every node without its own falls back to")
 	force := fs.Bool("force", false, "set it even for a NODE that has never heartbeated (a node not yet started)")
+	var k keyFlags
+	k.register(fs, true)
 	var b busFlags
 	b.register(fs, s.getenv)
 	pos, err := parseArgs(fs, args)
@@ -39,6 +49,10 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 			return err
 		}
 	}
+	signer, err := k.signer()
+	if err != nil {
+		return err
+	}
 	c, err := b.connect(ctx)
 	if err != nil {
 		return err
@@ -52,17 +66,19 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 	if len(never) > 0 && !*force {
 		return neverHeardError(ctx, c.JS, names, never, "no target was set.")
 	}
-	set, err := publish.Target(ctx, c.JS, names, version, nodes, *fleet)
+	set, err := publish.Target(ctx, c.JS, names, version, nodes, *fleet, signer)
 	if len(set) > 0 {
 		s.println(targetLine(version, set, never))
 	}
 	return err
 }
 
-// targetLine says what was set: `target v1.1.0 set for web-01 (revision 7), web-02 (revision 8)`.
+// targetLine says what was set: `target v1.1.0 set for web-01 (revision 7), web-02 (revision 8),
+// signed by key 0123456789abcdef, valid until 2026-12-06T12:00:00Z`.
 func targetLine(version string, set []publish.Set, never []string) string {
+	signed := fmt.Sprintf(", signed by key %s, valid until %s", set[0].Target.KeyID, set[0].Target.Expires)
 	if len(set) == 1 && set[0].Key == wire.FleetTargetKey {
-		return fmt.Sprintf("target %s set for the fleet (revision %d): every node without its own target runs it", version, set[0].Revision)
+		return fmt.Sprintf("target %s set for the fleet (revision %d): every node without its own target runs it%s", version, set[0].Revision, signed)
 	}
 	pre := make(map[string]bool, len(never))
 	for _, node := range never {
@@ -76,5 +92,42 @@ func targetLine(version string, set []publish.Set, never []string) string {
 			parts[i] = fmt.Sprintf("%s (revision %d; pre-declared: it has not heartbeated yet)", node, t.Revision)
 		}
 	}
-	return fmt.Sprintf("target %s set for %s", version, strings.Join(parts, ", "))
+	return fmt.Sprintf("target %s set for %s%s", version, strings.Join(parts, ", "), signed)
+}
+
+// keyFlags are --key and, for a command that signs targets, --target-ttl.
+type keyFlags struct {
+	path string
+	ttl  time.Duration
+}
+
+func (k *keyFlags) register(fs *flag.FlagSet, ttl bool) {
+	fs.StringVar(&k.path, "key", "", "the target key `FILE` that signs what hosts obey: release.key from `mesh-release keygen`, or a separate key the hosts trust as a target key (required)")
+	if ttl {
+		fs.DurationVar(&k.ttl, "target-ttl", targets.DefaultTTL, "how long a target stays valid unless signed again; a host does not act on an expired one")
+	}
+}
+
+// key loads --key; a missing --key is a usage error saying why it is needed.
+func (k *keyFlags) key() (ed25519.PrivateKey, error) {
+	if k.path == "" {
+		return nil, usagef("--key FILE is required: hosts obey only what a key they trust signed (decision 0011); give the release key (release.key from `mesh-release keygen`) or a target key the hosts trust")
+	}
+	key, err := build.LoadKey(k.path)
+	if err != nil {
+		return nil, fmt.Errorf("--key: %w", err)
+	}
+	return key, nil
+}
+
+// signer loads --key and checks --target-ttl.
+func (k *keyFlags) signer() (targets.Signer, error) {
+	if err := targets.ValidTTL(k.ttl); err != nil {
+		return targets.Signer{}, usageError{err.Error()}
+	}
+	key, err := k.key()
+	if err != nil {
+		return targets.Signer{}, err
+	}
+	return targets.NewSigner(key, k.ttl)
 }

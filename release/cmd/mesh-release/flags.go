@@ -14,21 +14,23 @@ import (
 const (
 	envNATSURL   = "MESH_NATS_URL"
 	envNATSCreds = "MESH_NATS_CREDS"
+	envNATSCA    = "MESH_NATS_CA"
 )
 
 // busFlags are the flags every command that uses an existing bus takes.
 type busFlags struct {
-	url, creds, prefix string
-	getenv             func(string) string
+	url, creds, ca, prefix string
+	getenv                 func(string) string
 }
 
-// register adds --nats, --creds and --prefix to fs. Their defaults are empty so that help never
+// register adds --nats, --creds, --ca and --prefix to fs. Their defaults are empty so that help never
 // prints a URL or path taken from the environment (a URL may carry a password); connect applies
 // flag, then environment, then default.
 func (b *busFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	b.getenv = getenv
 	fs.StringVar(&b.url, "nats", "", "NATS `URL`, comma-separated for a cluster (default $"+envNATSURL+", else "+bus.DefaultURL+")")
 	fs.StringVar(&b.creds, "creds", "", "NATS credentials `FILE` (.creds) (default $"+envNATSCreds+")")
+	fs.StringVar(&b.ca, "ca", "", "CA certificate `FILE` (PEM) to trust for the bus's TLS, such as serve's DIR/tls/ca.pem (default $"+envNATSCA+", else the system's)")
 	fs.StringVar(&b.prefix, "prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
 }
 
@@ -36,7 +38,7 @@ func (b *busFlags) names() wire.Names { return wire.NamesFor(b.prefix) }
 
 // connect dials the bus the flags (or the environment) name.
 func (b *busFlags) connect(ctx context.Context, opts ...bus.ConnectOption) (*bus.Conn, error) {
-	url, creds := b.url, b.creds
+	url, creds, ca := b.url, b.creds, b.ca
 	if b.getenv != nil {
 		if url == "" {
 			url = b.getenv(envNATSURL)
@@ -44,8 +46,11 @@ func (b *busFlags) connect(ctx context.Context, opts ...bus.ConnectOption) (*bus
 		if creds == "" {
 			creds = b.getenv(envNATSCreds)
 		}
+		if ca == "" {
+			ca = b.getenv(envNATSCA)
+		}
 	}
-	return bus.Connect(ctx, url, creds, opts...)
+	return bus.Connect(ctx, url, creds, append([]bus.ConnectOption{bus.WithCA(ca)}, opts...)...)
 }
 
 // parseArgs parses flags wherever they appear among the positional arguments, so that both

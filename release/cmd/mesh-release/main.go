@@ -31,7 +31,7 @@ var commands = []command{
 		func(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 			return serveCmd(ctx, s, fs, args, nil)
 		}},
-	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent)", "", initCmd},
+	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent)", initAbout, initCmd},
 	{"declare", "NODE FILE", "validate a declaration file and store it for a node", declareAbout, declareCmd},
 	{"fleet", "", "show every node's last heartbeat; silent nodes stand out", "", fleetCmd},
 	{"keygen", "", "make an ed25519 release key pair", "", keygenCmd},
@@ -39,6 +39,11 @@ var commands = []command{
 	{"publish", "DIR", "put a built archive and manifest on the bus", "DIR is the -o directory of `mesh-release build`.", publishCmd},
 	{"target", "(NODE… | --fleet) VERSION", "set which version nodes (or the fleet) should run", targetAbout, targetCmd},
 	{"rollout", rolloutArgs, "stage a release across the fleet, halting by itself on trouble", rolloutAbout, rolloutCmd},
+	{"blob", blobArgs, "put files on the bus for declarations to name by digest", blobAbout, blobCmd},
+	{"withdraw", "VERSION", "withdraw a host version for good: nodes step down from it", withdrawAbout, withdrawCmd},
+	{"enrol-token", "", "make a one-time token that enrols a node (mesh-host enrol TOKEN)", enrolTokenAbout, enrolTokenCmd},
+	{"enrol-service", "", "run the enrolment service (serve runs one in operator mode)", enrolServiceAbout, enrolServiceCmd},
+	{"node", "revoke ID", "revoke an enrolled node's key", nodeAbout, nodeCmd},
 	{"version", "", "print this tool's version", "", versionCmd},
 }
 

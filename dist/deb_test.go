@@ -1,0 +1,134 @@
+package dist
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// needDpkgDeb skips a test that inspects the .deb the way an operator would, with dpkg-deb.
+func needDpkgDeb(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Skip("dpkg-deb is not installed (Debian's dpkg package): the .deb cannot be inspected here")
+	}
+}
+
+func TestDebHoldsTheBinariesAndTheUnitAtTheirPathsAndModes(t *testing.T) {
+	needDpkgDeb(t)
+	a := built(t)
+	// dpkg-deb -c lists like tar -tv: mode, owner/group, size, date, time, path.
+	files := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(run(t, "dpkg-deb", "-c", a.deb)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			t.Fatalf("dpkg-deb -c line %q: want mode, owner, size, date, time, path", line)
+		}
+		if f[1] != "root/root" {
+			t.Errorf("%s is owned by %s, want root/root", f[5], f[1])
+		}
+		if !strings.HasPrefix(f[0], "d") {
+			files[f[5]] = f[0]
+		}
+	}
+	want := map[string]string{
+		"./usr/bin/mesh-launcher":                    "-rwxr-xr-x",
+		"./usr/share/mesh-host/mesh-host":            "-rwxr-xr-x",
+		"./lib/systemd/system/mesh-launcher.service": "-rw-r--r--",
+	}
+	for path, mode := range want {
+		if got, ok := files[path]; !ok {
+			t.Errorf("the .deb has no %s", path)
+		} else if got != mode {
+			t.Errorf("%s has mode %s, want %s", path, got, mode)
+		}
+	}
+	for path := range files {
+		if _, ok := want[path]; !ok {
+			t.Errorf("the .deb holds %s, which nothing asked for", path)
+		}
+	}
+}
+
+func TestDebControlNamesThePackageVersionAndArchitecture(t *testing.T) {
+	needDpkgDeb(t)
+	a := built(t)
+	for _, tc := range []struct{ field, want string }{
+		{"Package", "mesh-host"},
+		{"Version", debVersion},
+		{"Architecture", debArch()},
+	} {
+		if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", a.deb, tc.field)); got != tc.want {
+			t.Errorf("%s is %q, want %q", tc.field, got, tc.want)
+		}
+	}
+	// Static binaries and POSIX sh: a floor that acquires no dependency starts with the package.
+	if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", a.deb, "Depends", "Pre-Depends")); got != "" {
+		t.Errorf("the .deb depends on %q; it must depend on nothing", got)
+	}
+}
+
+func TestDebCarriesTheMaintainerScriptsAndTheUnitFromDist(t *testing.T) {
+	needDpkgDeb(t)
+	a := built(t)
+	control := filepath.Join(t.TempDir(), "control")
+	run(t, "dpkg-deb", "-e", a.deb, control)
+	tree := filepath.Join(t.TempDir(), "tree")
+	run(t, "dpkg-deb", "-x", a.deb, tree)
+	for _, tc := range []struct {
+		name, inDeb, source string
+		mode                os.FileMode
+	}{
+		{"postinst", filepath.Join(control, "postinst"), "dist/deb/postinst", 0o755},
+		{"prerm", filepath.Join(control, "prerm"), "dist/deb/prerm", 0o755},
+		{"postrm", filepath.Join(control, "postrm"), "dist/deb/postrm", 0o755},
+		{"unit", filepath.Join(tree, "lib/systemd/system/mesh-launcher.service"), "dist/mesh-launcher.service", 0o644},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sameFile(t, tc.inDeb, filepath.Join(a.repo, tc.source), tc.mode)
+		})
+	}
+}
+
+func TestPackagedBinariesAreStampedWithThePackageVersion(t *testing.T) {
+	needDpkgDeb(t)
+	a := built(t)
+	tree := t.TempDir()
+	run(t, "dpkg-deb", "-x", a.deb, tree)
+	// The launcher's install refuses a host whose `version` differs from the version it is
+	// placed as; the package's version is the one both binaries must say.
+	for _, tc := range []struct{ binary, arg string }{
+		{"usr/share/mesh-host/mesh-host", "version"},
+		{"usr/bin/mesh-launcher", "--version"},
+	} {
+		if got := strings.TrimSpace(run(t, filepath.Join(tree, tc.binary), tc.arg)); got != testVersion {
+			t.Errorf("%s %s says %q, want %q", tc.binary, tc.arg, got, testVersion)
+		}
+	}
+}
+
+// sameFile fails unless got has mode and the same bytes as want.
+func sameFile(t *testing.T, got, want string, mode os.FileMode) {
+	t.Helper()
+	g, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(g, w) {
+		t.Errorf("%s differs from %s", got, want)
+	}
+	fi, err := os.Stat(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != mode {
+		t.Errorf("%s has mode %v, want %v", got, fi.Mode().Perm(), mode)
+	}
+}

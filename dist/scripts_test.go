@@ -1,0 +1,23 @@
+package dist
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// The maintainer scripts run under dash on Debian and install.sh under whatever /bin/sh a bare
+// machine has: POSIX sh, checked as such.
+func TestScriptsPassShellcheckAsPOSIXSh(t *testing.T) {
+	if _, err := exec.LookPath("shellcheck"); err != nil {
+		t.Skip("shellcheck is not installed (Debian's shellcheck package): the scripts are not linted here")
+	}
+	for _, script := range []string{"deb/postinst", "deb/prerm", "deb/postrm", "tarball/install.sh"} {
+		t.Run(filepath.Base(script), func(t *testing.T) {
+			out, err := exec.Command("shellcheck", "--shell=sh", "--severity=style", script).CombinedOutput()
+			if err != nil {
+				t.Errorf("shellcheck %s: %v\n%s", script, err, out)
+			}
+		})
+	}
+}

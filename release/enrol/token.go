@@ -1,0 +1,222 @@
+// Package enrol turns a one-time token into a node's own identity on the bus: IssueToken makes
+// the token (and records it, never its secret), and Service answers a node that presents it
+// with a user JWT for the nkey the node made, and revokes a node's key when the operator asks.
+// docs/decisions/0011-trust-on-the-bus.md, "Enrolment", is the design.
+package enrol
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/wire"
+)
+
+// Store is what enrolment needs of the trust store (release/trust's *Store): users signed by
+// the mesh account's signing key, and revocation pushed to the server.
+type Store interface {
+	// NodeUser signs the JWT of node's user, whose nkey public key is userPub, with exactly the
+	// permissions a node has.
+	NodeUser(names wire.Names, node, userPub string) (jwt string, err error)
+	// TokenUser makes a user, expiring at expires, that may only request names.EnrolSubject()
+	// and receive on its inbox wire.TokenInboxPrefix(userPub); creds is its .creds text.
+	TokenUser(names wire.Names, expires time.Time) (creds string, userPub string, err error)
+	// Revoke adds userPub to the account's revocations as of at and pushes the account JWT
+	// through nc, a system account connection.
+	Revoke(ctx context.Context, nc *nats.Conn, userPub string, at time.Time) error
+}
+
+// Token lifetimes: DefaultTTL when none is given; MaxTTL the longest a token may live (a stolen
+// token is good until it expires, for the node it names).
+const (
+	DefaultTTL = time.Hour
+	MaxTTL     = 30 * 24 * time.Hour
+)
+
+// Bucket limits. A record is a few hundred bytes; the buckets keep the latest value of each key
+// and no byte cap (a full bucket would refuse enrolments), and nothing in them expires by itself:
+// the service purges token records ExpiredTokenKept after their expiry.
+const (
+	MaxRecordBytes   = 4 << 10
+	ExpiredTokenKept = 7 * 24 * time.Hour
+	nodeHistory      = 5
+)
+
+// TokenRecord is the enrolment bucket's value under wire.TokenKey(id). It holds hashes only: the
+// secret is stored nowhere, and a token whose text differs in any byte from the one issued is
+// refused.
+type TokenRecord struct {
+	SecretSHA256 string     `json:"secret_sha256"`
+	TokenSHA256  string     `json:"token_sha256"`
+	Node         string     `json:"node,omitempty"`
+	IssuedAt     time.Time  `json:"issued_at"`
+	Expires      time.Time  `json:"expires"`
+	UsedAt       *time.Time `json:"used_at,omitempty"`
+	UsedBy       string     `json:"used_by,omitempty"` // the node that enrolled with it
+}
+
+// NodeRecord is the nodes bucket's value under wire.NodeKey(node): the key the node enrolled,
+// when and with which token, and when it was revoked. A record is never deleted: a revoked node
+// stays visible as revoked.
+type NodeRecord struct {
+	PublicKey  string     `json:"public_key"`
+	EnrolledAt time.Time  `json:"enrolled_at"`
+	TokenID    string     `json:"token_id"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	// Replaced are the keys this node had before, each revoked when it was replaced (newest
+	// last, at most maxReplaced).
+	Replaced []string `json:"replaced,omitempty"`
+}
+
+const maxReplaced = 16
+
+// TokenOptions are what IssueToken needs besides the bus and the store.
+type TokenOptions struct {
+	// Node is the node the token is for; empty: any node id (the first to use it).
+	Node string
+	// TTL is how long the token is good for; 0 is DefaultTTL, at most MaxTTL.
+	TTL time.Duration
+	// URLs are the bus URLs nodes dial (required).
+	URLs []string
+	// CAFile is the PEM file of the bus's CA (release/trust's CAFile); the token pins the SHA-256
+	// of its first certificate's DER.
+	CAFile string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Issued is a token IssueToken made.
+type Issued struct {
+	Token   string // the text to hand to `mesh-host enrol`
+	ID      string
+	Node    string
+	Expires time.Time
+}
+
+// IssueToken makes a one-time enrolment token: a token user from store, a random id and secret,
+// and records it in names.Enrolment() (creating the bucket if it is missing).
+func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names wire.Names, o TokenOptions) (Issued, error) {
+	if o.Node != "" {
+		if err := wire.ValidNode(o.Node); err != nil {
+			return Issued{}, fmt.Errorf("enrolment token: %w", err)
+		}
+	}
+	switch {
+	case o.TTL == 0:
+		o.TTL = DefaultTTL
+	case o.TTL < time.Minute || o.TTL > MaxTTL:
+		return Issued{}, fmt.Errorf("enrolment token: a lifetime of %s is not between 1m and %s", o.TTL, MaxTTL)
+	}
+	if len(o.URLs) == 0 {
+		return Issued{}, errors.New("enrolment token: no bus URL for nodes to dial; pass --url")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	_, pin, err := ReadCA(o.CAFile)
+	if err != nil {
+		return Issued{}, fmt.Errorf("enrolment token: %w", err)
+	}
+	now := o.Now().UTC().Truncate(time.Second)
+	expires := now.Add(o.TTL)
+	creds, _, err := store.TokenUser(names, expires)
+	if err != nil {
+		return Issued{}, fmt.Errorf("enrolment token: make its user: %w", err)
+	}
+	var id [16]byte
+	var secret [32]byte
+	rand.Read(id[:])
+	rand.Read(secret[:])
+	t := wire.EnrolToken{URLs: o.URLs, CASHA256: pin, Prefix: names.Prefix, Node: o.Node,
+		ID: wire.NewTokenID(id), Secret: wire.NewTokenSecret(secret), Expires: expires, Creds: creds}
+	text, err := wire.FormatToken(t)
+	if err != nil {
+		return Issued{}, err
+	}
+	rec := TokenRecord{SecretSHA256: hashHex([]byte(t.Secret)), TokenSHA256: hashHex([]byte(text)),
+		Node: o.Node, IssuedAt: now, Expires: expires}
+	kv, err := bucket(ctx, js, enrolmentBucket(names))
+	if err != nil {
+		return Issued{}, fmt.Errorf("enrolment token: %w", err)
+	}
+	b, _ := json.Marshal(rec)
+	if _, err := kv.Create(ctx, wire.TokenKey(t.ID), b); err != nil {
+		return Issued{}, fmt.Errorf("enrolment token: record it in %s: %w", names.Enrolment(), err)
+	}
+	return Issued{Token: text, ID: t.ID, Node: o.Node, Expires: expires}, nil
+}
+
+// ReadCA reads a CA PEM file and returns it and the hex SHA-256 of its first certificate's DER,
+// the fingerprint a token pins.
+func ReadCA(path string) (pemText []byte, sha string, err error) {
+	if path == "" {
+		return nil, "", errors.New("no CA file: the token pins the bus's CA certificate")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the bus's CA: %w", err)
+	}
+	if len(b) > 1<<20 {
+		return nil, "", fmt.Errorf("CA file %s is %d bytes; a CA certificate is a few KiB", path, len(b))
+	}
+	var block *pem.Block
+	for rest := b; ; {
+		if block, rest = pem.Decode(rest); block == nil || block.Type == "CERTIFICATE" {
+			break
+		}
+	}
+	if block == nil {
+		return nil, "", fmt.Errorf("CA file %s holds no PEM CERTIFICATE", path)
+	}
+	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		return nil, "", fmt.Errorf("CA file %s: %w", path, err)
+	}
+	sum := sha256.Sum256(block.Bytes)
+	return b, hex.EncodeToString(sum[:]), nil
+}
+
+func hashHex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func enrolmentBucket(n wire.Names) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: n.Enrolment(), Description: "mesh: enrolment tokens, key token.<id>; hashes only",
+		History: 1, MaxValueSize: MaxRecordBytes, MaxBytes: -1, Storage: jetstream.FileStorage}
+}
+
+func nodesBucket(n wire.Names) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: n.Nodes(), Description: "mesh: enrolled nodes, key node.<id>: public key, enrolled, revoked",
+		History: nodeHistory, MaxValueSize: MaxRecordBytes, MaxBytes: -1, Storage: jetstream.FileStorage}
+}
+
+// bucket opens the KV bucket cfg names, creating it when it is missing; one an operator made
+// is used as it is.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open KV bucket %s: %w", cfg.Bucket, err)
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}

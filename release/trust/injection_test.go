@@ -1,0 +1,302 @@
+package trust_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/novox/mesh-host/release/trust"
+	"github.com/novox/mesh-host/wire"
+)
+
+// NATS checks a message's subject against its publisher's permissions, never its reply subject,
+// and JetStream publishes its answer to the reply subject in the requester's account. In the
+// account that holds the streams a node could therefore have the server write its answer over
+// another node's target or heartbeat, or copy a delete marker over its target
+// (docs/decisions/0011, "Identities"). These are those attacks, made by node-a with exactly its
+// permissions: each request is one node-a may make, its answer goes to the nodes account (a spy
+// there sees it arrive), and node-b's target and heartbeat in the mesh account are unchanged. The
+// same requests made in the mesh account (by the admin, on node-c) do change them: the attacks
+// are real, and this test would see them succeed.
+
+// state is a node's target and last heartbeat in the mesh account, as the admin reads them.
+type state struct {
+	targetRev uint64
+	target    string
+	hbSeq     uint64
+	hb        string
+}
+
+func (s state) String() string {
+	return fmt.Sprintf("target revision %d %q, heartbeat %d %q", s.targetRev, bounded(s.target), s.hbSeq, bounded(s.hb))
+}
+
+func (m *mesh) state(t *testing.T, node string) state {
+	t.Helper()
+	ctx := ctxFor(t, 10*time.Second)
+	var s state
+	kv, err := m.admin.JS.KeyValue(ctx, m.names.Targets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, wire.NodeTargetKey(node))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound): // deleted: revision 0
+	case err != nil:
+		t.Fatal(err)
+	default:
+		s.targetRev, s.target = e.Revision(), string(e.Value())
+	}
+	st, err := m.admin.JS.Stream(ctx, m.names.HeartbeatStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, m.names.Heartbeat(node))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		t.Fatal(err)
+	default:
+		s.hbSeq, s.hb = msg.Sequence, string(msg.Data)
+	}
+	return s
+}
+
+// nodesUser signs a user of the nodes account with perms, with the nodes account's signing key
+// as DATA/trust holds it: the spy, which no node could be.
+func (m *mesh) nodesUser(t *testing.T, perms jwt.Permissions) user {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.store.Dir(), trust.NodesSigningSeedFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := nkeys.FromSeed(bytes.TrimSpace(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = "spy"
+	uc.IssuerAccount = m.store.NodesAccountPublicKey()
+	uc.Permissions = perms
+	text, err := uc.Encode(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return user{pub: pub, seed: string(seed), jwt: text, api: wire.NodeJSAPIPrefix}
+}
+
+// heartbeat publishes node's heartbeat as node, with body, and waits for its PubAck.
+func (m *mesh) heartbeat(t *testing.T, u user, node, body string) {
+	t.Helper()
+	c, err := m.connect(u, nats.CustomInboxPrefix(wire.NodeInboxPrefix(node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.nc.Close()
+	ack, err := c.js.Publish(ctxFor(t, 10*time.Second), m.names.Heartbeat(node), []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Stream != m.names.HeartbeatStream() {
+		t.Fatalf("%s's heartbeat was stored by %s, want %s", node, ack.Stream, m.names.HeartbeatStream())
+	}
+}
+
+// injection is one attack: a request on subject (without the API prefix: "$JS.API." is replaced
+// by the caller's) with reply as its reply subject, both naming the victim's keys.
+type injection struct {
+	name           string
+	subject, reply func(n wire.Names, victim string) string
+	body           string
+	// changes says what the attack does to the victim when made in the mesh account.
+	changes func(before, after state) bool
+}
+
+var injections = []injection{
+	{
+		name:    "overwrite another node's target with a stream info's answer",
+		subject: func(n wire.Names, _ string) string { return "$JS.API.STREAM.INFO.KV_" + n.Targets() },
+		reply:   func(n wire.Names, v string) string { return "$KV." + n.Targets() + "." + wire.NodeTargetKey(v) },
+		changes: func(b, a state) bool { return a.targetRev > b.targetRev && strings.Contains(a.target, `"config"`) },
+	},
+	{
+		name:    "overwrite another node's heartbeat with a stream info's answer",
+		subject: func(n wire.Names, _ string) string { return "$JS.API.STREAM.INFO.KV_" + n.Targets() },
+		reply:   func(n wire.Names, v string) string { return n.Heartbeat(v) },
+		changes: func(b, a state) bool { return a.hbSeq > b.hbSeq && strings.Contains(a.hb, `"config"`) },
+	},
+	{
+		name: "delete another node's target with a direct get of a deleted release",
+		subject: func(n wire.Names, _ string) string {
+			return "$JS.API.DIRECT.GET.KV_" + n.Releases() + ".$KV." + n.Releases() + "." + deletedRelease
+		},
+		reply:   func(n wire.Names, v string) string { return "$KV." + n.Targets() + "." + wire.NodeTargetKey(v) },
+		changes: func(b, a state) bool { return b.targetRev > 0 && a.targetRev == 0 },
+	},
+}
+
+// deletedRelease is a release key put and then deleted: its delete marker is readable.
+const deletedRelease = "v0.9.0"
+
+func TestNodeCannotWriteAnotherNodesKeysThroughAReplySubject(t *testing.T) {
+	m := startMesh(t)
+	n := m.names
+	ctx := ctxFor(t, 60*time.Second)
+	rel, err := m.admin.JS.KeyValue(ctx, n.Releases())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel.Put(ctx, deletedRelease, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rel.Delete(ctx, deletedRelease); err != nil {
+		t.Fatal(err)
+	}
+	tg, err := m.admin.JS.KeyValue(ctx, n.Targets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.Put(ctx, wire.NodeTargetKey("node-c"), []byte(`{"version": "v1.0.0"}`)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := m.nodeUser("node-a"), m.nodeUser("node-b")
+	m.heartbeat(t, b, "node-b", `{"node": "node-b"}`)
+	admin := adminUser(t, m)
+	if _, err := m.admin.JS.Publish(ctx, n.Heartbeat("node-c"), []byte(`{"node": "node-c"}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The spy: a nodes account user that hears every subject there.
+	var spyPerms jwt.Permissions
+	spyPerms.Sub.Allow.Add(">")
+	spy, err := m.connect(m.nodesUser(t, spyPerms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard := make(chan *nats.Msg, 64)
+	if _, err := spy.nc.ChanSubscribe(">", heard); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	node, err := m.connect(a, nats.CustomInboxPrefix(wire.NodeInboxPrefix("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range injections {
+		t.Run(in.name, func(t *testing.T) {
+			// The node: allowed, answered into the nodes account, and nothing changes.
+			before := m.state(t, "node-b")
+			subject := strings.Replace(in.subject(n, "node-b"), "$JS.API.", wire.NodeJSAPIPrefix+".", 1)
+			reply := in.reply(n, "node-b")
+			if err := node.nc.PublishRequest(subject, reply, []byte(in.body)); err != nil {
+				t.Fatal(err)
+			}
+			if err := node.nc.FlushTimeout(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, heard, reply)
+			time.Sleep(200 * time.Millisecond) // had the answer also gone to the mesh account, it would be stored by now
+			if v := node.violations(); len(v) > 0 {
+				t.Errorf("the node's request was refused (%s); the attack must be one a node may make", quoted(v))
+			}
+			if after := m.state(t, "node-b"); after != before {
+				t.Errorf("node-b changed:\nbefore %s\n after %s", before, after)
+			}
+
+			// The control: the same request in the mesh account does what the attack wants.
+			c, err := m.connect(admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.nc.Close()
+			before = m.state(t, "node-c")
+			if err := c.nc.PublishRequest(in.subject(n, "node-c"), in.reply(n, "node-c"), []byte(in.body)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.nc.FlushTimeout(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for after := m.state(t, "node-c"); !in.changes(before, after); after = m.state(t, "node-c") {
+				if time.Now().After(deadline) {
+					t.Fatalf("control: the same request in the mesh account did not change node-c: before %s, after %s", before, after)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// waitFor waits for a message on subject among heard.
+func waitFor(t *testing.T, heard <-chan *nats.Msg, subject string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case msg := <-heard:
+			if msg.Subject == subject {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no answer arrived on %s in the nodes account", subject)
+		}
+	}
+}
+
+// A consumer's deliver subject is in its request's body, which permissions do not see, and the
+// consumer is the mesh account's: a node may create a consumer on one of its own keys delivering
+// anywhere in the mesh account. The server delivers only once a subscription on exactly that
+// subject exists, and streams subscribe with wildcards, so delivering into another stream stores
+// nothing (into its own stream is refused as a cycle). What such a consumer can deliver is what
+// the node may read (its declaration and target, the fleet target, the withdrawals, archive
+// chunks), with a $JS.ACK.… reply, to a subscription on a literal subject in the mesh account:
+// the enrolment service's endpoints must ignore such messages.
+func TestNodeConsumerDeliveringIntoAnotherNodesKeysStoresNothing(t *testing.T) {
+	m := startMesh(t)
+	n := m.names
+	a, b := m.nodeUser("node-a"), m.nodeUser("node-b")
+	m.heartbeat(t, b, "node-b", `{"node": "node-b"}`)
+	node, err := m.connect(a, nats.CustomInboxPrefix(wire.NodeInboxPrefix("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := m.state(t, "node-b")
+	D := n.Declarations()
+	for i, deliver := range []string{
+		"$KV." + n.Targets() + "." + wire.NodeTargetKey("node-b"),
+		n.Heartbeat("node-b"),
+	} {
+		name := fmt.Sprintf("evil%d", i)
+		body := fmt.Sprintf(`{"stream_name":"KV_%s","config":{"name":%q,"filter_subject":"$KV.%s.node-a","ack_policy":"none","deliver_policy":"all","deliver_subject":%q}}`,
+			D, name, D, deliver)
+		subject := wire.NodeJSAPIPrefix + ".CONSUMER.CREATE.KV_" + D + "." + name + ".$KV." + D + ".node-a"
+		msg, err := node.nc.RequestWithContext(ctxFor(t, 10*time.Second), subject, []byte(body))
+		if err != nil {
+			t.Fatalf("create a consumer delivering to %s: %v", deliver, err)
+		}
+		t.Logf("a consumer delivering to %s: %s", deliver, bounded(string(msg.Data)))
+	}
+	time.Sleep(time.Second)
+	if v := node.violations(); len(v) > 0 {
+		t.Errorf("refused: %s", quoted(v))
+	}
+	if after := m.state(t, "node-b"); after != before {
+		t.Errorf("node-b changed:\nbefore %s\n after %s", before, after)
+	}
+}
