@@ -2,10 +2,12 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -395,5 +397,48 @@ func TestCorruptRecordsAreReportedAndVersionsKept(t *testing.T) {
 	matches, _ := filepath.Glob(records + ".corrupt-*")
 	if len(matches) == 0 {
 		t.Errorf("the corrupt file was not kept aside")
+	}
+}
+
+// The launcher makes records.db on a first start (and after moving a corrupt one aside) while
+// an operator, a package script or this lab may run `mesh-launcher status` on the same root.
+// Both used to convert the fresh file to WAL, and SQLite refused one of them at once: a
+// launcher that lost could not run ("database is locked", seen in CI). Real processes: statuses
+// run back to back beside each first start.
+func TestStatusBesideTheLaunchersFirstStartNeverStopsIt(t *testing.T) {
+	t.Parallel()
+	const rounds = 20
+	for i := range rounds {
+		t.Run(fmt.Sprintf("start-%d", i), func(t *testing.T) {
+			// Waiting ends when the launcher exits: one that could not run is not waited on.
+			ctx, exited := context.WithCancel(ctxFor(t, 30*time.Second))
+			n := newNode(t)
+			place(t, n, "v1.0.0", PkgHost)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+							n.Status(ctx) // refusals before the records exist are status's to say
+						}
+					}
+				})
+			}
+			start(t, n)
+			go func() {
+				n.Wait(ctx)
+				exited()
+			}()
+			_, err := n.WaitStatus(ctx, "v1.0.0 running", func(rep launcher.Report) bool { return Running(rep) == "v1.0.0" })
+			close(stop)
+			wg.Wait()
+			if err != nil || strings.Contains(n.Log(), "cannot run") {
+				t.Fatalf("the launcher did not come up beside status: %v\n%s", err, n.Log())
+			}
+		})
 	}
 }

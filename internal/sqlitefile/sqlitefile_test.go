@@ -82,3 +82,70 @@ func TestAFileThatIsNotADatabaseIsCorruptAndMovedAsideWhole(t *testing.T) {
 	}
 	db.Close()
 }
+
+// The launcher makes records.db on its first start, and again after moving a corrupt one aside,
+// while `mesh-launcher status` or `install` may open the same path. Each used to convert the
+// fresh file to WAL, and SQLite answered one of them "database is locked" at once, busy timeout
+// or not: a launcher that lost could not run (CI, lab TestCorruptRecordsAreReportedAndVersionsKept).
+// Two programs migrating one file at once also applied a step twice ("table already exists").
+func TestCreatingAFileWhileAnotherProgramOpensItNeverFails(t *testing.T) {
+	ctx := context.Background()
+	others := map[string]func(string) error{
+		"Open":         func(p string) error { return closed(Open(ctx, p)) },
+		"OpenReadOnly": func(p string) error { return closed(OpenReadOnly(ctx, p)) },
+		"Create":       func(p string) error { return closed(Create(ctx, p, schema)) },
+	}
+	starts := map[string]func(string){
+		"missing": func(string) {},
+		// An empty file, as `touch` or an older version that made it before opening it leaves.
+		"empty": func(p string) {
+			if err := os.WriteFile(p, nil, FileMode); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	const rounds = 100
+	for startName, prepare := range starts {
+		for otherName, other := range others {
+			t.Run(startName+"/"+otherName, func(t *testing.T) {
+				failed := 0
+				for range rounds {
+					path := filepath.Join(t.TempDir(), "state.db")
+					prepare(path)
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						other(path) // refusals of a reader (not there yet, no schema yet) are its to report
+					}()
+					db, _, err := Create(ctx, path, schema)
+					<-done
+					if err != nil {
+						if failed++; failed == 1 {
+							t.Errorf("Create beside %s: %v", otherName, err)
+						}
+						continue
+					}
+					var n int
+					if err := db.QueryRowContext(ctx, `SELECT count(*) FROM a`).Scan(&n); err != nil {
+						t.Errorf("the file Create returned has no schema: %v", err)
+					}
+					db.Close()
+					if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".state.db.new-*")); len(left) > 0 {
+						t.Errorf("a temporary file was left: %v", left)
+					}
+				}
+				if failed > 0 {
+					t.Errorf("Create failed %d of %d times", failed, rounds)
+				}
+			})
+		}
+	}
+}
+
+// closed closes what an open returned and passes its error on.
+func closed(db *sql.DB, _ int, err error) error {
+	if db != nil {
+		db.Close()
+	}
+	return err
+}
