@@ -36,22 +36,19 @@ func nodePublish() []string {
 }
 
 // A node fetches a blob with only its user's permissions. The one request it makes and may not
-// (nats.go deletes an object fetch's consumer when it ends) is refused without holding the fetch
-// up; the server removes the ephemeral consumer itself.
+// (nats.go deletes an object fetch's consumer when it ends) is refused, and holds nothing up:
+// nats.go makes it from the subscription's own goroutine after the reader had the last chunk.
+// The server removes the ephemeral consumer itself.
 func TestANodeFetchesABlobWithOnlyItsPermissions(t *testing.T) {
 	js, admin, violations := nodeConn(t, nodePublish())
 	body := bytes.Repeat([]byte("node "), 100_000)
 	d := put(t, admin, body)
 	c := blobs.New(t.TempDir(), blobs.Bus(js, wire.NamesFor("").Blobs()))
-	start := time.Now()
 	r, err := c.Open(ctxFor(t), d)
 	if err != nil {
 		t.Fatalf("fetch with a node's permissions: %v", err)
 	}
 	r.Close()
-	if took := time.Since(start); took > 4*time.Second {
-		t.Errorf("the fetch took %s: it waited on a request its permissions refuse", took)
-	}
 	time.Sleep(200 * time.Millisecond) // the consumer delete, refused, is reported asynchronously
 	for _, v := range violations() {
 		if !strings.Contains(v, `"$JS.API.CONSUMER.DELETE.OBJ_`+wire.NamesFor("").Blobs()+`.`) {

@@ -50,7 +50,7 @@ func openLogged(t *testing.T, o Options) (*Link, *meshtest.Buffer) {
 	logs := &meshtest.Buffer{}
 	o.Node, o.Names = "n1", names
 	o.ReconnectWait, o.RetryMin, o.RetryMax = 20*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
-	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	l, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

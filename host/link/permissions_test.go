@@ -116,11 +116,9 @@ func TestLinkWorksWithOnlyANodesPermissions(t *testing.T) {
 	if err := l.PublishHeartbeat(ctx, wire.Heartbeat{State: wire.StateRunning}); err != nil {
 		t.Errorf("heartbeat: %v", err)
 	}
-	start := time.Now()
+	// A refused request is logged (a consumer delete at debug level, which openLogged keeps), so
+	// a watch stopped with a delete the node may not make shows here.
 	l.Close()
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("closing took %s: the link waited on a request its permissions refuse", d)
-	}
 	if strings.Contains(strings.ToLower(logs.String()), "permissions violation") {
 		t.Errorf("the link used a subject a node may not:\n%s", logs.String())
 	}
