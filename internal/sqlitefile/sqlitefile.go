@@ -98,7 +98,7 @@ func createWhole(ctx context.Context, path string, migrations []string) (made bo
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
 	if err != nil {
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	tmp := f.Name()
 	defer func() {
@@ -107,30 +107,30 @@ func createWhole(ctx context.Context, path string, migrations []string) (made bo
 		}
 	}()
 	if err := errors.Join(f.Chmod(FileMode), f.Close()); err != nil {
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	db, _, err := open(ctx, "file:"+tmp+"?"+createPragmas)
 	if err != nil {
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	if err := migrate(ctx, db, migrations); err != nil {
 		db.Close()
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	// Closing the last connection checkpoints the WAL into the file; the file stays in WAL mode.
 	if err := db.Close(); err != nil {
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	if err := atomicfile.SyncDir(tmp); err != nil { // SyncDir fsyncs any path it opens
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	if err := os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
 		return false, nil // another process made it first: theirs is whole too
 	} else if err != nil {
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
-		return false, fmt.Errorf("create %s: %w", path, err)
+		return false, fmt.Errorf("make a new database: %w", err)
 	}
 	return true, nil
 }
