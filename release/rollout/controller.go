@@ -236,6 +236,9 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if st.Batches == nil {
 		st.Batches = []Batch{}
 	}
+	if old != nil {
+		st.Supersedes = old.ID
+	}
 	if err := fits(st, c.cfg.Names.Rollouts()); err != nil {
 		return State{}, err
 	}

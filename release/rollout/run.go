@@ -714,8 +714,9 @@ func (r *runner) batchDone(ctx context.Context) error {
 }
 
 // complete sets the fleet key, deletes the per-node keys of the rollout's nodes (each falls
-// back to the fleet key), then records the rollout completed. Each step is idempotent, so a
-// controller killed half-way and resumed completes it again.
+// back to the fleet key) and those earlier rollouts of the release left (clearLeftBehind), then
+// records the rollout completed. Each step is idempotent, so a controller killed half-way and
+// resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
 	// A compare-and-set first: an abort or a supersede that came in since the last write must
 	// stop the fleet key from being set.
@@ -723,11 +724,16 @@ func (r *runner) complete(ctx context.Context) (State, error) {
 		return r.st, err
 	}
 	nodes := r.st.Nodes
-	err := r.renewing(ctx, func(ctx context.Context) error {
+	var left []string
+	err := r.renewing(ctx, func(ctx context.Context) (err error) {
 		if err := r.s.setFleet(ctx, r.version); err != nil {
 			return err
 		}
-		return r.s.clearTargets(ctx, nodes, r.c.cfg.Workers)
+		if err := r.s.clearTargets(ctx, nodes, r.c.cfg.Workers); err != nil {
+			return err
+		}
+		left, err = r.s.clearLeftBehind(ctx, r.st, r.c.cfg.Workers)
+		return err
 	})
 	if err != nil {
 		return r.st, err
@@ -737,7 +743,7 @@ func (r *runner) complete(ctx context.Context) (State, error) {
 		return r.st, err
 	}
 	r.c.emit(&r.st, Event{Kind: EventCompleted, Batches: len(r.st.Batches), Nodes: len(r.st.Nodes), ElapsedS: now.Sub(r.st.Created).Seconds(),
-		Message: completedMessage(r.st)})
+		Message: completedMessage(r.st, left)})
 	return r.st, nil
 }
 

@@ -99,7 +99,10 @@ type State struct {
 	// Holder is the controller acting on this rollout and its lease.
 	Holder       *Holder `json:"holder,omitempty"`
 	SupersededBy string  `json:"superseded_by,omitempty"`
-	AbortedBy    string  `json:"aborted_by,omitempty"`
+	// Supersedes is the rollout this one superseded when it started: the per-node targets that
+	// one set and left are among those this one clears when it completes (see clearLeftBehind).
+	Supersedes string `json:"supersedes,omitempty"`
+	AbortedBy  string `json:"aborted_by,omitempty"`
 }
 
 // Batch is Nodes[previous End:End].
