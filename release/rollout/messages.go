@@ -73,14 +73,6 @@ func leftOutMessage(st State, i int, node string, since time.Time, now time.Time
 		node, batchLabel(st, i), when, human(secsDur(st.SilentAfterS)))
 }
 
-func progressMessage(st State, i, confirmed, soaked, nodes int, elapsed, left time.Duration) string {
-	m := fmt.Sprintf("%s: %d/%d confirmed, %d/%d soaked; %s elapsed", batchLabel(st, i), confirmed, nodes, soaked, nodes, human(elapsed))
-	if confirmed < nodes {
-		m += fmt.Sprintf(", %s left in the window", human(left))
-	}
-	return m
-}
-
 func haltedMessage(st State, i, troubled, nodes int) string {
 	return fmt.Sprintf("HALTED in %s: %d of %s showed trouble; %s was not set as the fleet target and the batch's targets are set back",
 		batchLabel(st, i), troubled, count(nodes, "node"), st.Version)

@@ -72,7 +72,8 @@ type runner struct {
 	// The batch in progress.
 	judging                                 bool
 	judgedN, confirmedN, soakedN, troubledN int
-	lastProgress                            time.Time
+	lastProgress                            time.Time // when progress was last looked at
+	said                                    progressSaid
 }
 
 func (c *Controller) newRunner(s *store, st State, rev uint64) *runner {
@@ -384,7 +385,7 @@ func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan
 				continue
 			}
 			if p := r.c.cfg.Progress; p > 0 && now.Sub(r.lastProgress) >= p {
-				r.progress(now)
+				r.progress(now, p)
 			}
 		}
 		timeCheck = false
@@ -603,7 +604,7 @@ func (r *runner) begin(ctx context.Context) error {
 		r.tracks[n].targetRev = setRevs[j]
 	}
 	r.judging, r.judgedN, r.confirmedN, r.soakedN, r.troubledN, r.paused = true, len(targeted), 0, 0, 0, 0
-	r.lastProgress = time.Now()
+	r.lastProgress, r.said = time.Now(), progressSaid{}
 	r.c.emit(&r.st, Event{Kind: EventBatch, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Nodes: len(targeted),
 		Message: batchMessage(r.st, i, targeted, already, len(nodes)-len(targeted)-len(already))})
 	for _, n := range targeted {
@@ -654,16 +655,6 @@ func (r *runner) troubles(now time.Time, timeCheck bool) []NodeReason {
 		}
 	}
 	return out
-}
-
-func (r *runner) progress(now time.Time) {
-	r.lastProgress = now
-	i := r.st.Current
-	started := r.st.Batches[i].Started
-	left := started.Add(r.window + r.paused).Sub(now)
-	r.c.emit(&r.st, Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
-		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(started).Seconds(), WindowLeftS: max(left, 0).Seconds(),
-		Message: progressMessage(r.st, i, r.confirmedN, r.soakedN, r.judgedN, now.Sub(started), max(left, 0))})
 }
 
 // halt stops the rollout for reasons: halted first, then the batch's targets set back.
