@@ -23,12 +23,15 @@ import (
 
 // Config is what a Controller needs; the zero values of the optional fields are defaults.
 type Config struct {
-	JS       jetstream.JetStream
-	Names    wire.Names
-	Events   func(Event)   // called from one goroutine at a time; nil: none
-	Log      *slog.Logger  // nil: discard
-	Lease    time.Duration // default DefaultLease
-	Progress time.Duration // 0: no EventProgress; else one progress event per this interval while a batch runs
+	JS     jetstream.JetStream
+	Names  wire.Names
+	Events func(Event)   // called from one goroutine at a time; nil: none
+	Log    *slog.Logger  // nil: discard
+	Lease  time.Duration // default DefaultLease
+	// Progress is how often the batch's progress is looked at while a batch runs (0: never, no
+	// EventProgress): an event when what it says changed beyond the clock, else one every
+	// quietProgress of these, with the time left.
+	Progress time.Duration
 	Tick     time.Duration // how often the current batch is judged besides on each heartbeat; default 250ms
 	Workers  int           // targets set/deleted concurrently; default 32
 	Holder   string        // optional extra text naming this controller (e.g. "watch"); host name and pid are always recorded
@@ -235,6 +238,9 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	}
 	if st.Batches == nil {
 		st.Batches = []Batch{}
+	}
+	if old != nil {
+		st.Supersedes = old.ID
 	}
 	if err := fits(st, c.cfg.Names.Rollouts()); err != nil {
 		return State{}, err

@@ -26,12 +26,18 @@ type RunningError struct{ State State }
 
 func (e *RunningError) Error() string {
 	s := e.State
-	held := "held by no controller: `mesh-release rollout resume` continues it"
-	if s.Holder != nil {
+	word, held := "running", "held by no controller: `mesh-release rollout resume` continues it"
+	switch {
+	case s.Paused(time.Now()):
+		word = "paused"
+		if s.Holder != nil {
+			held = fmt.Sprintf("no controller since the lease of %s lapsed at %s: `mesh-release rollout resume` continues it", s.Holder.describe(), stamp(s.Holder.Until))
+		}
+	case s.Holder != nil:
 		held = "held by " + s.Holder.describe()
 	}
-	return fmt.Sprintf("rollout %s of %s is running (batch %d of %d, %s); add --supersede to replace it, or `mesh-release rollout abort`",
-		s.ID, s.Version, min(s.Current+1, len(s.Batches)), len(s.Batches), held)
+	return fmt.Sprintf("rollout %s of %s is %s (batch %d of %d, %s); add --supersede to replace it, or `mesh-release rollout abort`",
+		s.ID, s.Version, word, min(s.Current+1, len(s.Batches)), len(s.Batches), held)
 }
 
 // NotRunningError says that the rollout asked for has ended.

@@ -73,21 +73,19 @@ func leftOutMessage(st State, i int, node string, since time.Time, now time.Time
 		node, batchLabel(st, i), when, human(secsDur(st.SilentAfterS)))
 }
 
-func progressMessage(st State, i, confirmed, soaked, nodes int, elapsed, left time.Duration) string {
-	m := fmt.Sprintf("%s: %d/%d confirmed, %d/%d soaked; %s elapsed", batchLabel(st, i), confirmed, nodes, soaked, nodes, human(elapsed))
-	if confirmed < nodes {
-		m += fmt.Sprintf(", %s left in the window", human(left))
-	}
-	return m
-}
-
 func haltedMessage(st State, i, troubled, nodes int) string {
 	return fmt.Sprintf("HALTED in %s: %d of %s showed trouble; %s was not set as the fleet target and the batch's targets are set back",
 		batchLabel(st, i), troubled, count(nodes, "node"), st.Version)
 }
 
-func completedMessage(st State) string {
-	m := fmt.Sprintf("completed: %s is the fleet target; per-node targets cleared; %s in %s", st.Version, count(len(st.Nodes), "node"), human(st.Ended.Sub(st.Created)))
+// completedMessage says a completed rollout; left are the nodes outside its plan whose own
+// target an earlier rollout had left, cleared too.
+func completedMessage(st State, left []string) string {
+	cleared := "per-node targets cleared"
+	if len(left) > 0 {
+		cleared += fmt.Sprintf(", with those earlier rollouts left on %s (%s)", count(len(left), "node"), list(left))
+	}
+	m := fmt.Sprintf("completed: %s is the fleet target; %s; %s in %s", st.Version, cleared, count(len(st.Nodes), "node"), human(st.Ended.Sub(st.Created)))
 	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
 		m += fmt.Sprintf(" (%d left out)", n)
 	}

@@ -72,7 +72,8 @@ type runner struct {
 	// The batch in progress.
 	judging                                 bool
 	judgedN, confirmedN, soakedN, troubledN int
-	lastProgress                            time.Time
+	lastProgress                            time.Time // when progress was last looked at
+	said                                    progressSaid
 }
 
 func (c *Controller) newRunner(s *store, st State, rev uint64) *runner {
@@ -384,7 +385,7 @@ func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan
 				continue
 			}
 			if p := r.c.cfg.Progress; p > 0 && now.Sub(r.lastProgress) >= p {
-				r.progress(now)
+				r.progress(now, p)
 			}
 		}
 		timeCheck = false
@@ -603,7 +604,7 @@ func (r *runner) begin(ctx context.Context) error {
 		r.tracks[n].targetRev = setRevs[j]
 	}
 	r.judging, r.judgedN, r.confirmedN, r.soakedN, r.troubledN, r.paused = true, len(targeted), 0, 0, 0, 0
-	r.lastProgress = time.Now()
+	r.lastProgress, r.said = time.Now(), progressSaid{}
 	r.c.emit(&r.st, Event{Kind: EventBatch, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Nodes: len(targeted),
 		Message: batchMessage(r.st, i, targeted, already, len(nodes)-len(targeted)-len(already))})
 	for _, n := range targeted {
@@ -656,16 +657,6 @@ func (r *runner) troubles(now time.Time, timeCheck bool) []NodeReason {
 	return out
 }
 
-func (r *runner) progress(now time.Time) {
-	r.lastProgress = now
-	i := r.st.Current
-	started := r.st.Batches[i].Started
-	left := started.Add(r.window + r.paused).Sub(now)
-	r.c.emit(&r.st, Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
-		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(started).Seconds(), WindowLeftS: max(left, 0).Seconds(),
-		Message: progressMessage(r.st, i, r.confirmedN, r.soakedN, r.judgedN, now.Sub(started), max(left, 0))})
-}
-
 // halt stops the rollout for reasons: halted first, then the batch's targets set back.
 func (r *runner) halt(ctx context.Context, reasons []NodeReason) (State, error) {
 	i := r.st.Current
@@ -714,8 +705,9 @@ func (r *runner) batchDone(ctx context.Context) error {
 }
 
 // complete sets the fleet key, deletes the per-node keys of the rollout's nodes (each falls
-// back to the fleet key), then records the rollout completed. Each step is idempotent, so a
-// controller killed half-way and resumed completes it again.
+// back to the fleet key) and those earlier rollouts of the release left (clearLeftBehind), then
+// records the rollout completed. Each step is idempotent, so a controller killed half-way and
+// resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
 	// A compare-and-set first: an abort or a supersede that came in since the last write must
 	// stop the fleet key from being set.
@@ -723,11 +715,16 @@ func (r *runner) complete(ctx context.Context) (State, error) {
 		return r.st, err
 	}
 	nodes := r.st.Nodes
-	err := r.renewing(ctx, func(ctx context.Context) error {
+	var left []string
+	err := r.renewing(ctx, func(ctx context.Context) (err error) {
 		if err := r.s.setFleet(ctx, r.version); err != nil {
 			return err
 		}
-		return r.s.clearTargets(ctx, nodes, r.c.cfg.Workers)
+		if err := r.s.clearTargets(ctx, nodes, r.c.cfg.Workers); err != nil {
+			return err
+		}
+		left, err = r.s.clearLeftBehind(ctx, r.st, r.c.cfg.Workers)
+		return err
 	})
 	if err != nil {
 		return r.st, err
@@ -737,7 +734,7 @@ func (r *runner) complete(ctx context.Context) (State, error) {
 		return r.st, err
 	}
 	r.c.emit(&r.st, Event{Kind: EventCompleted, Batches: len(r.st.Batches), Nodes: len(r.st.Nodes), ElapsedS: now.Sub(r.st.Created).Seconds(),
-		Message: completedMessage(r.st)})
+		Message: completedMessage(r.st, left)})
 	return r.st, nil
 }
 

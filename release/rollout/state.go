@@ -30,6 +30,14 @@ const (
 // Final reports whether s can no longer change.
 func (s Status) Final() bool { return s != StatusRunning }
 
+// Paused reports whether st is running with no controller driving it as of now: none holds it
+// (the last one stopped by a signal released it) or the holder's lease lapsed (it was killed,
+// or lost the bus). A controller renews its lease every third of --lease, so a lease that ran
+// out is a controller gone; `rollout resume` continues the rollout.
+func (st State) Paused(now time.Time) bool {
+	return st.Status == StatusRunning && (st.Holder == nil || !st.Holder.Until.After(now))
+}
+
 // Defaults of `mesh-release rollout start`.
 const (
 	DefaultCanary      = 2
@@ -99,7 +107,10 @@ type State struct {
 	// Holder is the controller acting on this rollout and its lease.
 	Holder       *Holder `json:"holder,omitempty"`
 	SupersededBy string  `json:"superseded_by,omitempty"`
-	AbortedBy    string  `json:"aborted_by,omitempty"`
+	// Supersedes is the rollout this one superseded when it started: the per-node targets that
+	// one set and left are among those this one clears when it completes (see clearLeftBehind).
+	Supersedes string `json:"supersedes,omitempty"`
+	AbortedBy  string `json:"aborted_by,omitempty"`
 }
 
 // Batch is Nodes[previous End:End].
@@ -179,6 +190,11 @@ type Event struct {
 	Soaked      int     `json:"soaked,omitempty"`
 	ElapsedS    float64 `json:"elapsed_s,omitempty"`
 	WindowLeftS float64 `json:"window_left_s,omitempty"`
+	// EventProgress while nodes soak: about how long until the last of them has soaked by the
+	// controller's clock, and the nodes whose soak is over by it but that must be heard once
+	// more to show it (at most maxListed of them, in batch order).
+	SoakLeftS float64  `json:"soak_left_s,omitempty"`
+	Waiting   []string `json:"waiting_for_heartbeat,omitempty"`
 	// Node is set for node events; Reasons for EventHalted.
 	Node    string       `json:"node,omitempty"`
 	Reasons []NodeReason `json:"reasons,omitempty"`

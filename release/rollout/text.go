@@ -221,14 +221,14 @@ func summary(st State, now time.Time) string {
 	head := "rollout " + oneLine(st.Version, maxIDText)
 	switch st.Status {
 	case StatusRunning:
-		s := fmt.Sprintf("%s (%s): running", head, oneLine(st.ID, maxIDText))
+		s := fmt.Sprintf("%s (%s): %s", head, oneLine(st.ID, maxIDText), runningWord(st, now))
 		if st.Current < len(st.Batches) {
 			s += ", batch " + batchOf(st, st.Current)
 		} else if len(st.Batches) > 0 {
 			s += ", every batch done, setting the fleet target"
 		}
 		s += ", started " + agoText(now.Sub(st.Created))
-		if h := st.Holder; h == nil || !h.Until.After(now) {
+		if st.Paused(now) {
 			s += "; no controller drives it (`mesh-release rollout resume` continues it)"
 		}
 		return s
@@ -286,9 +286,9 @@ func statusWords(st State, now time.Time) string {
 	switch st.Status {
 	case StatusRunning:
 		if st.Current < len(st.Batches) {
-			return "running, batch " + batchOf(st, st.Current)
+			return runningWord(st, now) + ", batch " + batchOf(st, st.Current)
 		}
-		return "running"
+		return runningWord(st, now)
 	case StatusHalted:
 		if h := st.Halt; h != nil {
 			return fmt.Sprintf("HALTED in batch %s at %s", batchOf(st, h.Batch), clockAt(h.At, now))
@@ -298,6 +298,15 @@ func statusWords(st State, now time.Time) string {
 		return "completed: the fleet target is " + oneLine(st.Version, maxIDText)
 	}
 	return oneLine(string(st.Status), maxIDText)
+}
+
+// runningWord is what a running rollout is doing: "running" while a controller holds its lease,
+// else "paused" (see State.Paused).
+func runningWord(st State, now time.Time) string {
+	if st.Paused(now) {
+		return "paused"
+	}
+	return "running"
 }
 
 func holderWords(h *Holder, now time.Time) string {

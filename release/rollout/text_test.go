@@ -168,7 +168,7 @@ func TestSummaryIsOneLineForEveryStatus(t *testing.T) {
 		want string
 	}{
 		{"Running", sampleRunning(), "rollout v1.2.0 (20261129T131200Z-v1.2.0): running, batch 2/3 (50%), started 4m ago"},
-		{"NoController", lapsed, "rollout v1.2.0 (20261129T131200Z-v1.2.0): running, batch 2/3 (50%), started 4m ago; no controller drives it (`mesh-release rollout resume` continues it)"},
+		{"NoController", lapsed, "rollout v1.2.0 (20261129T131200Z-v1.2.0): paused, batch 2/3 (50%), started 4m ago; no controller drives it (`mesh-release rollout resume` continues it)"},
 		{"Finishing", finishing, "rollout v1.2.0 (20261129T131200Z-v1.2.0): running, every batch done, setting the fleet target, started 4m ago"},
 		{"HaltedOneNode", halted1, "rollout v1.2.0: HALTED in batch 1/3 (canary) at 13:15 — node-a rolled back; targets not yet set back (`mesh-release rollout status`)"},
 		{"HaltedManyNodes", haltedMany, "rollout v1.2.0: HALTED in batch 1/3 (canary) at 13:15 — 7 nodes showed trouble (`mesh-release rollout status`)"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -165,7 +164,7 @@ func (w *watcher) consider(ctx context.Context, v string) {
 		skip(fmt.Sprintf("it is not newer than the fleet target %s", fleetV))
 		return
 	}
-	ids, err := w.rolloutIDs(ctx)
+	ids, err := w.s.rolloutIDs(ctx)
 	if err != nil {
 		w.c.log.Error("could not list the rollouts", "err", err)
 		return
@@ -259,27 +258,6 @@ func verb(s Status) string {
 		return "halted"
 	}
 	return "was aborted in"
-}
-
-// rolloutIDs lists the ids of the rollouts in the bucket.
-func (w *watcher) rolloutIDs(ctx context.Context) ([]string, error) {
-	var ids []string
-	err := retry(ctx, w.c.log, "list the rollouts", func(ctx context.Context) error {
-		ids = nil
-		kl, err := w.s.rollouts.ListKeysFiltered(ctx, "rollout.>")
-		if err != nil {
-			return err
-		}
-		defer kl.Stop()
-		for k := range kl.Keys() {
-			ids = append(ids, strings.TrimPrefix(k, "rollout."))
-		}
-		return nil
-	})
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	return ids, err
 }
 
 // resumeCurrent runs the current rollout if it runs and no live controller holds it.

@@ -126,7 +126,8 @@ func TestFleetShowsTheCurrentRolloutOnTop(t *testing.T) {
 	} {
 		st := rollout.State{Schema: rollout.Schema, ID: "20261129T101500Z-v1.2.0", Version: "v1.2.0", Policy: rollout.PolicyCanary,
 			Status: tc.status, Created: time.Now().Add(-time.Minute), Nodes: []string{"web-01"}, Ran: []string{"v1.1.0"},
-			Batches: []rollout.Batch{{Name: "canary", End: 1, Started: time.Now()}}}
+			Batches: []rollout.Batch{{Name: "canary", End: 1, Started: time.Now()}},
+			Holder:  &rollout.Holder{ID: "ci pid 1", Until: time.Now().Add(time.Hour)}} // a live controller: running, not paused
 		if tc.status == rollout.StatusHalted {
 			st.Halt = &rollout.Halt{At: time.Now(), Nodes: []rollout.NodeReason{{Node: "web-01", Why: rollout.WhyRolledBack, Detail: "rolled back"}}}
 		}

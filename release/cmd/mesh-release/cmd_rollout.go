@@ -23,7 +23,8 @@ const (
 	exitStopped = 4 // aborted by an operator, or superseded by a newer rollout
 )
 
-// progressEvery is how often --follow prints a progress line.
+// progressEvery is how often --follow looks at the batch's progress: a line when it changed,
+// else one every 5 of these (rollout.Config.Progress).
 const progressEvery = 2 * time.Second
 
 const rolloutArgs = "(start|resume|status|abort|watch) [flags] [arguments]"
@@ -55,8 +56,10 @@ and valid for --target-ttl; while it runs it signs again, before they expire, al
 that key with less than half of --target-ttl left.
 
 This process is the controller: it prints each milestone (a batch begun and done, a node left
-out, the halt and its reasons, the end); --follow adds each node's confirmation and a progress
-line every 2s; --json writes the same as one JSON event per line. Stopped by a signal (Ctrl-C,
+out, the halt and its reasons, the end); --follow adds each node's confirmation and soak, and a
+progress line — the time left in the window or the soak, and whose heartbeat it waits for once a
+soak is over — when that changes, else every 10s; --json writes the same as one JSON event per
+line. Stopped by a signal (Ctrl-C,
 SIGTERM) it stops driving and releases its lease: the rollout pauses (nodes already targeted
 carry on) and ` + "`mesh-release rollout resume`" + ` continues it; that exits 1, so that a script
 waiting for the rollout does not take a pause for its end.`
@@ -149,7 +152,7 @@ func (f *rolloutFlags) registerOutput(fs *flag.FlagSet, getenv func(string) stri
 	f.key.register(fs, true)
 	f.bus.register(fs, getenv)
 	fs.DurationVar(&f.lease, "lease", rollout.DefaultLease, "hold the rollout this long without renewing; another controller may take it over after")
-	fs.BoolVar(&f.follow, "follow", false, "also print each node's confirmation and a progress line every 2s")
+	fs.BoolVar(&f.follow, "follow", false, "also print each node's confirmation and soak, and the batch's progress when it changes (at least every 10s)")
 	fs.BoolVar(&f.asJSON, "json", false, "write one JSON event per line instead of text")
 }
 

@@ -1,0 +1,131 @@
+package rollout
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// quietProgress is how many Progress intervals go by without an event while nothing but the
+// clock changes: a soak of minutes is a few lines with the time left, not one every interval.
+const quietProgress = 5
+
+// progressView is what a progress event says of the batch in progress.
+type progressView struct {
+	confirmed, soaked, nodes int
+	elapsed, windowLeft      time.Duration
+	// soaking are the confirmed nodes still in their soak by the controller's clock, soakLeft
+	// the time until the last of them is through it.
+	soaking  int
+	soakLeft time.Duration
+	// waiting are the nodes whose soak is over by the clock but not yet shown: their next
+	// heartbeat must show the uptime (at most maxListed; waitingN counts them all). For one,
+	// heardAgo is since its last heartbeat and every how often it heartbeats (0: unknown).
+	waiting  []string
+	waitingN int
+	heardAgo time.Duration
+	every    time.Duration
+	busAway  bool
+}
+
+// gist is what the view says beyond the clock: an event is due when it changes.
+func (v progressView) gist() string {
+	return fmt.Sprintf("%d/%d/%d soaking %d waiting %d %v away %v", v.confirmed, v.soaked, v.nodes, v.soaking, v.waitingN, v.waiting, v.busAway)
+}
+
+// progressSaid is the last progress event emitted: its gist, and when.
+type progressSaid struct {
+	gist string
+	at   time.Time
+}
+
+// due reports whether a progress event of gist is to be emitted at now: it says something new,
+// or the last one is quiet old.
+func (p progressSaid) due(gist string, now time.Time, quiet time.Duration) bool {
+	return p.at.IsZero() || gist != p.gist || now.Sub(p.at) >= quiet
+}
+
+// progress emits EventProgress when due (every is Config.Progress).
+func (r *runner) progress(now time.Time, every time.Duration) {
+	r.lastProgress = now
+	v := r.progressView(now)
+	gist := v.gist()
+	if !r.said.due(gist, now, quietProgress*every) {
+		return
+	}
+	r.said = progressSaid{gist: gist, at: now}
+	i := r.st.Current
+	ev := Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
+		Nodes: v.nodes, Confirmed: v.confirmed, Soaked: v.soaked, ElapsedS: v.elapsed.Seconds(), WindowLeftS: v.windowLeft.Seconds(),
+		Waiting: v.waiting, Message: progressMessage(r.st, i, v)}
+	if v.soaking > 0 {
+		ev.SoakLeftS = v.soakLeft.Seconds()
+	}
+	r.c.emit(&r.st, ev)
+}
+
+func (r *runner) progressView(now time.Time) progressView {
+	i := r.st.Current
+	started := r.st.Batches[i].Started
+	v := progressView{confirmed: r.confirmedN, soaked: r.soakedN, nodes: r.judgedN, elapsed: now.Sub(started),
+		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp}
+	for _, n := range r.st.BatchNodes(i) {
+		t := r.tracks[n]
+		if !t.judged() || !t.confirmed || t.soaked || t.trouble != nil {
+			continue
+		}
+		if left := t.soakLeft(r.soak, now); left > 0 {
+			v.soaking++
+			v.soakLeft = max(v.soakLeft, left)
+			continue
+		}
+		if v.waitingN++; v.waitingN == 1 {
+			v.heardAgo = now.Sub(t.last.Heard)
+			if !t.prevHeard.IsZero() {
+				v.every = t.last.Heard.Sub(t.prevHeard)
+			}
+		}
+		if len(v.waiting) < maxListed {
+			v.waiting = append(v.waiting, n)
+		}
+	}
+	return v
+}
+
+// soakLeft is how much of its soak a confirmed node has left by the controller's clock: the
+// soak less the uptime its heartbeats showed since it confirmed and the time since the last.
+// Only a heartbeat ends it (the node's own uptime is what is judged), so at 0 the node waits
+// for its next one.
+func (t *track) soakLeft(soak time.Duration, now time.Time) time.Duration {
+	return soak - time.Duration(t.lastUptime-t.firstUptime)*time.Second - now.Sub(t.last.Heard)
+}
+
+// progressMessage says v in one line: "batch 1/3 (canary): 1/2 confirmed, 0/2 soaked; 40s
+// elapsed, 9m20s left in the window; about 1m20s of the soak left".
+func progressMessage(st State, i int, v progressView) string {
+	m := fmt.Sprintf("%s: %d/%d confirmed, %d/%d soaked; %s elapsed", batchLabel(st, i), v.confirmed, v.nodes, v.soaked, v.nodes, human(v.elapsed))
+	if v.confirmed < v.nodes {
+		m += fmt.Sprintf(", %s left in the window", human(v.windowLeft))
+	}
+	if v.soaking > 0 {
+		m += fmt.Sprintf("; about %s of the soak left", human(v.soakLeft))
+	}
+	if v.waitingN > 0 {
+		names := strings.Join(v.waiting, ", ")
+		if more := v.waitingN - len(v.waiting); more > 0 {
+			names += fmt.Sprintf(" and %d more", more)
+		}
+		m += "; soak over, waiting for the next heartbeat of " + names
+		if v.waitingN == 1 {
+			m += fmt.Sprintf(" (last heard %s ago", human(v.heardAgo))
+			if v.every > 0 {
+				m += fmt.Sprintf(", every %s", human(v.every))
+			}
+			m += ")"
+		}
+	}
+	if v.busAway {
+		m += "; judging paused: the bus is away"
+	}
+	return m
+}
