@@ -14,8 +14,18 @@ import (
 type delivery struct {
 	d       *deliver.Deliverer
 	latest  deliver.Latest
-	cancel  context.CancelFunc
-	version string // what is being delivered, or was last
+	cancel  context.CancelFunc // of the delivery in progress; nil once it ended
+	version string             // what is being delivered, or was last
+	run     uint64             // numbers deliveries: one that ends clears only its own cancel
+	refused refusal            // the last refusal a delivery recorded
+}
+
+// refusal is a delivery's refusal as recorded: the same one for the same target (it arrives
+// again after every reconnect) is not recorded twice.
+type refusal struct {
+	version  string
+	revision uint64
+	reason   string
 }
 
 // newDelivery makes the deliverer when the host has a link and trusts at least one release key.
@@ -44,7 +54,11 @@ func (h *Host) newDelivery() (*delivery, error) {
 }
 
 // deliverTarget starts delivering version unless it is already on disk or on its way. A staged
-// version makes the host check whether to stand aside; a refusal is recorded and reported.
+// version makes the host check whether to stand aside and settles the target refusals it put
+// right; a refusal is recorded and reported. A delivery that ended, refused or not, leaves
+// nothing behind that keeps the next target of the version from being tried: the deliverer
+// remembers a refusal for the manifest's bytes, so the same bytes are refused again unfetched
+// (at the new target's revision) and a new manifest is delivered.
 func (h *Host) deliverTarget(ctx context.Context, version string, revision uint64) {
 	if version != "" && version != h.opts.Version {
 		// A withdrawn version, and one this node marked bad, is refused whatever is on disk
@@ -76,6 +90,8 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 		dl.cancel()
 	}
 	dctx, cancel := context.WithCancel(ctx)
+	dl.run++
+	run := dl.run
 	dl.cancel, dl.version = cancel, version
 	h.wg.Add(1)
 	go func() {
@@ -84,13 +100,33 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 			dl.latest.Report(p)
 			h.heartbeatSoon()
 		})
+		// Ended before its outcome is acted on, so a target arriving meanwhile starts anew.
+		h.mu.Lock()
+		if dl.run == run {
+			dl.cancel = nil
+		}
+		h.mu.Unlock()
+		cancel()
+		rctx := context.WithoutCancel(dctx)
 		switch {
 		case err == nil:
 			h.log.Info("staged the target version; standing aside once no reconcile is running", "target", version)
+			if err := h.store.SettleRefusals(rctx, "target", revision); err != nil {
+				h.log.Warn("could not forget the target refusals the delivered version put right", "err", err)
+			}
 			h.recheckSoon()
 		case errors.Is(err, context.Canceled):
 		default:
-			h.refuse(context.WithoutCancel(dctx), "target", revision, err.Error())
+			r := refusal{version: version, revision: revision, reason: err.Error()}
+			h.mu.Lock()
+			again := dl.refused == r
+			dl.refused = r
+			h.mu.Unlock()
+			if again {
+				h.log.Debug("the target arrived again and is refused as before", "target", version, "revision", revision)
+				return
+			}
+			h.refuse(rctx, "target", revision, r.reason)
 		}
 	}()
 }

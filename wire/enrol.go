@@ -160,6 +160,38 @@ func NewTokenSecret(random [tokenSecretBytes]byte) string {
 	return base64.RawURLEncoding.EncodeToString(random[:])
 }
 
+// TokenTTLTag starts the tag of a token user's JWT that says the lifetime the token was made
+// with (a Go duration, "1m0s"): the node reads it to say why an expired token is refused, when
+// the server refuses the token user before the service can. The token's JSON stays as it was,
+// so that an older mesh-host still reads a newer token.
+const TokenTTLTag = "mesh-enrol-ttl:"
+
+// TokenExpired is the refusal of a token used after it expired at expires, made for node (""
+// any node) with lifetime ttl (0: not known), worded the same whichever side decides it: the
+// node, when the server refused the token user, or the enrolment service.
+func TokenExpired(expires time.Time, node string, ttl time.Duration) string {
+	made := "made for any node"
+	if node != "" {
+		made = "made for " + node
+	}
+	if ttl > 0 {
+		made += ", ttl " + ShortDuration(ttl)
+	}
+	return fmt.Sprintf("this token expired at %s (%s): make a new one with mesh-release enrol-token", expires.UTC().Format(time.RFC3339), made)
+}
+
+// ShortDuration writes d as a flag is given, without zero units: 1m, 1h, 1h30m, 90s as 1m30s.
+func ShortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // TokenKey is the enrolment bucket's key of the token id.
 func TokenKey(id string) string { return "token." + id }
 

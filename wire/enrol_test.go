@@ -223,3 +223,24 @@ func TestTokenInboxPrefixIsNotANodesInbox(t *testing.T) {
 		t.Fatalf("TokenInboxPrefix = %q", p)
 	}
 }
+
+// An expired token's refusal names when, for which node and with what lifetime, written as
+// --ttl takes it.
+func TestTokenExpiredSaysWhenForWhomAndTheLifetime(t *testing.T) {
+	at := time.Date(2026, 12, 1, 21, 40, 5, 0, time.FixedZone("CET", 3600))
+	for _, tc := range []struct {
+		node string
+		ttl  time.Duration
+		want string
+	}{
+		{"web-01", time.Minute, "this token expired at 2026-12-01T20:40:05Z (made for web-01, ttl 1m): make a new one with mesh-release enrol-token"},
+		{"", time.Hour, "this token expired at 2026-12-01T20:40:05Z (made for any node, ttl 1h): make a new one with mesh-release enrol-token"},
+		{"db-2", 90 * time.Second, "this token expired at 2026-12-01T20:40:05Z (made for db-2, ttl 1m30s): make a new one with mesh-release enrol-token"},
+		{"db-2", 720*time.Hour + 30*time.Minute, "this token expired at 2026-12-01T20:40:05Z (made for db-2, ttl 720h30m): make a new one with mesh-release enrol-token"},
+		{"db-2", 0, "this token expired at 2026-12-01T20:40:05Z (made for db-2): make a new one with mesh-release enrol-token"},
+	} {
+		if got := TokenExpired(at, tc.node, tc.ttl); got != tc.want {
+			t.Errorf("TokenExpired(%q, %s) = %q, want %q", tc.node, tc.ttl, got, tc.want)
+		}
+	}
+}

@@ -9,8 +9,9 @@
 //     archive matched the signed size and digest, the extractor found exactly one regular file,
 //     that file matched the signed binary digest, and its preflight printed the version;
 //   - the digest of the binary is recorded before its directory appears, so Choose checks it;
-//   - a refused release is not fetched again while its manifest is unchanged, and failures that
-//     may pass are retried with exponential backoff and jitter, never in a loop;
+//   - a refused release is not fetched again while the manifest under its version holds the
+//     same bytes (a new manifest, another digest or signature, is tried), and failures that may
+//     pass are retried with exponential backoff and jitter, never in a loop;
 //   - a fetch that stalls (no bytes for FetchStall) or runs past its bound (FetchStall +
 //     size/FetchMinRate) fails as a bus failure and is retried; it has no hidden deadline;
 //   - free space is checked for what the release needs — before fetching for the archive and
@@ -97,7 +98,7 @@ type Deliverer struct {
 
 // attempt is what Deliver remembers about a version between calls.
 type attempt struct {
-	revision uint64 // manifest KV revision a permanent refusal was found in
+	manifest digest.Digest // of the manifest's bytes a permanent refusal was found in ("": before reading it)
 	err      *Error
 	failures int       // failures in a row that may pass
 	retryAt  time.Time // no new attempt before this
@@ -152,7 +153,8 @@ func (d *Deliverer) Have(version string) bool {
 // Deliver makes one attempt to stage version into versions/<version>. It returns nil when the
 // version is there (already, or now), or an *Error saying what was wrong:
 //   - a permanent refusal (Kind.Permanent) is remembered: calling again returns it after one
-//     read of the manifest's KV entry, without fetching, until that entry changes;
+//     read of the manifest's KV entry, without fetching, until that entry holds other bytes
+//     (the same bytes put again are the same release, refused the same way);
 //   - any other failure sets Error.RetryAt by the backoff; calling again before then returns the
 //     same error and does nothing.
 //
@@ -181,16 +183,16 @@ func (d *Deliverer) Deliver(ctx context.Context, version string, progress func(P
 	if a != nil && !a.err.Kind.Permanent() && time.Now().Before(a.retryAt) {
 		return a.err
 	}
-	rev, err := d.attempt(ctx, version, a, progress)
+	manifest, err := d.attempt(ctx, version, a, progress)
 	if ctx.Err() != nil && err != nil {
 		return ctx.Err() // shutting down or the target changed: not a failure of the release
 	}
-	return d.remember(version, rev, err)
+	return d.remember(version, manifest, err)
 }
 
-// remember keeps err's outcome for the next call and logs it. rev is the manifest's KV
-// revision a permanent refusal was found in (0 when it was found before reading it).
-func (d *Deliverer) remember(version string, rev uint64, err error) error {
+// remember keeps err's outcome for the next call and logs it. manifest is the digest of the
+// manifest's bytes a permanent refusal was found in ("" when it was found before reading it).
+func (d *Deliverer) remember(version string, manifest digest.Digest, err error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err == nil {
@@ -206,7 +208,7 @@ func (d *Deliverer) remember(version string, rev uint64, err error) error {
 		if prev == nil || prev.err.Error() != e.Error() {
 			d.cfg.Log.Warn("host version refused", "version", version, "kind", string(e.Kind), "err", e.Err)
 		}
-		d.seen[version] = &attempt{revision: rev, err: e}
+		d.seen[version] = &attempt{manifest: manifest, err: e}
 		return e
 	}
 	n := 1
@@ -221,33 +223,34 @@ func (d *Deliverer) remember(version string, rev uint64, err error) error {
 }
 
 // attempt is one try: manifest, checks, fetch, extract, preflight, commit. It returns the
-// manifest's KV revision with the outcome.
-func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, progress func(Progress)) (uint64, error) {
+// digest of the manifest's bytes with the outcome.
+func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, progress func(Progress)) (digest.Digest, error) {
 	if err := d.withdrawn(version); err != nil {
-		return 0, err
+		return "", err
 	}
 	bad, reason, err := d.cfg.Records.IsBad(ctx, version)
 	if err != nil {
-		return 0, &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("read the records: %w", err)}
+		return "", &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("read the records: %w", err)}
 	}
 	if bad {
-		return 0, refuse(version, KindMarkedBad, "this node marked it bad (%s); it is never staged here again — publish a fixed version", reason)
+		return "", refuse(version, KindMarkedBad, "this node marked it bad (%s); it is never staged here again — publish a fixed version", reason)
 	}
 	kv, err := d.cfg.JS.KeyValue(ctx, d.cfg.Names.Releases())
 	if err != nil {
-		return 0, &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("open KV %s: %w", d.cfg.Names.Releases(), err)}
+		return "", &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("open KV %s: %w", d.cfg.Names.Releases(), err)}
 	}
 	entry, err := kv.Get(ctx, version)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, refuse(version, KindNotPublished, "no manifest under %s in KV %s; publish it with `mesh-release publish`", version, d.cfg.Names.Releases())
+		return "", refuse(version, KindNotPublished, "no manifest under %s in KV %s; publish it with `mesh-release publish`", version, d.cfg.Names.Releases())
 	}
 	if err != nil {
-		return 0, &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("read the manifest from KV %s: %w", d.cfg.Names.Releases(), err)}
+		return "", &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("read the manifest from KV %s: %w", d.cfg.Names.Releases(), err)}
 	}
-	if prev != nil && prev.err.Kind.Permanent() && prev.revision == entry.Revision() {
-		return prev.revision, prev.err // refused before, and the manifest has not changed: do not fetch again
+	manifest := digest.FromBytes(entry.Value())
+	if prev != nil && prev.err.Kind.Permanent() && prev.manifest == manifest {
+		return manifest, prev.err // refused before, and the manifest has the same bytes: do not fetch again
 	}
-	return entry.Revision(), d.stage(ctx, version, entry.Value(), progress)
+	return manifest, d.stage(ctx, version, entry.Value(), progress)
 }
 
 // withdrawn is the refusal of a withdrawn version, or nil.

@@ -421,6 +421,49 @@ func TestDeliverDoesNotFetchARefusedReleaseAgain(t *testing.T) {
 	}
 }
 
+// A refusal is remembered for the manifest's bytes, not its KV revision: the same bytes put
+// again are the same release, refused unfetched; another manifest (here the same archive signed
+// again with another creation time) is tried.
+func TestDeliverRemembersARefusalForTheManifestsBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(m *wire.Manifest) // nil: the same bytes
+		fetched bool
+	}{
+		{name: "the same manifest put again under a new revision", fetched: false},
+		{name: "another manifest of the same archive", edit: func(m *wire.Manifest) {
+			m.Created = time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC).Format(time.RFC3339)
+		}, fetched: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			bin := fakehost(t, v1, "fail", runtime.GOARCH)
+			m := h.release(v1, bin)
+			first := h.d.Deliver(t.Context(), v1, nil)
+			var e *Error
+			if !errors.As(first, &e) || e.Kind != KindPreflight {
+				t.Fatalf("got %v", first)
+			}
+			if tc.edit != nil {
+				tc.edit(&m)
+				h.sign(&m)
+			}
+			h.put(v1, m, nil)
+			var log progressLog
+			again := h.d.Deliver(t.Context(), v1, log.report)
+			if fetched := log.states()[StateFetching] > 0; fetched != tc.fetched {
+				t.Errorf("fetched again: %v, want %v (progress %v)", fetched, tc.fetched, log.p)
+			}
+			if !errors.As(again, &e) || e.Kind != KindPreflight {
+				t.Errorf("got %v, want the preflight refused again", again)
+			}
+			if remembered := again == first; remembered == tc.fetched {
+				t.Errorf("the remembered refusal returned: %v, want %v", remembered, !tc.fetched)
+			}
+		})
+	}
+}
+
 func TestDeliverTriesAgainWhenTheManifestChanges(t *testing.T) {
 	h := newHarness(t, nil)
 	h.release(v1, fakehost(t, v1, "fail", runtime.GOARCH))

@@ -14,8 +14,9 @@ import (
 type Kind string
 
 // Refusals of the release itself. They are permanent for the manifest they were found in:
-// Deliver remembers them and returns them again without fetching, until the manifest under
-// that version changes (a new KV revision) or the host restarts.
+// Deliver remembers them and returns them again without fetching while the manifest under that
+// version holds the same bytes, and tries again once it holds others (another digest or
+// signature) or the host restarts.
 const (
 	KindInvalidVersion  Kind = "invalid-version"  // the target is not a version like v1.4.0
 	KindMarkedBad       Kind = "marked-bad"       // this node's records mark the version bad

@@ -52,6 +52,8 @@ type Options struct {
 	Timeout time.Duration
 	// Name is how the connection is named on the server; default "mesh-host enrol <node>".
 	Name string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
 }
 
 // Result is what an enrolment wrote.
@@ -71,6 +73,17 @@ type RefusedError struct{ Code, Reason string }
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("the enrolment service refused (%s): %s", e.Code, e.Reason)
 }
+
+// ExpiredError is a token the server refused after it expired: the token user's JWT expires
+// with the token, so the server refuses the connection before the enrolment service can say
+// why, and the node says it from the token.
+type ExpiredError struct {
+	Expires time.Time
+	Node    string        // the node the token was made for ("": any)
+	TTL     time.Duration // the token's lifetime (0: not known)
+}
+
+func (e *ExpiredError) Error() string { return wire.TokenExpired(e.Expires, e.Node, e.TTL) }
 
 // PinError is a server whose TLS chain holds no certificate with the token's CA fingerprint:
 // not this mesh's server, or a token from another mesh.
@@ -157,8 +170,12 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	if o.Name == "" {
 		o.Name = "mesh-host enrol " + o.Node
 	}
-	// Expiry is the service's to judge, by its clock: a node's clock may be wrong before it
-	// has ever synchronised.
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	// Expiry is the server's and the service's to judge, by their clocks: a node's clock may be
+	// wrong before it has ever synchronised, so an expiry past by this clock alone refuses
+	// nothing; it only names why the server refused the token user.
 	// Check the root and its host.json before anything is spent.
 	if err := os.MkdirAll(o.Root, 0o700); err != nil {
 		return Result{}, fmt.Errorf("enrol: %w", err)
@@ -199,6 +216,9 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
 			return Result{}, err // the service answered: another URL reaches the same service
+		}
+		if authRefused(err) && !o.Now().Before(tok.Expires) {
+			return Result{}, &ExpiredError{Expires: tok.Expires, Node: tok.Node, TTL: tokenTTL(tokenJWT)}
 		}
 		errs = append(errs, err)
 	}
@@ -270,6 +290,9 @@ func ask(ctx context.Context, u string, tok wire.EnrolToken, o Options, req []by
 		if pinErr != nil {
 			return wire.EnrolReply{}, pinErr
 		}
+		if authRefused(err) {
+			return wire.EnrolReply{}, &authError{shown: shown, err: rollback.RedactError(err)}
+		}
 		return wire.EnrolReply{}, fmt.Errorf("connect to %s: %w", shown, rollback.RedactError(err))
 	}
 	defer nc.Close()
@@ -291,6 +314,42 @@ func ask(ctx context.Context, u string, tok wire.EnrolToken, o Options, req []by
 		return wire.EnrolReply{}, fmt.Errorf("%s: %w", shown, err)
 	}
 	return reply, nil
+}
+
+// authError is the server refusing the token user's credentials at connect.
+type authError struct {
+	shown string
+	err   error
+}
+
+func (e *authError) Error() string { return fmt.Sprintf("connect to %s: %v", e.shown, e.err) }
+func (e *authError) Unwrap() error { return e.err }
+
+// authRefused reports whether err is the server refusing the token user (its JWT expired or
+// is not one the server accepts), not a failure to reach it.
+func authRefused(err error) bool {
+	var ae *authError
+	return errors.As(err, &ae) || errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired)
+}
+
+// tokenTTL is the lifetime the token user's JWT was made with: its wire.TokenTTLTag, else its
+// expiry less its issue time (a token from a mesh-release that did not tag it), else 0.
+func tokenTTL(tokenJWT string) time.Duration {
+	uc, err := jwt.DecodeUserClaims(tokenJWT)
+	if err != nil {
+		return 0
+	}
+	for _, tag := range uc.Tags {
+		if v, ok := strings.CutPrefix(tag, wire.TokenTTLTag); ok {
+			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+				return d
+			}
+		}
+	}
+	if uc.Expires > uc.IssuedAt && uc.IssuedAt > 0 {
+		return time.Duration(uc.Expires-uc.IssuedAt) * time.Second
+	}
+	return 0
 }
 
 // verifyPinned accepts a chain that holds a certificate whose DER has SHA-256 pin, and whose

@@ -229,6 +229,16 @@ func (s *Store) RecordRefusal(ctx context.Context, what string, revision uint64,
 	return s.wrapCommit("record refusal", tx.Commit())
 }
 
+// SettleRefusals forgets the refusals of what at revisions up to through: what they refused was
+// replaced by, or put right in, the value at through, which the host took. The heartbeat reports
+// the last refusal, and one no longer true must not stay in it.
+func (s *Store) SettleRefusals(ctx context.Context, what string, through uint64) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM refusals WHERE what = ? AND revision <= ?`, what, int64(through)); err != nil {
+		return s.wrap("settle refusals", err)
+	}
+	return nil
+}
+
 // LastRefusal returns the most recent refusal; ok is false when there is none.
 func (s *Store) LastRefusal(ctx context.Context) (r Refusal, ok bool, err error) {
 	var rev, at int64

@@ -67,6 +67,37 @@ func TestStoreRefusalLeavesTheHeldDeclaration(t *testing.T) {
 	}
 }
 
+// Settling the target refusals up to a revision forgets those and only those: the heartbeat's
+// last refusal is then the one still true.
+func TestSettlingTargetRefusalsForgetsOnlyThoseUpToTheRevision(t *testing.T) {
+	ctx := t.Context()
+	s, _ := openTemp(t)
+	for _, r := range []struct {
+		what string
+		rev  uint64
+	}{{"target", 3}, {"declaration", 4}, {"target", 5}, {"target", 9}} {
+		if err := s.RecordRefusal(ctx, r.what, r.rev, "refused"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		through  uint64
+		wantWhat string
+		wantRev  uint64
+	}{
+		{through: 5, wantWhat: "target", wantRev: 9},
+		{through: 9, wantWhat: "declaration", wantRev: 4},
+	} {
+		if err := s.SettleRefusals(ctx, "target", tc.through); err != nil {
+			t.Fatal(err)
+		}
+		r, ok, err := s.LastRefusal(ctx)
+		if err != nil || !ok || r.What != tc.wantWhat || r.Revision != tc.wantRev {
+			t.Errorf("after settling targets through %d: last refusal %+v ok %v err %v; want %s at %d", tc.through, r, ok, err, tc.wantWhat, tc.wantRev)
+		}
+	}
+}
+
 func TestStoreRecordsEveryReconcile(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTemp(t)

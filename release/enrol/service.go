@@ -233,7 +233,7 @@ func (s *Service) enrol(ctx context.Context, data []byte) (wire.EnrolReply, *ref
 	}
 	now := s.cfg.Now().UTC()
 	if !now.Before(rec.Expires) {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "token %s expired at %s; make a new one with `mesh-release enrol-token`", tok.ID, rec.Expires.Format(time.RFC3339))
+		return wire.EnrolReply{}, refuse(CodeForbidden, "%s", wire.TokenExpired(rec.Expires, rec.Node, rec.Expires.Sub(rec.IssuedAt)))
 	}
 	if rec.UsedAt != nil {
 		return wire.EnrolReply{}, refuse(CodeConflict, "token %s was already used at %s (by node %s); a token enrols one node, once", tok.ID, rec.UsedAt.Format(time.RFC3339), rec.UsedBy)

@@ -225,7 +225,7 @@ func TestEnrolRefuses(t *testing.T) {
 		e.clock.add(DefaultTTL + time.Second)
 		defer e.clock.add(-DefaultTTL - time.Second)
 		_, err := e.enrol(wire.EnrolRequest{Token: tok.Token, Node: "n-exp", PublicKey: pub})
-		wantRefused(t, err, CodeForbidden, "expired at")
+		wantRefused(t, err, CodeForbidden, "this token expired at "+tok.Expires.UTC().Format(time.RFC3339)+" (made for n-exp, ttl 1h): make a new one with mesh-release enrol-token")
 	})
 	t.Run("altered token", func(t *testing.T) {
 		// A longer life is what a thief would change: same id, same secret, a later expiry.

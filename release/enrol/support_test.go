@@ -47,7 +47,7 @@ func (f *fakeStore) NodeUser(names wire.Names, node, userPub string) (string, er
 	return c.Encode(f.account)
 }
 
-func (f *fakeStore) TokenUser(names wire.Names, expires time.Time) (string, string, error) {
+func (f *fakeStore) TokenUser(names wire.Names, expires time.Time, ttl time.Duration) (string, string, error) {
 	u, err := nkeys.CreateUser()
 	if err != nil {
 		return "", "", err
@@ -56,6 +56,7 @@ func (f *fakeStore) TokenUser(names wire.Names, expires time.Time) (string, stri
 	seed, _ := u.Seed()
 	c := jwt.NewUserClaims(pub)
 	c.Expires = expires.Unix()
+	c.Tags.Add(wire.TokenTTLTag + ttl.String())
 	c.Pub.Allow.Add(names.EnrolSubject())
 	c.Sub.Allow.Add(wire.TokenInboxPrefix(pub) + ".>")
 	tok, err := c.Encode(f.account)

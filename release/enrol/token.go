@@ -30,8 +30,9 @@ type Store interface {
 	// permissions a node has.
 	NodeUser(names wire.Names, node, userPub string) (jwt string, err error)
 	// TokenUser makes a user, expiring at expires, that may only request names.EnrolSubject()
-	// and receive on its inbox wire.TokenInboxPrefix(userPub); creds is its .creds text.
-	TokenUser(names wire.Names, expires time.Time) (creds string, userPub string, err error)
+	// and receive on its inbox wire.TokenInboxPrefix(userPub); creds is its .creds text. Its JWT
+	// is tagged wire.TokenTTLTag with ttl, the token's lifetime.
+	TokenUser(names wire.Names, expires time.Time, ttl time.Duration) (creds string, userPub string, err error)
 	// Revoke adds userPub to the account's revocations as of at and pushes the account JWT
 	// through nc, a system account connection.
 	Revoke(ctx context.Context, nc *nats.Conn, userPub string, at time.Time) error
@@ -130,7 +131,7 @@ func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names 
 	}
 	now := o.Now().UTC().Truncate(time.Second)
 	expires := now.Add(o.TTL)
-	creds, _, err := store.TokenUser(names, expires)
+	creds, _, err := store.TokenUser(names, expires, o.TTL)
 	if err != nil {
 		return Issued{}, fmt.Errorf("enrolment token: make its user: %w", err)
 	}

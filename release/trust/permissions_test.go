@@ -387,7 +387,7 @@ func TestTokenUserMayOnlyRequestEnrolment(t *testing.T) {
 	if err := m.admin.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	creds, pub, err := m.store.TokenUser(n, time.Now().Add(time.Hour))
+	creds, pub, err := m.store.TokenUser(n, time.Now().Add(time.Hour), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestTokenUserMayOnlyRequestEnrolment(t *testing.T) {
 // A token's user stops being admitted when the token expires: the server disconnects it.
 func TestTokenUserIsDisconnectedWhenItExpires(t *testing.T) {
 	m := startMesh(t)
-	creds, pub, err := m.store.TokenUser(m.names, time.Now().Add(2*time.Second))
+	creds, pub, err := m.store.TokenUser(m.names, time.Now().Add(2*time.Second), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

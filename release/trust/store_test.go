@@ -336,7 +336,7 @@ func TestTokenUserExpiresWithTheTokenAndMayOnlyRequestEnrolment(t *testing.T) {
 	}
 	n := wire.NamesFor("")
 	expires := time.Now().Add(time.Hour).Truncate(time.Second)
-	creds, pub, err := s.TokenUser(n, expires)
+	creds, pub, err := s.TokenUser(n, expires, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestTokenUserExpiresWithTheTokenAndMayOnlyRequestEnrolment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uc.Subject != pub || uc.Expires != expires.Unix() || !slices.Contains([]string(uc.Tags), TokenTag) {
+	if uc.Subject != pub || uc.Expires != expires.Unix() || !slices.Contains([]string(uc.Tags), TokenTag) || !slices.Contains([]string(uc.Tags), wire.TokenTTLTag+"1h0m0s") {
 		t.Errorf("claims: subject %s (want %s) expires %d (want %d) tags %v", uc.Subject, pub, uc.Expires, expires.Unix(), uc.Tags)
 	}
 	if uc.Issuer != s.NodesSigningPublicKey() || uc.IssuerAccount != s.NodesAccountPublicKey() {
@@ -362,11 +362,11 @@ func TestTokenUserExpiresWithTheTokenAndMayOnlyRequestEnrolment(t *testing.T) {
 	} else if p, _ := kp.PublicKey(); p != pub {
 		t.Errorf("the seed in the creds is %s's, not %s's", p, pub)
 	}
-	_, pub2, err := s.TokenUser(n, expires)
+	_, pub2, err := s.TokenUser(n, expires, time.Hour)
 	if err != nil || pub2 == pub {
 		t.Errorf("a second token user: %s, %v; want a new key", pub2, err)
 	}
-	if _, _, err := s.TokenUser(n, time.Now().Add(-time.Second)); err == nil {
+	if _, _, err := s.TokenUser(n, time.Now().Add(-time.Second), time.Minute); err == nil {
 		t.Error("signed a token user that has already expired")
 	}
 }

@@ -31,7 +31,7 @@ func (s *Store) NodeUser(names wire.Names, node, userPub string) (string, error)
 // signed by its signing key: its JWT expires at
 // expires and allows only TokenPermissions. It returns the user as a .creds text, and its public
 // key (what TokenInboxPrefix and Revoke take).
-func (s *Store) TokenUser(names wire.Names, expires time.Time) (creds, userPub string, err error) {
+func (s *Store) TokenUser(names wire.Names, expires time.Time, ttl time.Duration) (creds, userPub string, err error) {
 	if !expires.After(time.Now()) {
 		return "", "", fmt.Errorf("trust: an enrolment token's user must expire in the future, not at %s", expires.UTC().Format(time.RFC3339))
 	}
@@ -40,7 +40,7 @@ func (s *Store) TokenUser(names wire.Names, expires time.Time) (creds, userPub s
 		return "", "", fmt.Errorf("trust: token user key: %w", err)
 	}
 	userPub, _ = user.PublicKey()
-	text, err := signUser(s.nodesSigning, s.nodesPub, userPub, "enrolment token", []string{TokenTag}, TokenPermissions(names, userPub), expires.Unix())
+	text, err := signUser(s.nodesSigning, s.nodesPub, userPub, "enrolment token", []string{TokenTag, wire.TokenTTLTag + ttl.String()}, TokenPermissions(names, userPub), expires.Unix())
 	if err != nil {
 		return "", "", fmt.Errorf("trust: sign a token user: %w", err)
 	}
