@@ -38,6 +38,55 @@ func Cut(s string, max int) string {
 
 func cutMarker(n int) string { return fmt.Sprintf(" …[cut %d bytes]", n) }
 
+// middleMarker joins what CutMiddle keeps.
+const middleMarker = " … "
+
+// wordSnap is how far CutMiddle looks for a space to cut at, so as not to cut a word in two.
+const wordSnap = 16
+
+// CutMiddle returns s if it is at most max bytes long; otherwise its head and its tail joined by
+// " … ", the whole at most max bytes. The tail gets the larger share: an error's end often says
+// what to do ("…: declare it as a directory resource before this one"), its start what failed.
+// Each part is cut on a UTF-8 boundary, and at a space when one is within a few bytes. A max too
+// small for the marker gets the head alone, as Cut.
+func CutMiddle(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	budget := max - len(middleMarker)
+	if budget < 2 {
+		return Cut(s, max)
+	}
+	tailLen := budget * 3 / 5
+	// The head is s[:h]: back to a rune boundary, then to a space if one is near.
+	h := budget - tailLen
+	for h > 0 && !utf8.RuneStart(s[h]) {
+		h--
+	}
+	if s[h] != ' ' {
+		lo := h - wordSnap
+		if lo < 1 {
+			lo = 1
+		}
+		if lo < h {
+			if i := strings.LastIndexByte(s[lo:h], ' '); i >= 0 {
+				h = lo + i
+			}
+		}
+	}
+	// The tail is s[t:]: on to a rune boundary, then past a space if one is near.
+	t := len(s) - tailLen
+	for t < len(s) && !utf8.RuneStart(s[t]) {
+		t++
+	}
+	if hi := min(t+wordSnap, len(s)-1); s[t-1] != ' ' && t < hi {
+		if i := strings.IndexByte(s[t:hi], ' '); i >= 0 {
+			t += i + 1
+		}
+	}
+	return strings.TrimRight(s[:h], " ") + middleMarker + strings.TrimLeft(s[t:], " ")
+}
+
 // Printable returns s with everything that could drive a terminal or hide text written as a
 // visible escape: control characters (newlines and tabs too, so one field stays one line), DEL,
 // the C1 controls, Unicode line and paragraph separators and bidirectional overrides; invalid

@@ -153,10 +153,10 @@ func TestFleetRowsPutSilentNodesFirst(t *testing.T) {
 	for _, r := range rows {
 		order = append(order, r.Node)
 	}
-	if got := strings.Join(order, ","); got != "b,e,d,a,c" {
-		t.Fatalf("order = %s, want silent (b,e), unreadable (d), then the rest", got)
+	if got := strings.Join(order, ","); got != "b,e,d,c,a" {
+		t.Fatalf("order = %s, want silent (b,e), unreadable (d), in trouble (c, its reconcile failing), then the rest", got)
 	}
-	if !rows[0].Silent || rows[3].Silent || *rows[4].ReconcileOK || rows[4].ReconcileError == "" {
+	if !rows[0].Silent || rows[4].Silent || *rows[3].ReconcileOK || rows[3].ReconcileError == "" || rows[3].StatusKind != KindFailing {
 		t.Fatalf("rows = %+v", rows)
 	}
 	var buf bytes.Buffer

@@ -179,7 +179,7 @@ var summaryKinds = []struct {
 	{KindUnreadable, "unreadable"}, {KindStopping, "stopping"}, {KindStandingAside, "standing aside"},
 	{KindWithdrawn, "running withdrawn"}, {KindRolledBack, "rolled back"}, {KindRefused, "refused"},
 	{KindFetching, "fetching"}, {KindTargetExpired, "target expired"}, {KindRestarted, "restarting"},
-	{KindTrying, "trying"},
+	{KindTrying, "trying"}, {KindFailing, "failing"},
 }
 
 // shownWithdrawn is how many withdrawn versions the line above the table names.
@@ -230,7 +230,7 @@ func reconcileText(r Row) string {
 	case *r.ReconcileOK:
 		return "ok"
 	}
-	return "failed: " + cell(r.ReconcileError, maxTextCell)
+	return "failed: " + cellMiddle(r.ReconcileError, maxReconcileCell)
 }
 
 // Every text in a row came from the bus, where any node (or anyone who can publish on its
@@ -240,9 +240,11 @@ func reconcileText(r Row) string {
 const (
 	maxIDCell     = 48  // node, versions
 	maxStatusCell = 96  // the STATE column
-	maxTextCell   = 120 // the reconcile error or the problem
-	maxHeaderCell = 240 // the header line above the table
-	maxReasonCell = 60  // a withdrawal's reason in the line above the table
+	maxTextCell   = 120 // the problem
+	// maxReconcileCell bounds the reconcile error, cut in its middle: its end says what to do.
+	maxReconcileCell = 160
+	maxHeaderCell    = 240 // the header line above the table
+	maxReasonCell    = 60  // a withdrawal's reason in the line above the table
 )
 
 // cell is s as one bounded, printable table cell: runs of white space (newlines and tabs too)
@@ -251,6 +253,13 @@ const (
 func cell(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	return rollback.Cut(rollback.Printable(s), max)
+}
+
+// cellMiddle is cell, keeping the head and the tail of s when it is too long
+// (rollback.CutMiddle): an error says what failed first and what to do last.
+func cellMiddle(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	return rollback.CutMiddle(rollback.Printable(s), max)
 }
 
 func dash(s string) string {

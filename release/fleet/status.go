@@ -25,15 +25,16 @@ const (
 	KindTargetExpired Kind = "target-expired"
 	KindRestarted     Kind = "restarting"
 	KindTrying        Kind = "trying"
+	KindFailing       Kind = "failing"
 	KindOK            Kind = "ok"
 )
 
 // Trouble reports whether k is a node an operator should look at: it runs a withdrawn version,
-// rolled back, refused, acts on no target (it expired), restarted or runs a version not yet
-// confirmed. Such rows sort right after silent and unreadable ones.
+// rolled back, refused, acts on no target (it expired), restarted, runs a version not yet
+// confirmed or failed its last reconcile. Such rows sort right after silent and unreadable ones.
 func (k Kind) Trouble() bool {
 	switch k {
-	case KindWithdrawn, KindRolledBack, KindRefused, KindTargetExpired, KindRestarted, KindTrying:
+	case KindWithdrawn, KindRolledBack, KindRefused, KindTargetExpired, KindRestarted, KindTrying, KindFailing:
 		return true
 	}
 	return false
@@ -70,7 +71,10 @@ const RestartShownFor = 5 * time.Minute
 //  10. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
 //     within RestartShownFor — "restarting (up 3s)"; trying: running is not known_good, the
 //     version is on trial — "trying v1.2.0 (not confirmed, up 3s)".
-//  11. ok.
+//  11. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
+//     not hold on the node (the LAST RECONCILE column says why; the host tries again on its
+//     next reconcile). Before its first reconcile a node is not failing.
+//  12. ok.
 //
 // Times are UTC (with the date when not within a day of now); "up" is uptime_s plus the time
 // since the heartbeat was heard.
@@ -87,6 +91,7 @@ var rules = []struct {
 	{KindTargetExpired, targetExpired},
 	{KindRestarted, restarted},
 	{KindTrying, trying},
+	{KindFailing, failing},
 }
 
 // facts is what a node's status is judged from.
@@ -268,6 +273,17 @@ func trying(f facts) (string, bool) {
 		return "", false
 	}
 	return "trying " + version(f.hb.Running) + " (not confirmed, up " + uptime(f) + ")", true
+}
+
+func failing(f facts) (string, bool) {
+	lr := f.hb.LastReconcile
+	if lr == nil || lr.OK {
+		return "", false
+	}
+	if lr.At.IsZero() {
+		return "reconcile failed", true
+	}
+	return "reconcile failed at " + clock(lr.At, f.now, "15:04"), true
 }
 
 // maxSpanS bounds durations read from a heartbeat (a century), so none overflows.

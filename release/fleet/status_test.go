@@ -39,11 +39,18 @@ var (
 		hb.Target = "v1.2.0"
 		hb.Rollbacks = []wire.Rollback{{From: "v1.2.0", To: "v1.1.0", At: at("13:15:42"), Reason: "3 failures in 120s before confirming"}}
 	}
+	// failedReconcile is the README's newcomer's first declaration: a file in a directory it
+	// did not declare; the error ends with what to do.
+	failedReconcile = func(hb *wire.Heartbeat) {
+		hb.LastReconcile = &wire.LastReconcile{At: at("13:19:02"), Trigger: wire.TriggerDeclaration, Error: dirMissing}
+	}
 	refusedV120 = func(hb *wire.Heartbeat) {
 		hb.Target = "v1.2.0"
 		hb.Refused = &wire.Refusal{What: "target", Revision: 7, Error: "target v1.2.0 is marked bad on this node", At: at("13:16:00")}
 	}
 )
+
+const dirMissing = `resources[1] file "/srv/app/config.toml": apply: parent directory /srv/app does not exist: declare it as a directory resource before this one (the host never creates one implicitly)`
 
 func TestFleetStateSaysWhatTheNodeIsDoing(t *testing.T) {
 	for _, tc := range []struct {
@@ -136,6 +143,26 @@ func TestFleetStateSaysWhatTheNodeIsDoing(t *testing.T) {
 		}), heardAgo: 2 * time.Second, kind: KindTrying, text: "trying v1.2.0 (not confirmed, up 5s)"},
 		{name: "a first version with nothing confirmed is on trial", hb: with(func(hb *wire.Heartbeat) { hb.KnownGood, hb.UptimeS = "", 4000 }),
 			kind: KindTrying, text: "trying v1.1.0 (not confirmed, up 1h06m)"},
+		{name: "a node whose last reconcile failed is failing, not ok", hb: with(failedReconcile),
+			kind: KindFailing, text: "reconcile failed at 13:19"},
+		{name: "a reconcile failed days ago gives the date", hb: with(func(hb *wire.Heartbeat) {
+			failedReconcile(hb)
+			hb.LastReconcile.At = now.Add(-50 * time.Hour)
+		}), kind: KindFailing, text: "reconcile failed at 2026-11-27 11:20"},
+		{name: "a failed reconcile without a time is failing", hb: with(func(hb *wire.Heartbeat) {
+			failedReconcile(hb)
+			hb.LastReconcile.At = time.Time{}
+		}), kind: KindFailing, text: "reconcile failed"},
+		{name: "a failed reconcile unheard is silent, saying it", hb: with(failedReconcile), heardAgo: 2 * time.Minute,
+			kind: KindSilent, text: "SILENT since 13:18:00 (was reconcile failed at 13:19)"},
+		{name: "a rollback wins over a failed reconcile", hb: with(func(hb *wire.Heartbeat) { failedReconcile(hb); rolledBackFromV120(hb) }),
+			kind: KindRolledBack, text: "rolled back from v1.2.0 at 13:15"},
+		{name: "a version on trial whose reconcile failed is on trial", hb: with(func(hb *wire.Heartbeat) {
+			failedReconcile(hb)
+			hb.Running, hb.Target, hb.UptimeS = "v1.2.0", "v1.2.0", 3
+		}), kind: KindTrying, text: "trying v1.2.0 (not confirmed, up 3s)"},
+		{name: "a node before its first reconcile is ok", hb: with(func(hb *wire.Heartbeat) { hb.LastReconcile = nil }),
+			kind: KindOK, text: "ok"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := Entry{Node: "n", Heard: now.Add(-tc.heardAgo), Heartbeat: tc.hb, Err: tc.err}
@@ -229,12 +256,13 @@ func TestFleetRowsSortSilentThenUnreadableThenTroubleThenTheRest(t *testing.T) {
 		{Node: "g-stopping", Heard: now, Heartbeat: with(func(hb *wire.Heartbeat) { hb.State = wire.StateStopping })},
 		{Node: "h-rolled-back", Heard: now, Heartbeat: with(rolledBackFromV120)},
 		{Node: "i-silent", Heard: now.Add(-time.Hour), Err: errString("heartbeat: not json")},
+		{Node: "j-failing", Heard: now, Heartbeat: with(failedReconcile)},
 	}
 	var order []string
 	for _, r := range Rows(es, now, 0) {
 		order = append(order, r.Node)
 	}
-	want := "d-silent i-silent f-unreadable c-trying e-refused h-rolled-back a-ok b-fetching g-stopping"
+	want := "d-silent i-silent f-unreadable c-trying e-refused h-rolled-back j-failing a-ok b-fetching g-stopping"
 	if got := strings.Join(order, " "); got != want {
 		t.Errorf("order\n %s\nwant\n %s", got, want)
 	}
@@ -248,6 +276,8 @@ func TestFleetSummaryCountsEachKindWhenNotAllAreOK(t *testing.T) {
 		{Node: "n4", Heard: now, Heartbeat: with(rolledBackFromV120)},
 		{Node: "n5", Heard: now, Heartbeat: with(rolledBackFromV120)},
 		{Node: "n6", Heard: now, Heartbeat: with(refusedV120)},
+		{Node: "n7", Heard: now, Heartbeat: with(failedReconcile)},
+		{Node: "n8", Heard: now, Heartbeat: with(failedReconcile)},
 	}
 	for i := range es {
 		es[i].Heartbeat.Node = es[i].Node
@@ -258,7 +288,9 @@ func TestFleetSummaryCountsEachKindWhenNotAllAreOK(t *testing.T) {
 		want    string
 	}{
 		{"all ok", es[:3], "3 nodes, 0 silent (silent after 1m30s unheard)\n"},
-		{"some in trouble", es, "6 nodes, 0 silent (silent after 1m30s unheard); 2 rolled back, 1 refused\n"},
+		{"some in trouble", es[:6], "6 nodes, 0 silent (silent after 1m30s unheard); 2 rolled back, 1 refused\n"},
+		{"some failing", append(es[:3:3], es[6:]...), "5 nodes, 0 silent (silent after 1m30s unheard); 2 failing\n"},
+		{"failing and in trouble", es, "8 nodes, 0 silent (silent after 1m30s unheard); 2 rolled back, 1 refused, 2 failing\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -381,6 +413,56 @@ func TestFleetJSONCarriesTheStatus(t *testing.T) {
 	}
 	if got["status"] != `refused v1.2.0: bad\x1b[2J` || got["status_kind"] != "refused" || got["state"] != "running" {
 		t.Errorf("status %q kind %q state %q", got["status"], got["status_kind"], got["state"])
+	}
+}
+
+// The issue: a long reconcile error was cut at its start, just before it said what to do. The
+// LAST RECONCILE cell keeps what failed and the end of the message, bounded; --json keeps the
+// whole error as the node sent it, with the state as status_kind "failing".
+func TestFleetLastReconcileKeepsTheFixAtTheEndOfALongError(t *testing.T) {
+	long := dirMissing
+	for _, tc := range []struct {
+		name       string
+		err        string
+		head, tail string // the cell's start and end
+	}{
+		{"an error that fits is whole", "apply: service nginx: unit not found", "failed: apply: service nginx: unit not found", "apply: service nginx: unit not found"},
+		{"a long error keeps its fix", long, `failed: resources[1] file "/srv/app/config.toml": apply: parent`,
+			"declare it as a directory resource before this one (the host never creates one implicitly)"},
+		{"a very long error keeps its fix", long[:80] + strings.Repeat(" and more", 500) + long[80:], `failed: resources[1] file "/srv/app/config.toml": apply: parent`,
+			"declare it as a directory resource before this one (the host never creates one implicitly)"},
+		{"a hostile error is bounded and printable", "bad\x1b[2J\r\n" + strings.Repeat("x", 5000) + "\x1b]0;end", `failed: bad\x1b[2J xxx`, `xxx\x1b]0;end`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := Rows([]Entry{{Node: "n", Heard: now, Heartbeat: with(func(hb *wire.Heartbeat) {
+				failedReconcile(hb)
+				hb.LastReconcile.Error = tc.err
+			})}}, now, 0)
+			var buf bytes.Buffer
+			if err := WriteText(&buf, rows, 0); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(buf.String(), "\n")
+			_, cellText, _ := strings.Cut(lines[1], " ago ")
+			cellText = strings.TrimLeft(cellText, " ")
+			if !strings.HasPrefix(cellText, tc.head) || !strings.HasSuffix(cellText, tc.tail) || len(cellText) > len("failed: ")+maxReconcileCell || controlBytes(cellText) != "" {
+				t.Errorf("LAST RECONCILE %q (%d bytes), want %q … %q, at most %d bytes, printable", cellText, len(cellText), tc.head, tc.tail, len("failed: ")+maxReconcileCell)
+			}
+			if !strings.Contains(lines[1], "  reconcile failed at 13:19  ") || !strings.HasSuffix(lines[2], "; 1 failing") {
+				t.Errorf("want STATE failing and counted:\n%s", buf.String())
+			}
+			buf.Reset()
+			if err := WriteJSON(&buf, rows); err != nil {
+				t.Fatal(err)
+			}
+			var back []map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back) != 1 {
+				t.Fatalf("json %s: %v", buf.String(), err)
+			}
+			if got := back[0]; got["status_kind"] != "failing" || got["status"] != "reconcile failed at 13:19" || got["reconcile_error"] != tc.err || got["reconcile_ok"] != false {
+				t.Errorf("json: status_kind %v, status %q, reconcile_ok %v, reconcile_error %q; want failing, the whole error", got["status_kind"], got["status"], got["reconcile_ok"], got["reconcile_error"])
+			}
+		})
 	}
 }
 

@@ -45,6 +45,12 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
+// missingError is a required flag not given (--key): exit 2 like a usage error, but said in one
+// line that says what to give, never with the whole usage.
+type missingError struct{ msg string }
+
+func (e missingError) Error() string { return e.msg }
+
 // run runs the command line args (without the program name) and returns the exit status.
 func run(ctx context.Context, s *stdio, args []string) int {
 	if len(args) == 0 {
@@ -86,6 +92,9 @@ func (c command) answer(s *stdio, fs *flag.FlagSet, err error, alone bool) int {
 		return exitOK
 	case errors.As(err, &es):
 		return int(es)
+	case errors.As(err, new(missingError)):
+		fmt.Fprintf(s.err, "mesh-release %s: %s\n", c.name, c.said(err))
+		return exitUsage
 	case errors.As(err, &ue) && alone:
 		// Nothing but the command: show it all, as for the program alone.
 		fmt.Fprintf(s.err, "mesh-release %s: %v\n", c.name, err)
@@ -95,8 +104,23 @@ func (c command) answer(s *stdio, fs *flag.FlagSet, err error, alone bool) int {
 		fmt.Fprintf(s.err, "mesh-release %s: %v\nrun `mesh-release %s --help` for usage\n", c.name, err, c.name)
 		return exitUsage
 	}
-	fmt.Fprintf(s.err, "mesh-release %s: %v\n", c.name, err)
+	fmt.Fprintf(s.err, "mesh-release %s: %s\n", c.name, c.said(err))
 	return exitError
+}
+
+// said is err's text without c's name in front: a library says what failed ("serve: …",
+// "fleet: …"), and answer says the command's name once ("mesh-release serve: …"). For a
+// subcommand ("rollout start") its command's name ("rollout: …") is left out too.
+func (c command) said(err error) string {
+	msg := err.Error()
+	names := []string{c.name}
+	if first, _, ok := strings.Cut(c.name, " "); ok {
+		names = append(names, first)
+	}
+	for _, n := range names {
+		msg = strings.TrimPrefix(msg, n+": ")
+	}
+	return msg
 }
 
 func lookup(name string) (command, bool) {
@@ -130,8 +154,9 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `
 Run `+"`mesh-release <command> --help`"+` for a command's flags and arguments.
 Commands that use a bus take --nats URL, --creds FILE and --ca FILE, or read %s, %s
-and %s.
-`, envNATSURL, envNATSCreds, envNATSCA)
+and %s. Commands that sign take --key FILE, or read %s; those that use serve's
+directory take --data DIR, or read %s. The flags win.
+`, envNATSURL, envNATSCreds, envNATSCA, envReleaseKey, envReleaseData)
 }
 
 // flagSet is c's empty flag set: it prints nothing itself, so that run says each thing once.
@@ -164,8 +189,20 @@ func (c command) usage(w io.Writer, fs *flag.FlagSet) {
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
+	var env []string
 	if fs.Lookup("nats") != nil {
-		fmt.Fprintf(w, "\nenvironment (the flags win):\n  %-16s the bus URL when --nats is not given\n  %-16s the credentials file when --creds is not given\n  %-16s the CA file when --ca is not given\n", envNATSURL, envNATSCreds, envNATSCA)
+		env = append(env, fmt.Sprintf("  %-18s the bus URL when --nats is not given", envNATSURL),
+			fmt.Sprintf("  %-18s the credentials file when --creds is not given", envNATSCreds),
+			fmt.Sprintf("  %-18s the CA file when --ca is not given", envNATSCA))
+	}
+	if fs.Lookup("key") != nil {
+		env = append(env, fmt.Sprintf("  %-18s the key file when --key is not given", envReleaseKey))
+	}
+	if fs.Lookup("data") != nil {
+		env = append(env, fmt.Sprintf("  %-18s serve's directory when --data is not given", envReleaseData))
+	}
+	if len(env) > 0 {
+		fmt.Fprintf(w, "\nenvironment (the flags win):\n%s\n", strings.Join(env, "\n"))
 	}
 }
 

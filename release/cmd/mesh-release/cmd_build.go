@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 
 	"github.com/novox/mesh-host/release/build"
 )
@@ -11,18 +12,19 @@ func buildCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	ver := fs.String("version", "", "the release's semantic `version`, vX.Y.Z (stamped into the built binary)")
 	bin := fs.String("binary", "", "pack this mesh-host binary (`FILE`) instead of building ./host/cmd/mesh-host")
 	arc := fs.String("archive", "", "sign this tar.zst archive (`FILE`, made elsewhere) as it is, without repacking")
-	keyPath := fs.String("key", "", "the release key `FILE` (release.key from `mesh-release keygen`; required)")
+	keyFlag := fs.String("key", "", "the release key `FILE` (release.key from `mesh-release keygen`; required; default $"+envReleaseKey+")")
 	out := fs.String("o", "", "output `DIR` for the archive and manifest.json")
 	arch := fs.String("arch", "", "architecture to build for when building (default: this machine's)")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	if *keyPath == "" {
-		return usagef("--key FILE is required (make one with `mesh-release keygen`)")
+	keyPath, from := keyPathFrom(*keyFlag, s.getenv)
+	if keyPath == "" {
+		return missingError{"--key FILE is required: the release key that signs the manifest (release.key from `mesh-release keygen`), or set " + envReleaseKey}
 	}
-	key, err := build.LoadKey(*keyPath)
+	key, err := build.LoadKey(keyPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", from, err)
 	}
 	r, err := build.Build(ctx, build.Options{Version: *ver, Key: key, OutDir: *out, Binary: *bin, Archive: *arc, GOARCH: *arch})
 	if err != nil {

@@ -49,49 +49,74 @@ type trustFlags struct {
 
 func (t *trustFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	t.busFlags.register(fs, getenv)
-	fs.StringVar(&t.data, "data", defaultDataDir, "`DIR` of `mesh-release serve` (its trust/ and tls/: the admin's credentials, the bus's CA unless --ca)")
+	fs.StringVar(&t.data, "data", "", "`DIR` of `mesh-release serve` (its trust/ and tls/: the admin's credentials, the bus's CA unless --ca) (default $"+envReleaseData+", else "+defaultDataDir+")")
+}
+
+// dataDir is --data, else $MESH_RELEASE_DATA, else serve's default, and where it came from
+// ("" for the default).
+func (t *trustFlags) dataDir() (dir, from string) {
+	if t.data != "" {
+		return t.data, "--data"
+	}
+	if dir, from = t.envFrom("", "", envReleaseData); dir != "" {
+		return dir, from
+	}
+	return defaultDataDir, ""
 }
 
 // open opens the trust store under --data. It must exist: serve makes it, and one made here
 // would be identities no server trusts.
 func (t *trustFlags) open() (*trust.Store, error) {
-	if _, err := os.Stat(filepath.Join(t.data, trust.Dir, trust.AccountJWTFile)); err != nil {
-		return nil, fmt.Errorf("no trust store in %s: %w; --data must be the directory `mesh-release serve` runs with", t.data, err)
+	dir, from := t.dataDir()
+	if _, err := os.Stat(filepath.Join(dir, trust.Dir, trust.AccountJWTFile)); err != nil {
+		if from != "" {
+			from = " (from " + from + ")"
+		}
+		return nil, fmt.Errorf("no trust store in %s%s: %w; --data (or $%s) must be the directory `mesh-release serve` runs with", dir, from, err, envReleaseData)
 	}
-	return trust.Ensure(t.data)
+	return trust.Ensure(dir)
 }
 
 // busURL is the bus URL the flags or the environment name.
 func (t *trustFlags) busURL() string {
-	u := t.url
-	if u == "" && t.getenv != nil {
-		u = t.getenv(envNATSURL)
+	if u := t.env(t.url, envNATSURL); u != "" {
+		return u
 	}
-	if u == "" {
-		u = bus.DefaultURL
-	}
-	return u
+	return bus.DefaultURL
 }
 
 // caFile is the bus's CA: --ca, else $MESH_NATS_CA, else the one serve keeps in --data.
 func (t *trustFlags) caFile(store *trust.Store) string {
-	if t.ca != "" {
-		return t.ca
-	}
-	if t.getenv != nil && t.getenv(envNATSCA) != "" {
-		return t.getenv(envNATSCA)
-	}
-	return store.CAFile()
+	ca, _ := t.caFileFrom(store)
+	return ca
 }
 
-// connectAs dials the bus with creds (--creds or the environment win), trusting caFile.
-func (t *trustFlags) connectAs(ctx context.Context, store *trust.Store, creds string, opts ...bus.ConnectOption) (*bus.Conn, error) {
-	if t.creds != "" {
-		creds = t.creds
-	} else if t.getenv != nil && t.getenv(envNATSCreds) != "" {
-		creds = t.getenv(envNATSCreds)
+func (t *trustFlags) caFileFrom(store *trust.Store) (ca, from string) {
+	if ca, from = t.envFrom(t.ca, "--ca", envNATSCA); ca != "" {
+		return ca, from
 	}
-	return bus.Connect(ctx, t.busURL(), creds, append(opts, bus.WithCA(t.caFile(store)))...)
+	return store.CAFile(), fromData
+}
+
+// connectAs dials the bus with creds from the trust store (--creds or the environment win),
+// trusting caFile.
+func (t *trustFlags) connectAs(ctx context.Context, store *trust.Store, creds string, opts ...bus.ConnectOption) (*bus.Conn, error) {
+	d := dial{url: t.busURL(), credsFrom: fromData}
+	d.data, d.dataGiven = t.dataDir()
+	if d.creds, d.credsFrom = t.envFrom(t.creds, "--creds", envNATSCreds); d.creds == "" {
+		d.creds, d.credsFrom = creds, fromData
+	}
+	d.ca, d.caFrom = t.caFileFrom(store)
+	return d.connect(ctx, opts...)
+}
+
+// connectAsSystem dials the bus as the trust store's system user: --creds names the admin,
+// never it.
+func (t *trustFlags) connectAsSystem(ctx context.Context, store *trust.Store, opts ...bus.ConnectOption) (*bus.Conn, error) {
+	d := dial{url: t.busURL(), creds: store.SystemCreds(), credsFrom: fromData}
+	d.data, d.dataGiven = t.dataDir()
+	d.ca, d.caFrom = t.caFileFrom(store)
+	return d.connect(ctx, opts...)
 }
 
 func enrolTokenCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
@@ -200,8 +225,7 @@ func enrolServiceCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 		return err
 	}
 	defer admin.Close()
-	// The system user is the store's own: --creds names the admin, never it.
-	system, err := bus.Connect(ctx, t.busURL(), store.SystemCreds(), bus.WithCA(t.caFile(store)), bus.Lasting(log))
+	system, err := t.connectAsSystem(ctx, store, bus.Lasting(log))
 	if err != nil {
 		return fmt.Errorf("the system user (revocations): %w", err)
 	}

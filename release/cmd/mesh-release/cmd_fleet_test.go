@@ -206,3 +206,46 @@ func TestFleetShowsWithdrawnVersionsAndExpiredTargets(t *testing.T) {
 		}
 	}
 }
+
+// The issue: `fleet` said ok for a node whose last reconcile failed, and cut the error just
+// before it said what to do. On a real bus, such a node's STATE is failing, counted in the
+// summary line, its LAST RECONCILE keeps the end of the error, and --json says status_kind
+// "failing" with the whole error.
+func TestFleetSaysFailingForANodeWhoseLastReconcileFailed(t *testing.T) {
+	url, c := startServeConnected(t)
+	ctx := t.Context()
+	n := wire.NamesFor("")
+	fix := "declare it as a directory resource before this one (the host never creates one implicitly)"
+	failed := `resources[1] file "/srv/app/config.toml": apply: parent directory /srv/app does not exist: ` + fix
+	for _, tc := range []struct {
+		node string
+		lr   *wire.LastReconcile
+	}{
+		{"web-01", &wire.LastReconcile{At: time.Now().UTC(), Trigger: wire.TriggerDeclaration, OK: true}},
+		{"web-02", &wire.LastReconcile{At: time.Now().UTC(), Trigger: wire.TriggerDeclaration, Error: failed}},
+	} {
+		hb := wire.Heartbeat{Node: tc.node, State: wire.StateRunning, Running: "v1.0.0", KnownGood: "v1.0.0", SentAt: time.Now().UTC(), LastReconcile: tc.lr}
+		if _, err := c.JS.Publish(ctx, n.Heartbeat(tc.node), hb.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{envNATSURL: url}
+	code, out, errOut := runMain(t, env, "fleet")
+	if code != 0 {
+		t.Fatalf("fleet: exit %d, %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "web-02  reconcile failed at ") || !strings.HasSuffix(lines[1], fix) ||
+		!strings.Contains(lines[1], "failed: resources[1] file") || !strings.HasPrefix(lines[2], "web-01  ok ") ||
+		!strings.HasSuffix(lines[3], "; 1 failing") {
+		t.Errorf("fleet:\n%s\nwant web-02 first, failing, its error's end kept, and counted", out)
+	}
+	code, out, errOut = runMain(t, env, "fleet", "--json")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) != 2 {
+		t.Fatalf("fleet --json: exit %d, %v, %s %s", code, err, out, errOut)
+	}
+	if rows[0]["node"] != "web-02" || rows[0]["status_kind"] != "failing" || rows[0]["reconcile_error"] != failed || rows[1]["status_kind"] != "ok" {
+		t.Errorf("fleet --json: %s", out)
+	}
+}

@@ -149,7 +149,7 @@ type rolloutFlags struct {
 // registerOutput adds what every driving subcommand takes: the bus, --lease, --follow, --json.
 func (f *rolloutFlags) registerOutput(fs *flag.FlagSet, getenv func(string) string) {
 	f.fs = fs
-	f.key.register(fs, true)
+	f.key.register(fs, true, getenv)
 	f.bus.register(fs, getenv)
 	fs.DurationVar(&f.lease, "lease", rollout.DefaultLease, "hold the rollout this long without renewing; another controller may take it over after")
 	fs.BoolVar(&f.follow, "follow", false, "also print each node's confirmation and soak, and the batch's progress when it changes (at least every 10s)")
@@ -360,7 +360,7 @@ func rolloutStatusCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []st
 
 func rolloutAbortCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	var k keyFlags
-	k.register(fs, true)
+	k.register(fs, true, s.getenv)
 	var b busFlags
 	b.register(fs, s.getenv)
 	if err := noArgs(fs, args); err != nil {

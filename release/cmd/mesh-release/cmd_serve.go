@@ -28,6 +28,17 @@ use the same ones, and issue the certificate again when it nears expiry or lacks
 DIR/trust and DIR/tls secret and backed up: whoever holds them controls the fleet.
 --insecure-no-auth serves as before this existed, with neither (a throwaway loopback bus only).`
 
+// serveDataDir is $MESH_RELEASE_DATA, else defaultDataDir: serve's directory when --data is not
+// given.
+func serveDataDir(getenv func(string) string) string {
+	if getenv != nil {
+		if v := getenv(envReleaseData); v != "" {
+			return v
+		}
+	}
+	return defaultDataDir
+}
+
 // namesFlag is a repeatable, comma-separated list flag.
 type namesFlag []string
 
@@ -58,7 +69,7 @@ func serveCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, re
 
 // serveWith is serveCmd with what it runs beside the bus given.
 func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, ready func(url string), extras []serveExtra) error {
-	data := fs.String("data", defaultDataDir, "`DIR` for the bus's JetStream data, identities (DIR/trust) and TLS files (DIR/tls)")
+	dataFlag := fs.String("data", "", "`DIR` for the bus's JetStream data, identities (DIR/trust) and TLS files (DIR/tls) (default $"+envReleaseData+", else "+defaultDataDir+")")
 	listen := fs.String("listen", bus.DefaultListen, "`HOST:PORT` to accept clients on (port 0 picks a free one)")
 	prefix := fs.String("prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
 	verbose := fs.Bool("verbose", false, "log the NATS server's notices too, not only its warnings and errors")
@@ -74,6 +85,10 @@ func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, r
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
+	data := *dataFlag
+	if data == "" {
+		data = serveDataDir(s.getenv)
+	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together")
 	}
@@ -88,13 +103,13 @@ func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, r
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level}))
-	opts := bus.ServeOptions{DataDir: *data, Listen: *listen, Logger: logger.With("component", "nats"),
+	opts := bus.ServeOptions{DataDir: data, Listen: *listen, Logger: logger.With("component", "nats"),
 		TLSCert: *tlsCert, TLSKey: *tlsKey}
 	creds := ""
 	if *insecure {
 		logger.Warn("serving without authentication or TLS (--insecure-no-auth): anyone who reaches the listen address can read and change every node's declaration and target", "listen", *listen)
 	} else {
-		store, err := trust.Ensure(*data)
+		store, err := trust.Ensure(data)
 		if err != nil {
 			return err
 		}
@@ -117,7 +132,7 @@ func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, r
 		return err
 	}
 	url := srv.ClientURL()
-	s.printf("serving the mesh bus on %s (data in %s, prefix %s)\n", url, *data, n.Prefix)
+	s.printf("serving the mesh bus on %s (data in %s, prefix %s)\n", url, data, n.Prefix)
 	if loopback(srv.Addr()) {
 		if *insecure {
 			s.printf("only this machine can connect; nodes elsewhere need --listen on an address they reach (no TLS or auth: a trusted network only)\n")
@@ -140,7 +155,7 @@ func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, r
 		ready(url)
 	}
 	<-ctx.Done()
-	s.printf("stopping; the data stays in %s\n", *data)
+	s.printf("stopping; the data stays in %s\n", data)
 	return nil
 }
 

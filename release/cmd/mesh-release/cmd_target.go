@@ -28,7 +28,7 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 	fleet := fs.Bool("fleet", false, "set the fleet target every node without its own falls back to")
 	force := fs.Bool("force", false, "set it even for a NODE that has never heartbeated (a node not yet started)")
 	var k keyFlags
-	k.register(fs, true)
+	k.register(fs, true, s.getenv)
 	var b busFlags
 	b.register(fs, s.getenv)
 	pos, err := parseArgs(fs, args)
@@ -95,27 +95,49 @@ func targetLine(version string, set []publish.Set, never []string) string {
 	return fmt.Sprintf("target %s set for %s%s", version, strings.Join(parts, ", "), signed)
 }
 
-// keyFlags are --key and, for a command that signs targets, --target-ttl.
+// keyFlags are --key (else $MESH_RELEASE_KEY) and, for a command that signs targets,
+// --target-ttl.
 type keyFlags struct {
-	path string
-	ttl  time.Duration
+	path   string
+	ttl    time.Duration
+	getenv func(string) string
 }
 
-func (k *keyFlags) register(fs *flag.FlagSet, ttl bool) {
-	fs.StringVar(&k.path, "key", "", "the target key `FILE` that signs what hosts obey: release.key from `mesh-release keygen`, or a separate key the hosts trust as a target key (required)")
+func (k *keyFlags) register(fs *flag.FlagSet, ttl bool, getenv func(string) string) {
+	k.getenv = getenv
+	fs.StringVar(&k.path, "key", "", "the target key `FILE` that signs what hosts obey: release.key from `mesh-release keygen`, or a separate key the hosts trust as a target key (required; default $"+envReleaseKey+")")
 	if ttl {
 		fs.DurationVar(&k.ttl, "target-ttl", targets.DefaultTTL, "how long a target stays valid unless signed again; a host does not act on an expired one")
 	}
 }
 
-// key loads --key; a missing --key is a usage error saying why it is needed.
-func (k *keyFlags) key() (ed25519.PrivateKey, error) {
-	if k.path == "" {
-		return nil, usagef("--key FILE is required: hosts obey only what a key they trust signed (decision 0011); give the release key (release.key from `mesh-release keygen`) or a target key the hosts trust")
+// file is --key, else $MESH_RELEASE_KEY, and which of them it is ("" when neither is set).
+func (k *keyFlags) file() (path, from string) {
+	return keyPathFrom(k.path, k.getenv)
+}
+
+// keyPathFrom is flagValue with the flag's name, else $MESH_RELEASE_KEY's value with its.
+func keyPathFrom(flagValue string, getenv func(string) string) (path, from string) {
+	if flagValue != "" {
+		return flagValue, "--key"
 	}
-	key, err := build.LoadKey(k.path)
+	if getenv != nil {
+		if v := getenv(envReleaseKey); v != "" {
+			return v, "$" + envReleaseKey
+		}
+	}
+	return "", ""
+}
+
+// key loads --key; a missing --key is said in one line, with why it is needed.
+func (k *keyFlags) key() (ed25519.PrivateKey, error) {
+	path, from := k.file()
+	if path == "" {
+		return nil, missingError{"--key FILE is required: hosts obey only what a key they trust signed (decision 0011); give the release key (release.key from `mesh-release keygen`) or a target key the hosts trust, or set " + envReleaseKey}
+	}
+	key, err := build.LoadKey(path)
 	if err != nil {
-		return nil, fmt.Errorf("--key: %w", err)
+		return nil, fmt.Errorf("%s: %w", from, err)
 	}
 	return key, nil
 }

@@ -45,7 +45,7 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 	list := fs.Bool("list", false, "print the withdrawn versions instead (no VERSION, no --key)")
 	asJSON := fs.Bool("json", false, "with --list: write the list as stored, as JSON")
 	var k keyFlags
-	k.register(fs, false)
+	k.register(fs, false, s.getenv)
 	var b busFlags
 	b.register(fs, s.getenv)
 	pos, err := parseArgs(fs, args)

@@ -27,7 +27,6 @@ func TestWithdrawUsageErrorsExit2BeforeTheBus(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no key", []string{"v1.2.0"}, "mesh-release withdraw: --key FILE is required: hosts obey only what a key they trust signed"},
 		{"no version", []string{"--key", key}, "mesh-release withdraw: want VERSION, got 0 arguments"},
 		{"two versions", []string{"v1.2.0", "v1.3.0", "--key", key}, "mesh-release withdraw: want VERSION, got 2 arguments"},
 		{"not a version", []string{"1.2", "--key", key}, `mesh-release withdraw: "1.2" is not a version; want vX.Y.Z`},

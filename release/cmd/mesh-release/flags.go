@@ -15,6 +15,9 @@ const (
 	envNATSURL   = "MESH_NATS_URL"
 	envNATSCreds = "MESH_NATS_CREDS"
 	envNATSCA    = "MESH_NATS_CA"
+
+	envReleaseKey  = "MESH_RELEASE_KEY"  // --key: the key that signs (release.key)
+	envReleaseData = "MESH_RELEASE_DATA" // --data: serve's directory
 )
 
 // busFlags are the flags every command that uses an existing bus takes.
@@ -38,19 +41,38 @@ func (b *busFlags) names() wire.Names { return wire.NamesFor(b.prefix) }
 
 // connect dials the bus the flags (or the environment) name.
 func (b *busFlags) connect(ctx context.Context, opts ...bus.ConnectOption) (*bus.Conn, error) {
-	url, creds, ca := b.url, b.creds, b.ca
-	if b.getenv != nil {
-		if url == "" {
-			url = b.getenv(envNATSURL)
-		}
-		if creds == "" {
-			creds = b.getenv(envNATSCreds)
-		}
-		if ca == "" {
-			ca = b.getenv(envNATSCA)
-		}
+	return b.dial().connect(ctx, opts...)
+}
+
+// dial is what connect dials: each of --nats, --creds and --ca, else its variable.
+func (b *busFlags) dial() dial {
+	d := dial{url: b.url, creds: b.creds, ca: b.ca, credsFrom: "--creds", caFrom: "--ca"}
+	d.url = b.env(d.url, envNATSURL)
+	d.creds, d.credsFrom = b.envFrom(d.creds, d.credsFrom, envNATSCreds)
+	d.ca, d.caFrom = b.envFrom(d.ca, d.caFrom, envNATSCA)
+	d.data, d.dataGiven = b.envFrom("", "", envReleaseData)
+	if d.data == "" {
+		d.data = defaultDataDir
 	}
-	return bus.Connect(ctx, url, creds, append([]bus.ConnectOption{bus.WithCA(ca)}, opts...)...)
+	return d
+}
+
+// env is v, else the variable name's value.
+func (b *busFlags) env(v, name string) string {
+	v, _ = b.envFrom(v, "", name)
+	return v
+}
+
+// envFrom is v and from, else the variable name's value and "$name" (v stays empty without
+// either).
+func (b *busFlags) envFrom(v, from, name string) (string, string) {
+	if v != "" || b.getenv == nil {
+		return v, from
+	}
+	if e := b.getenv(name); e != "" {
+		return e, "$" + name
+	}
+	return "", from
 }
 
 // parseArgs parses flags wherever they appear among the positional arguments, so that both

@@ -17,11 +17,12 @@ import (
 // targets nobody touches for a week is not frozen by its own expiry.
 func keepTargetsInServe(fs *flag.FlagSet) func(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error {
 	var k keyFlags
-	fs.StringVar(&k.path, "key", "", "a target key `FILE` (release.key, or a key hosts trust as a target key): serve re-signs the targets it signed before they expire")
+	fs.StringVar(&k.path, "key", "", "a target key `FILE` (release.key, or a key hosts trust as a target key): serve re-signs the targets it signed before they expire (default $"+envReleaseKey+")")
 	fs.DurationVar(&k.ttl, "target-ttl", targets.DefaultTTL, "with --key, how long each re-signed target stays valid")
 	return func(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error {
-		if k.path == "" {
-			return nil
+		k.getenv = s.getenv
+		if path, _ := k.file(); path == "" {
+			return nil // no key: nothing to re-sign with
 		}
 		signer, err := k.signer()
 		if err != nil {
