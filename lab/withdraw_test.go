@@ -31,6 +31,9 @@ func TestWithdrawStepsAConfirmedNodeDownToItsPreviousVersion(t *testing.T) {
 	s.allOn([]string{"node-1"}, "v1.1.0")
 	n1 := s.f.Node("node-1")
 
+	// node-1 ran v1.0.0 confirmed before the rollout too: only a heartbeat after the withdrawal
+	// shows it stepped back down.
+	from := s.f.Beats.Len()
 	out, err := s.f.Release.Withdraw(s.ctx, "v1.1.0", "leaks memory under load")
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +42,7 @@ func TestWithdrawStepsAConfirmedNodeDownToItsPreviousVersion(t *testing.T) {
 	if !strings.HasPrefix(out, `withdrew v1.1.0 (at `) || !strings.Contains(out, `"leaks memory under load"`) || !strings.Contains(out, "1 node runs it now: node-1") {
 		t.Errorf("withdraw did not say what it did and which node runs it:\n%s", out)
 	}
-	if _, err := s.f.Beats.Wait(s.ctx, "node-1 back on v1.0.0, confirmed", func(b Beat) bool {
+	if _, err := s.f.Beats.WaitAfter(s.ctx, from, "node-1 back on v1.0.0, confirmed", func(b Beat) bool {
 		return b.Node == "node-1" && RunningConfirmed("v1.0.0")(b)
 	}); err != nil {
 		t.Fatal(err)
