@@ -104,16 +104,16 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	} else if ok {
 		hb.LastReconcile = r.Wire()
 		// Bounded when recorded; cut again for rows an older host wrote.
-		hb.LastReconcile.Error = rollback.Cut(hb.LastReconcile.Error, wire.MaxErrorBytes)
+		hb.LastReconcile.Error = rollback.CutMiddle(hb.LastReconcile.Error, wire.MaxErrorBytes)
 	}
 	if r, ok, err := h.store.LastRefusal(ctx); err != nil {
 		warn("the last refusal", err)
 	} else if ok {
 		hb.Refused = r.Wire()
-		hb.Refused.Error = rollback.Cut(hb.Refused.Error, wire.MaxErrorBytes)
+		hb.Refused.Error = rollback.CutMiddle(hb.Refused.Error, wire.MaxErrorBytes)
 	}
 	if hb.Fetch != nil {
-		hb.Fetch.Error = rollback.Cut(hb.Fetch.Error, wire.MaxErrorBytes)
+		hb.Fetch.Error = rollback.CutMiddle(hb.Fetch.Error, wire.MaxErrorBytes)
 	}
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)

@@ -29,7 +29,7 @@ func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger wire
 	// logged (the engine bounds each step's error; this bounds the whole).
 	errText := ""
 	if err != nil {
-		errText = rollback.Cut(err.Error(), wire.MaxErrorBytes)
+		errText = rollback.CutMiddle(err.Error(), wire.MaxErrorBytes)
 	}
 	if id != 0 {
 		if rerr := h.store.EndReconcile(ctx, id, err == nil, errText); rerr != nil {

@@ -124,13 +124,13 @@ func fitSteps() []fitStep {
 
 func cutErrors(hb *wire.Heartbeat, max int) {
 	if hb.LastReconcile != nil {
-		hb.LastReconcile.Error = rollback.Cut(hb.LastReconcile.Error, max)
+		hb.LastReconcile.Error = rollback.CutMiddle(hb.LastReconcile.Error, max)
 	}
 	if hb.Refused != nil {
-		hb.Refused.Error = rollback.Cut(hb.Refused.Error, max)
+		hb.Refused.Error = rollback.CutMiddle(hb.Refused.Error, max)
 	}
 	if hb.Fetch != nil {
-		hb.Fetch.Error = rollback.Cut(hb.Fetch.Error, max)
+		hb.Fetch.Error = rollback.CutMiddle(hb.Fetch.Error, max)
 	}
 }
 

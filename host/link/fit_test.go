@@ -151,3 +151,20 @@ func TestLinkPublishesAHeartbeatOverTheServersMaxPayloadCutToFit(t *testing.T) {
 		t.Fatalf("stored %d bytes: %+v", len(stored), hb)
 	}
 }
+
+// An operator's error says what failed at its start and what to do at its end: a heartbeat cut
+// to fit keeps both, for each error it carries.
+func TestFitHeartbeatKeepsTheStartAndTheEndOfEachError(t *testing.T) {
+	const head, fix = "resources[1] file \"/srv/app/config.toml\": apply:", "declare it as a directory resource before this one"
+	long := head + strings.Repeat(" because", 40_000) + ": " + fix
+	in := hugeHeartbeat()
+	in.LastReconcile.Error, in.Refused.Error, in.Fetch.Error = long, long, long
+	for _, max := range []int{64 << 10, 8 << 10} {
+		out := fitParsed(t, in, max)
+		for what, got := range map[string]string{"last_reconcile": out.LastReconcile.Error, "refused": out.Refused.Error, "fetch": out.Fetch.Error} {
+			if len(got) > fitErrorBytes || !strings.HasPrefix(got, "resources[1]") || !strings.HasSuffix(got, fix) {
+				t.Errorf("cut to %d bytes, %s.error is %d bytes: %q; want at most %d, its start and its end", max, what, len(got), got, fitErrorBytes)
+			}
+		}
+	}
+}
