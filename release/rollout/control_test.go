@@ -403,3 +403,34 @@ func TestStartRefusesAVersionNotPublished(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A rollout superseding the current one of its own version within the same second (its id is
+// that second and the version) still starts, under the next second's id.
+func TestSupersedingARolloutOfTheSameVersionInTheSameSecondStarts(t *testing.T) {
+	b := meshtest.StartBus(t)
+	publishRelease(t, b, "v1.1.0")
+	startSim(t, b, sixNodes()...)
+	ctx := t.Context()
+	c := newController(t, connect(t, b), nil, "")
+	o := testOptions("v1.1.0")
+	o.Window = 30 * time.Second
+	// Both starts take a few milliseconds on loopback: begun just after a second ticks, they
+	// share it (the test logs whether they did; sharing it is the case that failed).
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	first, err := c.Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Supersede = true
+	second, err := c.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("superseding %s within its second: %v", first.ID, err)
+	}
+	t.Logf("first %s (created %s), second %s (created %s)", first.ID, first.Created.Format(time.StampMilli), second.ID, second.Created.Format(time.StampMilli))
+	if second.ID == first.ID || second.Supersedes != first.ID {
+		t.Fatalf("second rollout %s supersedes %q; want a new id superseding %s", second.ID, second.Supersedes, first.ID)
+	}
+	if cur, ok, err := Current(ctx, b.Conn.JS, b.Names); err != nil || !ok || cur.ID != second.ID {
+		t.Errorf("current = %s, %v, %v; want %s", cur.ID, ok, err, second.ID)
+	}
+}

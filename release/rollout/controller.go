@@ -227,8 +227,14 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	// An id is the second a rollout started and its version: one superseding the current rollout
+	// of its version within the same second takes the next second's id, which no other holds.
+	idAt := now
+	for rolloutID(idAt, o.Version) == curID {
+		idAt = idAt.Add(time.Second)
+	}
 	st := State{
-		Schema: Schema, ID: rolloutID(now, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
+		Schema: Schema, ID: rolloutID(idAt, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
 		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
 		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
 		Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
