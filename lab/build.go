@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,9 @@ const (
 type Builder struct {
 	Src string // the module root
 	Out string // where binaries go
+	// Progress, when set, gets a line before each build starts: a cold build takes minutes, and
+	// a person watching `make demo` should see what it is waiting for.
+	Progress io.Writer
 
 	mu    sync.Mutex
 	built map[string]string
@@ -66,6 +70,9 @@ func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error
 		return p, nil
 	}
 	out := filepath.Join(b.Out, filepath.Base(pkg)+"-"+version)
+	if b.Progress != nil {
+		fmt.Fprintf(b.Progress, "  go build %s as %s …\n", pkg, version)
+	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, pkg)
 	cmd.Dir = b.Src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

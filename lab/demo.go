@@ -48,6 +48,7 @@ func Demo(ctx context.Context, w io.Writer, src string) (err error) {
 	if err != nil {
 		return err
 	}
+	b.Progress = d.w
 	// Everything is built before the clocks start: a cold build takes minutes.
 	if err := b.BuildStory(ctx); err != nil {
 		return err
@@ -400,4 +401,11 @@ func (s *syncWriter) print(text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	io.WriteString(s.w, text)
+}
+
+// Write lets the builder's progress lines go through the same lock as the narration.
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -27,6 +27,7 @@ func TestDemoTellsTheStoryAsItHappens(t *testing.T) {
 		"✓ the rollout of v1.2.0 halted in its canary batch",
 		"rolled back from v1.2.0 by themselves",
 		"never fetched v1.2.0",
+		"go build ./lab/fixtures/crashrun as v1.2.0 …", // what it builds, as it builds
 		"watch │ ", // the watch's own lines
 		"mesh-launcher status --root",
 		"NODE ",

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,14 +26,10 @@ import (
 
 // The README's "Operating it" section, run as a stranger would: its shell blocks, in order, from
 // a copy of this checkout, with the real binaries `make build` makes, a real `mesh-release
-// serve`, and a node on a temporary root. What cannot run here is replaced, and each replacement
-// must still match the README (so the README cannot drift from what is tested):
-//
-//	/var/lib/mesh-host, /var/lib/mesh-release, /usr/bin, /etc/systemd/system → temporary dirs
-//	bus.example:4222, 0.0.0.0:4222 → a free loopback port
-//	systemctl enable --now mesh-launcher → mesh-launcher run & (the unit's ExecStart)
-//	the v1.2.0 build → the same command packing a release that crashes when run (--binary)
-//	the rollout's --soak 2m → --soak 3s
+// serve`, and a node on a temporary root. Only what cannot run here is changed, and only as the
+// README's own list (<!-- walkthrough: substitutions -->) says: paths, the bus's address,
+// `systemctl`, and MESH_HOST_ROOT. The test holds its table to that: every entry is one of those
+// kinds, the README lists exactly the table's entries, and every entry is used.
 //
 // Between blocks the test waits as a person would look: for the node to heartbeat, for the
 // release to run, for the rollback.
@@ -63,18 +60,31 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	usrBin, units := filepath.Join(work, "usr-bin"), filepath.Join(work, "systemd")
 	port := freePort(t)
 	busURL := fmt.Sprintf("tls://127.0.0.1:%d", port)
-	crashrun := build(t, "./lab/fixtures/crashrun", "v1.2.0")
-	subst := []struct{ old, new string }{
-		{"/var/lib/mesh-host", root},
-		{"/var/lib/mesh-release", data},
-		{"/srv/app", filepath.Join(work, "srv-app")}, // the declared directory: the host makes it
-		{"/usr/bin/mesh-launcher", filepath.Join(usrBin, "mesh-launcher")},
-		{"/etc/systemd/system/mesh-launcher.service", filepath.Join(units, "mesh-launcher.service")},
-		{"bus.example:4222", fmt.Sprintf("127.0.0.1:%d", port)},
-		{"0.0.0.0:4222", fmt.Sprintf("127.0.0.1:%d", port)},
-		{"systemctl enable --now mesh-launcher", "mesh-launcher run --backoff-min 200ms &"},
-		{"mesh-release build --version v1.2.0", "mesh-release build --version v1.2.0 --binary " + crashrun},
-		{"--soak 2m", "--soak 3s"},
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	launcherBin := filepath.Join(usrBin, "mesh-launcher")
+	subst := []walkSubst{
+		{substPath, "/var/lib/mesh-host", root},
+		{substPath, "/var/lib/mesh-release", data},
+		{substPath, "/srv/app", filepath.Join(work, "srv-app")},
+		{substPath, "/usr/bin/mesh-launcher", launcherBin},
+		{substPath, "/etc/systemd/system/mesh-launcher.service", filepath.Join(units, "mesh-launcher.service")},
+		{substAddress, "bus.example:4222", addr},
+		{substAddress, "0.0.0.0:4222", addr},
+		// What systemd would start: the unit's own ExecStart, its path replaced as above.
+		{substSystemctl, "systemctl enable --now mesh-launcher", unitExecStart(t, filepath.Join(bins.Src, "dist", "mesh-launcher.service"), launcherBin) + " &"},
+	}
+	for _, s := range subst {
+		if why := s.outOfBounds(work); why != "" {
+			t.Fatalf("substitution %q → %q: %s; the README runs as written, but for paths, the address and systemctl", s.old, s.new, why)
+		}
+	}
+	listed := readmeSubstitutions(t, string(readme))
+	want := []string{envRoot}
+	for _, s := range subst {
+		want = append(want, s.old)
+	}
+	if !slices.Equal(sorted(listed), sorted(want)) {
+		t.Fatalf("the README lists the substitutions %q; the test makes %q: say each one in the README, and no other", listed, want)
 	}
 	used := make([]bool, len(subst))
 	replace := func(block string) string {
@@ -147,10 +157,24 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	run("rollback", rb[:cut])
 	waitFor(t, ctx, "the rollback from v1.2.0", func() bool {
 		rep, err := launcher.ReadStatus(ctx, root, rollback.DefaultPolicy)
-		return err == nil && len(rep.Rollbacks) > 0 && rep.Rollbacks[0].From == "v1.2.0" && rep.Running != nil && rep.Running.Version == "v1.1.0"
+		if err != nil {
+			return false
+		}
+		if rep.KnownGood == "v1.2.0" {
+			// Said at once rather than after the timeout: the release the README calls bad is not.
+			t.Fatalf("web-01 confirmed v1.2.0: the README's bad release is a good one")
+		}
+		return len(rep.Rollbacks) > 0 && rep.Rollbacks[0].From == "v1.2.0" && rep.Running != nil && rep.Running.Version == "v1.1.0"
 	})
 	heard("reporting the rollback", func(hb wire.Heartbeat) bool { return len(hb.Rollbacks) > 0 && hb.Running == "v1.1.0" })
-	out = run("rollback (status, fleet)", rb[cut:])
+	fleetCut := strings.Index(rb, "mesh-release fleet")
+	out = run("rollback (status)", rb[cut:fleetCut])
+	if sample, ok := readmeSamples(string(readme))["launcher-status"]; !ok {
+		t.Error("the README has no <!-- sample: launcher-status --> block")
+	} else if diff := sampleShape(sample, out); diff != "" {
+		t.Errorf("the README's sample of mesh-launcher status is not what it prints today: %s\nthe real output:\n%s", diff, out)
+	}
+	out += run("rollback (fleet)", rb[fleetCut:])
 	for _, want := range []string{"BAD", "last rollback: v1.2.0 -> v1.1.0", `"from": "v1.2.0"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the README's last commands do not show %q:\n%s", want, out)
@@ -191,6 +215,171 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 			t.Errorf("the README no longer says %q: update this test's replacements with it", s.old)
 		}
 	}
+}
+
+// The kinds of change the README test may make to the walk-through; nothing else is changed.
+const (
+	substPath      = "path"      // a system path → one under the test's temporary directory
+	substAddress   = "address"   // the bus's address → a free loopback port
+	substSystemctl = "systemctl" // there is no systemd here: what the unit would start
+)
+
+// envRoot is the one variable the test sets for the walk: the temporary root, for the commands
+// that take the default root (/var/lib/mesh-host) without --root.
+const envRoot = "MESH_HOST_ROOT"
+
+type walkSubst struct{ kind, old, new string }
+
+var (
+	addressRE  = regexp.MustCompile(`^[a-z0-9.-]+:[0-9]+$`)
+	loopbackRE = regexp.MustCompile(`^127\.0\.0\.1:[0-9]+$`)
+)
+
+// outOfBounds says why s is not a change of its kind, or "".
+func (s walkSubst) outOfBounds(work string) string {
+	switch s.kind {
+	case substPath:
+		if !strings.HasPrefix(s.old, "/") || !strings.HasPrefix(s.new, work+string(filepath.Separator)) {
+			return "a path substitution replaces an absolute path with one under the test's directory"
+		}
+	case substAddress:
+		if !addressRE.MatchString(s.old) || !loopbackRE.MatchString(s.new) {
+			return "an address substitution replaces host:port with a loopback address"
+		}
+	case substSystemctl:
+		if !strings.HasPrefix(s.old, "systemctl ") {
+			return "a systemctl substitution replaces a systemctl command"
+		}
+	default:
+		return "not a path, an address or systemctl"
+	}
+	return ""
+}
+
+// unitExecStart is the unit's ExecStart with its launcher path replaced by launcher.
+func unitExecStart(t *testing.T, unit, launcher string) string {
+	t.Helper()
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if cmd, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			if !strings.HasPrefix(cmd, "/usr/bin/mesh-launcher ") {
+				t.Fatalf("the unit's ExecStart %q does not start /usr/bin/mesh-launcher", cmd)
+			}
+			return launcher + strings.TrimPrefix(cmd, "/usr/bin/mesh-launcher")
+		}
+	}
+	t.Fatalf("%s has no ExecStart", unit)
+	return ""
+}
+
+// readmeSubstitutions are what the README's substitution list names: the first `code` of each
+// "- " item of the list after <!-- walkthrough: substitutions -->.
+func readmeSubstitutions(t *testing.T, readme string) []string {
+	t.Helper()
+	_, list, ok := strings.Cut(readme, "<!-- walkthrough: substitutions -->")
+	if !ok {
+		t.Fatal("the README has no <!-- walkthrough: substitutions --> list")
+	}
+	list = strings.TrimLeft(list, "\n")
+	if end := strings.Index(list, "\n\n"); end >= 0 {
+		list = list[:end]
+	}
+	first := regexp.MustCompile("^- `([^`]+)`")
+	var out []string
+	for _, line := range strings.Split(list, "\n") {
+		if m := first.FindStringSubmatch(line); m != nil {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// readmeSamples returns the README's sample outputs, the plain blocks marked
+// <!-- sample: NAME -->.
+func readmeSamples(readme string) map[string]string {
+	re := regexp.MustCompile("(?s)<!-- sample: ([\\w-]+) -->\\s*```\\n(.*?)```")
+	out := map[string]string{}
+	for _, m := range re.FindAllStringSubmatch(readme, -1) {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// cellsRE splits a line of tabwriter output (cells padded with two spaces or more), after the
+// README's "← …" notes are cut off.
+var cellsRE = regexp.MustCompile(`\s{2,}`)
+
+func cells(line string) []string {
+	line, _, _ = strings.Cut(line, "←")
+	return cellsRE.Split(strings.TrimSpace(line), -1)
+}
+
+// sampleShape compares a sample of `mesh-launcher status` with real output by its shape, which
+// does not depend on the machine: the labels of the summary lines in order, the version table's
+// header, each sample row having the header's number of cells, and the lines that start a
+// section ("last rollback:"). It returns what differs, or "".
+func sampleShape(sample, real string) string {
+	type shape struct {
+		labels  []string
+		header  string
+		rows    [][]string
+		section []string
+	}
+	read := func(text string) shape {
+		var sh shape
+		inTable := false
+		for _, line := range strings.Split(text, "\n") {
+			switch {
+			case strings.TrimSpace(line) == "":
+				inTable = false
+			case strings.HasPrefix(line, "VERSION "):
+				sh.header, inTable = strings.Join(cells(line), " "), true
+			case strings.HasPrefix(line, " "):
+			case inTable:
+				sh.rows = append(sh.rows, cells(line))
+			case strings.HasPrefix(line, "last rollback:"):
+				sh.section = append(sh.section, "last rollback:")
+			case sh.header == "":
+				sh.labels = append(sh.labels, cells(line)[0])
+			}
+		}
+		return sh
+	}
+	// The walk's shell also carries the output of what runs in its background (serve, the
+	// launcher and its host): keep the status from its first line on, without their log lines.
+	if i := strings.LastIndex(real, "\nroot "); i >= 0 {
+		real = real[i+1:]
+	}
+	var own []string
+	for _, line := range strings.Split(real, "\n") {
+		if !strings.HasPrefix(line, "time=") {
+			own = append(own, line)
+		}
+	}
+	s, r := read(sample), read(strings.Join(own, "\n"))
+	switch {
+	case !slices.Equal(s.labels, r.labels):
+		return fmt.Sprintf("its summary lines are %q, the real ones %q", s.labels, r.labels)
+	case s.header != r.header:
+		return fmt.Sprintf("its table header is %q, the real one %q", s.header, r.header)
+	case !slices.Equal(s.section, r.section):
+		return fmt.Sprintf("its sections are %q, the real ones %q", s.section, r.section)
+	}
+	for _, row := range s.rows {
+		if len(row) != len(strings.Fields(s.header)) {
+			return fmt.Sprintf("its row %q has %d cells, the header %d", row, len(row), len(strings.Fields(s.header)))
+		}
+	}
+	return ""
 }
 
 // unsigned are the walk-through's commands that write targets without a key.
@@ -279,7 +468,15 @@ func startShell(t *testing.T, dir, root string) *shell {
 	t.Helper()
 	cmd := exec.Command("bash", "--noprofile", "--norc", "-e")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "MESH_HOST_ROOT="+root)
+	// The walk's environment is the test's, without any MESH_ variable a developer has set (the
+	// README's blocks export what they use), and with the README's one named addition.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MESH_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, envRoot+"="+root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -357,5 +554,57 @@ func (s *shell) run(ctx context.Context, script string) (string, error) {
 		case <-ctx.Done():
 			return out.String(), ctx.Err()
 		}
+	}
+}
+
+// The README test may change a path, the bus's address or systemctl, and nothing else: a
+// substitution of a command's flags or arguments (as `--binary` once was) is refused.
+func TestWalkthroughSubstitutesOnlyPathsTheAddressAndSystemctl(t *testing.T) {
+	work := "/tmp/walk"
+	for _, tc := range []struct {
+		s  walkSubst
+		ok bool
+	}{
+		{walkSubst{substPath, "/var/lib/mesh-host", "/tmp/walk/root"}, true},
+		{walkSubst{substPath, "/var/lib/mesh-host", "/elsewhere/root"}, false},
+		{walkSubst{substPath, "--soak 2m", "/tmp/walk/x"}, false},
+		{walkSubst{substAddress, "bus.example:4222", "127.0.0.1:4711"}, true},
+		{walkSubst{substAddress, "bus.example:4222", "10.0.0.1:4222"}, false},
+		{walkSubst{substSystemctl, "systemctl enable --now mesh-launcher", "/tmp/walk/usr-bin/mesh-launcher run &"}, true},
+		{walkSubst{substSystemctl, "mesh-release build --version v1.2.0", "mesh-release build --version v1.2.0 --binary x"}, false},
+		{walkSubst{"flag", "--soak 2m", "--soak 3s"}, false},
+	} {
+		if why := tc.s.outOfBounds(work); (why == "") != tc.ok {
+			t.Errorf("%+v: allowed %v (%q), want %v", tc.s, why == "", why, tc.ok)
+		}
+	}
+}
+
+func TestREADMESubstitutionListIsReadFromItsMarker(t *testing.T) {
+	readme := "x\n<!-- walkthrough: substitutions -->\n- `/a` → b, with `c`\n- `MESH_HOST_ROOT` → d\n\n- `/not/in/the/list` → e\n"
+	if got, want := readmeSubstitutions(t, readme), []string{"/a", "MESH_HOST_ROOT"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// A sample of `mesh-launcher status` matches real output by its labels, its table's header and
+// the cells of each row, not by what differs between machines.
+func TestLauncherStatusSampleShapeIsComparedWithTheRealOutput(t *testing.T) {
+	real := "root         /r\nstate        healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  installed by hand\n\nlast rollback: v1 -> v0\n"
+	for _, tc := range []struct {
+		name, sample string
+		ok           bool
+	}{
+		{"the same shape, another machine", "root         /var/lib/mesh-host   ← a note\nstate        degraded: x\n\nVERSION  DIGEST  PROVENANCE\nv1.1.0   sha256:2…  delivered, signed by key k\n\nlast rollback: v2 -> v1 at T\n", true},
+		{"a column missing", "root  /r\nstate  healthy\n\nVERSION  DIGEST\nv1.0.0   sha256:1…\n\nlast rollback: v1 -> v0\n", false},
+		{"a row without the new column", "root  /r\nstate  healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…\n\nlast rollback: v1 -> v0\n", false},
+		{"a summary line missing", "root  /r\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  x\n\nlast rollback: v1 -> v0\n", false},
+		{"no rollback section", "root  /r\nstate  healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  x\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := sampleShape(tc.sample, "time=T level=INFO msg=x\n"+real); (diff == "") != tc.ok {
+				t.Errorf("matched %v (%s), want %v", diff == "", diff, tc.ok)
+			}
+		})
 	}
 }

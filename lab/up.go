@@ -51,6 +51,7 @@ func Up(ctx context.Context, w io.Writer, o UpOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	b.Progress = w
 	// Everything is built before the clocks start: a cold build takes minutes.
 	if err := b.BuildStory(ctx); err != nil {
 		return err
