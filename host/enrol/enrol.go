@@ -160,7 +160,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	// Expiry is the service's to judge, by its clock: a node's clock may be wrong before it
 	// has ever synchronised.
 	// Check the root and its host.json before anything is spent.
-	if err := os.MkdirAll(o.Root, 0o700); err != nil {
+	if err := rollback.MakeRoot(o.Root); err != nil {
 		return Result{}, fmt.Errorf("enrol: %w", err)
 	}
 	cfgPath := filepath.Join(o.Root, ConfigFile)
