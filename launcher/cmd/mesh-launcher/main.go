@@ -90,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 }
 
 func status(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := prog.NewFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error.")
+	fs := prog.NewFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output. Versions are listed newest first.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error (no root there, no records, unreadable\nrecords).")
 	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count (as given to run)")
