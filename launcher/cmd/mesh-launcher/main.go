@@ -5,15 +5,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/novox/mesh-host/internal/cmdline"
 	"github.com/novox/mesh-host/internal/layout"
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
@@ -70,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		fmt.Fprintln(stderr, "mesh-launcher run: --liveness-limit and --confirm-deadline must be positive")
 		return exitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "launcher", "launcher_version", version)
+	log := logkey.Text(stderr, nil).With("component", "launcher", "launcher_version", version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := launcher.Run(ctx, launcher.Config{
