@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/profile"
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -101,6 +103,12 @@ func startHostAs(t testing.TB, root, node, url, version string, opts ...hostOpt)
 	}()
 	t.Cleanup(func() {
 		th.stop()
+		// Each key once per line: a sub-component's logger replaces its owner's component.
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if keys := logkey.Repeated(line); len(keys) > 0 {
+				t.Errorf("host %s logged %q more than once in a line:\n%s", node, keys, line)
+			}
+		}
 		if t.Failed() {
 			t.Logf("host %s log:\n%s", node, logs.String())
 		}

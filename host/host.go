@@ -21,6 +21,7 @@ import (
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/host/store"
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -102,7 +103,11 @@ func New(opts Options) (*Host, error) {
 		pulse:    pulse{w: opts.Alive, every: opts.AliveEvery},
 		opts:     opts,
 		detector: opts.Detector,
-		log:      opts.Logger.With("node", opts.Config.Node, "version", opts.Version),
+		// Each key once per line (logkey): the link's, the stager's and the engine's loggers
+		// replace component=host; the host's own version is host_version, apart from the
+		// versions its lines are about.
+		log: slog.New(logkey.Unique(opts.Logger.Handler())).With("component", "host", "node", opts.Config.Node,
+			"host_version", opts.Version),
 		root:     opts.Config.Root,
 		triggers: newTriggers(),
 		beat:     make(chan struct{}, 1),

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/build"
@@ -86,6 +87,13 @@ func newRealNode(t *testing.T, name, launcherBin, url string, first string, firs
 	n := &realNode{t: t, name: name, root: root, launcher: launcherBin}
 	t.Cleanup(func() {
 		n.stop()
+		// The real binaries' log lines carry each key once (issue 18: component=host …
+		// component=link, and a staged version= beside the host's own).
+		for _, line := range strings.Split(n.output(), "\n") {
+			if keys := logkey.Repeated(line); len(keys) > 0 {
+				t.Errorf("node %s logged %q more than once in a line:\n%s", name, keys, line)
+			}
+		}
 		if t.Failed() {
 			t.Logf("node %s (launcher and hosts):\n%s", name, n.output())
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -354,5 +355,42 @@ func TestInstallSaysWhenTheRootIsNotWritable(t *testing.T) {
 	_, err := Install(context.Background(), root, versioned(t, "v1.0.0", "ok"), "")
 	if err == nil || !strings.Contains(err.Error(), "is not writable by this user") {
 		t.Errorf("Install into a read-only root = %v", err)
+	}
+}
+
+// install.sh --root IMAGE installs into IMAGE/var/lib/mesh-host: the parents install makes
+// (var/, var/lib/) are 0755, whatever the umask, and only the root itself is 0700.
+func TestInstallOnAMissingRootMakesOnlyTheRootPrivate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		parents []string // made by install, under the image
+	}{
+		{"an image with nothing in it", []string{"var", "var/lib"}},
+		{"an image with var/ already", []string{"var/lib"}},
+		{"the root's parent there", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			image := t.TempDir()
+			for _, there := range []string{"var", "var/lib"} {
+				if !slices.Contains(tc.parents, there) {
+					if err := os.Mkdir(filepath.Join(image, there), 0o711); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			root := filepath.Join(image, "var", "lib", "mesh-host")
+			if _, err := Install(t.Context(), root, versioned(t, "v1.0.0", "ok"), ""); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]os.FileMode{root: 0o700, filepath.Join(image, "var"): 0o711, filepath.Join(image, "var", "lib"): 0o711}
+			for _, p := range tc.parents {
+				want[filepath.Join(image, p)] = 0o755
+			}
+			for p, mode := range want {
+				if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != mode {
+					t.Errorf("%s: %v %v; want mode %#o", p, fi.Mode(), err, mode)
+				}
+			}
+		})
 	}
 }

@@ -46,10 +46,14 @@ func (rep Report) ExitCode() int {
 }
 
 // ReadStatus builds the report, counting failures by p as the launcher does. It works whether
-// or not a launcher runs; it never creates the records or migrates them. A start left open by a
-// launcher that is gone is not shown as running.
+// or not a launcher runs; it never creates the root or the records, nor migrates them. A start
+// left open by a launcher that is gone is not shown as running.
 func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, error) {
-	rep := Report{Root: root, LauncherPID: rollback.LauncherRunning(root)}
+	rep := Report{Root: root}
+	if err := rollback.CheckRoot(root); err != nil {
+		return rep, err
+	}
+	rep.LauncherPID = rollback.LauncherRunning(root)
 	if _, err := os.Stat(rollback.RecordsPath(root)); errors.Is(err, os.ErrNotExist) {
 		return rep, fmt.Errorf("no records at %s: mesh-launcher has never run on this root (is --root right?)", rollback.RecordsPath(root))
 	}

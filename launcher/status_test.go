@@ -401,3 +401,62 @@ func TestWriteTextPrintsNothingThatDrivesATerminal(t *testing.T) {
 		}
 	}
 }
+
+// status lists versions newest first by semantic version, in the table and in --json, whether
+// a version is on disk or only in the records (a bad one removed): v1.10.0 before v1.2.0.
+func TestStatusListsVersionsNewestFirst(t *testing.T) {
+	root := t.TempDir()
+	ctx := t.Context()
+	for _, v := range []string{"v1.0.0", "v1.1.0", "v1.2.0", "v1.10.0", "v1.10.0-rc.1"} {
+		if err := os.MkdirAll(rollback.VersionDir(root, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(rollback.BinaryPath(root, v), []byte("binary "+v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _, err := rollback.OpenForLauncher(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if _, err := ReadStatus(ctx, root, rollback.DefaultPolicy); err != nil { // records each version seen
+		t.Fatal(err)
+	}
+	for _, v := range []string{"v1.2.0", "v1.10.0-rc.1"} { // kept in the records only
+		if err := os.RemoveAll(rollback.VersionDir(root, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := ReadStatus(ctx, root, rollback.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"v1.10.0", "v1.10.0-rc.1", "v1.2.0", "v1.1.0", "v1.0.0"}
+	var b bytes.Buffer
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Versions []struct{ Version string } `json:"versions"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, v := range doc.Versions {
+		listed = append(listed, v.Version)
+	}
+	if !slices.Equal(listed, want) {
+		t.Errorf("--json versions %v, want %v", listed, want)
+	}
+	var rows []string
+	for _, line := range strings.Split(textOf(t, rep), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "v1.") {
+			rows = append(rows, f[0])
+		}
+	}
+	if !slices.Equal(rows, want) {
+		t.Errorf("the table's rows %v, want %v", rows, want)
+	}
+}

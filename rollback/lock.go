@@ -40,8 +40,8 @@ func LauncherRunning(root string) int {
 }
 
 func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(filepath.Dir(path), rootMode); err != nil {
-		return nil, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	if err := MakeRoot(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {

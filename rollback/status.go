@@ -3,7 +3,10 @@ package rollback
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"time"
+
+	"golang.org/x/mod/semver"
 )
 
 // Status is everything the records and the versions directory say, for `mesh-launcher status`
@@ -15,8 +18,8 @@ type Status struct {
 	Failed       bool            `json:"failed"`
 	FailedReason string          `json:"failed_reason"`
 	Note         string          `json:"note,omitempty"`
-	Versions     []VersionStatus `json:"versions"`
-	Ignored      []string        `json:"ignored"` // entries of versions/ that are not versions
+	Versions     []VersionStatus `json:"versions"` // newest first (semver), on disk or records only
+	Ignored      []string        `json:"ignored"`  // entries of versions/ that are not versions
 	Rollbacks    []Rollback      `json:"rollbacks"`
 }
 
@@ -121,7 +124,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 		}
 		st.Versions = append(st.Versions, vs)
 	}
-	// Versions only in the records (retired, or bad and removed) come after, newest first.
+	// Versions only in the records (retired, or bad and removed).
 	for _, v := range sortedNewestFirst(recs) {
 		if !seen[v] {
 			vs, err := r.versionStatus(ctx, root, p, recs[v], v, false, "", failures, st.Running)
@@ -131,6 +134,9 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 			st.Versions = append(st.Versions, vs)
 		}
 	}
+	// One order for all of them, newest first: a version only in the records (a bad one
+	// removed) sits where its number puts it, not after the oldest on disk.
+	slices.SortStableFunc(st.Versions, func(a, b VersionStatus) int { return semver.Compare(b.Version, a.Version) })
 	provs, err := r.provenances(ctx) // after candidate recorded any version seen for the first time
 	if err != nil {
 		return st, err

@@ -96,7 +96,7 @@ func TestStatusListsVersionsOnDiskThenRecordsOnlyAndIgnoredEntries(t *testing.T)
 		byName[v.Version] = v
 	}
 	if want := []string{"v1.3.0", "v1.2.0", "v1.1.0", "v1.0.0", "v0.9.0"}; !reflect.DeepEqual(names, want) {
-		t.Fatalf("Versions = %v, want %v (on disk newest first, then records only)", names, want)
+		t.Fatalf("Versions = %v, want %v (newest first, on disk or records only)", names, want)
 	}
 	if v := byName["v1.3.0"]; !v.OnDisk || !strings.Contains(v.Mismatch, "changed") || v.Digest != digests["v1.3.0"] {
 		t.Errorf("v1.3.0 = %+v, want on disk with a mismatch and its first digest", v)

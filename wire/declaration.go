@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -104,6 +105,16 @@ func ParseTrustedDeclaration(b []byte, node string) (Declaration, error) {
 	return parseDeclaration(b, node, true)
 }
 
+// ErrOtherNode is what errors.Is finds in the refusal of a declaration addressed to another
+// node, so a caller that knows where its node id came from can say so.
+var ErrOtherNode = errors.New("declaration addressed to another node")
+
+// otherNode is that refusal: its text is the message alone.
+type otherNode string
+
+func (e otherNode) Error() string        { return string(e) }
+func (e otherNode) Is(target error) bool { return target == ErrOtherNode }
+
 func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) {
 	var env declarationEnvelope
 	// Every key is checked against the declaration itself (resources included), so an error
@@ -123,7 +134,7 @@ func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) 
 	case *env.Node != node && node == "":
 		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this host has no node id (set node in host.json or MESH_HOST_NODE, or leave \"node\" out of a bundle for any node)", Bound(*env.Node))
 	case *env.Node != node:
-		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this is node %q", Bound(*env.Node), node)
+		return Declaration{}, otherNode(fmt.Sprintf("declaration: addressed to node %q, but this is node %q", Bound(*env.Node), node))
 	}
 	if env.Resources == nil {
 		return Declaration{}, fmt.Errorf("declaration: no \"resources\" list (use [] to declare nothing)")

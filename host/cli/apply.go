@@ -29,12 +29,15 @@ import (
 // sources; only the parser differs (a local file is trusted: it may hold actions, and a node
 // left out or "" applies to any node).
 
-// Exit statuses of apply (and plan): 0 applied, 1 a step failed, 2 the input or the command
-// line was refused, or the host service runs.
+// Exit statuses of apply (and plan, owned): 0 applied, 1 a step failed, 2 the input or the
+// command line was refused (no root there, another node's declaration), or the host service
+// runs. plan exits exitChanges when something would change, as `terraform plan
+// -detailed-exitcode` does, so a script can tell "in state" from "would change".
 const (
 	exitApplied = 0
 	exitFailed  = 1
 	exitRefused = 2
+	exitChanges = 3
 )
 
 // maxPrintedSteps bounds what apply and plan print: the report keeps at most 1000 steps, and
@@ -95,7 +98,8 @@ func applyCmd(args []string, stdout, stderr io.Writer) int {
 func planCmd(args []string, stdout, stderr io.Writer) int {
 	fs := prog.NewFlagSetWithOperands("plan", "FILE | --bundle LOCK", "Say what `mesh-host apply` would change for a declaration FILE (or a bundle), reading the\n"+
 		"machine and the host's ledger and changing nothing; it may run beside the host service.\n"+
-		"Exit 0, or 1 when a resource could not be inspected, 2 refused input.")
+		"Exit 0 nothing would change, 3 something would change, 1 a resource could not be\n"+
+		"inspected, 2 refused (the input, the command line, or no root there).")
 	rootFlag, cfgFlag := rootFlags(fs)
 	bundle := fs.String("bundle", "", "plan the bundle whose lock file this is")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
@@ -123,8 +127,11 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	printReport(stdout, rep, nil, *asJSON, true)
-	if rep.Counts[apply.ActionFailed] > 0 {
+	switch {
+	case rep.Counts[apply.ActionFailed] > 0:
 		return exitFailed
+	case rep.Changed() > 0:
+		return exitChanges
 	}
 	return exitApplied
 }
@@ -132,13 +139,18 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 func ownedCmd(args []string, stdout, stderr io.Writer) int {
 	fs := prog.NewFlagSet("owned", "List what this host applied and owns, each resource inspected on the machine now: in state,\n"+
 		"differs (and how), missing, or unknown (why). Reads the ledger in store.db read-only, so it\n"+
-		"may run beside the host service.")
+		"may run beside the host service. Exit 0 listed, 1 could not be read, 2 refused (no root\n"+
+		"there, a bad host.json).")
 	rootFlag, cfgFlag := rootFlags(fs)
 	asJSON := fs.Bool("json", false, "print the list as JSON")
 	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	cfg, err := config.Load(*rootFlag, *cfgFlag, os.Getenv)
+	if err == nil {
+		// A mistyped root owns nothing too: say it is not there rather than "owns nothing".
+		err = rollback.CheckRoot(cfg.Root)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host owned: %v\n", err)
 		return exitRefused
@@ -236,6 +248,10 @@ func load(root, cfgPath, path string) (config.Config, wire.Declaration, error) {
 	d, err := wire.ParseTrustedDeclaration(b, cfg.Node)
 	if err == nil {
 		err = wire.CheckDeclarationPaths(d, cfg.Root)
+	}
+	if errors.Is(err, wire.ErrOtherNode) {
+		// Where the id came from is what the operator has to change.
+		return cfg, wire.Declaration{}, fmt.Errorf("%s: %s (%s)", path, err, rollback.Cut(cfg.NodeFrom, wire.MaxErrorBytes))
 	}
 	if err != nil {
 		return cfg, wire.Declaration{}, fmt.Errorf("%s: %s", path, rollback.Cut(err.Error(), wire.MaxErrorBytes))

@@ -202,7 +202,7 @@ func TestPlanSaysWhatWouldChangeAndChangesNothing(t *testing.T) {
 	before := tree(t, n.dir)
 	ownedBefore := must(n.run("owned", "--json"))
 	code, out, errOut := n.run("plan", n.write("d2.json", `{"type": "file", "id": "DIR/app/app.conf", "spec": {"content": "port = 80\n", "mode": "0640"}}`))
-	if code != 0 {
+	if code != exitChanges {
 		t.Fatalf("plan: exit %d %s%s", code, out, errOut)
 	}
 	for _, want := range []string{"changed   file      " + n.p("app/app.conf") + " (drifted)", "removed   directory " + n.p("app"), "plan: 2 would change"} {
@@ -218,7 +218,7 @@ func TestPlanSaysWhatWouldChangeAndChangesNothing(t *testing.T) {
 	}
 	code, out, _ = n.run("plan", "--json", n.write("d.json", appDecl))
 	var rep apply.Report
-	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Changed() != 1 {
+	if err := json.Unmarshal([]byte(out), &rep); code != exitChanges || err != nil || rep.Changed() != 1 {
 		t.Errorf("plan --json: exit %d, %v, %s", code, err, out)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/host/store"
 	"github.com/novox/mesh-host/internal/cmdline"
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -70,7 +70,7 @@ func run(version string, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	root, cfgPath := *rootFlag, *cfgFlag
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "host")
+	log := logkey.Text(stderr, nil).With("component", "host")
 	if want := os.Getenv("MESH_HOST_VERSION"); want != version {
 		// The versions lead: the launcher keeps this line as the reason a version failed, and
 		// status shows its start.

@@ -43,7 +43,7 @@ type inventoryNotOwned struct {
 }
 
 func profileWith(args []string, stdout, stderr io.Writer, getenv func(string) string, m machineProbe) int {
-	fs := prog.NewFlagSet("profile", "Detect what this machine can do (its profile: architecture, OS, systemd, package manager,\ncontainer runtimes that answer) and what it is (its inventory: hostname, machine-id, CPUs,\nmemory, disks), as the host reports them in its heartbeat. Runs the probes now (a container\nruntime's `info` may take a few seconds); changes nothing. What the host owns: `mesh-host owned`.")
+	fs := prog.NewFlagSet("profile", "Detect what this machine can do (its profile: architecture, OS, systemd, package manager,\ncontainer runtimes that answer) and what it is (its inventory: hostname, machine-id, CPUs,\nmemory, disks), as the host reports them in its heartbeat. Runs the probes now (a container\nruntime's `info` may take a few seconds); changes nothing. What the host owns: `mesh-host owned`.\nExit 0, 1 interrupted, 2 refused (no root there).")
 	asJSON := fs.Bool("json", false, "print {\"profile\": …, \"inventory\": …} as JSON")
 	rootFlag := fs.String("root", "", "the root whose disk is reported (MESH_HOST_ROOT; default "+rollback.DefaultRoot+")")
 	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
@@ -55,6 +55,10 @@ func profileWith(args []string, stdout, stderr io.Writer, getenv func(string) st
 	}
 	if root == "" {
 		root = rollback.DefaultRoot
+	}
+	if err := rollback.CheckRoot(root); err != nil {
+		fmt.Fprintf(stderr, "mesh-host profile: %v\n", err)
+		return exitRefused
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

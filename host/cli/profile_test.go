@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -40,7 +41,7 @@ func fakeMachine(roots *[]string) machineProbe {
 func TestProfilePrintsOneAlignedLinePerFact(t *testing.T) {
 	var roots []string
 	var out, errOut bytes.Buffer
-	if code := profileWith(nil, &out, &errOut, func(string) string { return "" }, fakeMachine(&roots)); code != 0 {
+	if code := profileWith([]string{"--root", t.TempDir()}, &out, &errOut, func(string) string { return "" }, fakeMachine(&roots)); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
@@ -69,21 +70,37 @@ func TestProfilePrintsOneAlignedLinePerFact(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}
 	}
-	if len(roots) != 2 || roots[0] != "/var/lib/mesh-host" {
-		t.Errorf("asked about roots %q; want the default root", roots)
+}
+
+// With no --root nor MESH_HOST_ROOT, profile reports the default root's disk, and refuses when
+// there is none.
+func TestProfileReadsTheDefaultRootOrSaysItIsNotThere(t *testing.T) {
+	var roots []string
+	var out, errOut bytes.Buffer
+	code := profileWith(nil, &out, &errOut, func(string) string { return "" }, fakeMachine(&roots))
+	if _, err := os.Stat(rollback.DefaultRoot); err == nil {
+		if code != 0 || len(roots) != 2 || roots[0] != rollback.DefaultRoot {
+			t.Errorf("exit %d, asked about roots %q; want the default root", code, roots)
+		}
+		return
+	}
+	want := "mesh-host profile: no mesh-host root at " + rollback.DefaultRoot + " (--root or MESH_HOST_ROOT)\n"
+	if code != 2 || errOut.String() != want || len(roots) != 0 {
+		t.Errorf("exit %d, stderr %q, asked about %q; want exit 2, %q, nothing detected", code, errOut.String(), roots, want)
 	}
 }
 
 func TestProfileJSONIsTheHeartbeatsProfileAndInventory(t *testing.T) {
 	var roots []string
 	var out, errOut bytes.Buffer
+	fromEnv, given := t.TempDir(), t.TempDir()
 	env := func(k string) string {
 		if k == "MESH_HOST_ROOT" {
-			return "/from/env"
+			return fromEnv
 		}
 		return ""
 	}
-	if code := profileWith([]string{"--json", "--root", "/srv/mesh"}, &out, &errOut, env, fakeMachine(&roots)); code != 0 {
+	if code := profileWith([]string{"--json", "--root", given}, &out, &errOut, env, fakeMachine(&roots)); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	var doc map[string]map[string]json.RawMessage
@@ -103,12 +120,12 @@ func TestProfileJSONIsTheHeartbeatsProfileAndInventory(t *testing.T) {
 	if !strings.Contains(out.String(), "\n  \"profile\": {\n    \"arch\"") {
 		t.Errorf("not indented:\n%s", out.String())
 	}
-	if len(roots) != 2 || roots[0] != "/srv/mesh" {
+	if len(roots) != 2 || roots[0] != given {
 		t.Errorf("asked about roots %q; --root wins over MESH_HOST_ROOT", roots)
 	}
 	roots = nil
 	profileWith([]string{"--json"}, &bytes.Buffer{}, &bytes.Buffer{}, env, fakeMachine(&roots))
-	if len(roots) != 2 || roots[0] != "/from/env" {
+	if len(roots) != 2 || roots[0] != fromEnv {
 		t.Errorf("asked about roots %q; want MESH_HOST_ROOT's", roots)
 	}
 }

@@ -20,8 +20,11 @@ import (
 // Config is every host setting. The JSON names are the host.json fields; each has a
 // MESH_HOST_* variable named in envNames.
 type Config struct {
-	Root        string   `json:"-"`
-	Node        string   `json:"node,omitempty"`
+	Root string `json:"-"`
+	Node string `json:"node,omitempty"`
+	// NodeFrom says where Node came from, for a refusal that depends on it: "the node id of
+	// host.json at P", "the node id MESH_HOST_NODE sets", or the short hostname and why.
+	NodeFrom    string   `json:"-"`
 	NATSURLs    []string `json:"nats_urls,omitempty"`
 	NATSCreds   string   `json:"nats_creds,omitempty"`
 	NATSCA      string   `json:"nats_ca,omitempty"`
@@ -100,6 +103,7 @@ func Load(root, path string, getenv Env) (Config, error) {
 		file = filepath.Join(root, "host.json")
 	}
 	b, err := os.ReadFile(file)
+	found := err == nil
 	switch {
 	case err == nil:
 		// The bus's decoder: keys are case-sensitive, duplicates and unknown keys refused.
@@ -110,8 +114,14 @@ func Load(root, path string, getenv Env) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	if c.Node != "" {
+		c.NodeFrom = "the node id of host.json at " + file
+	}
 	if err := c.applyEnv(getenv); err != nil {
 		return Config{}, err
+	}
+	if getenv("MESH_HOST_NODE") != "" {
+		c.NodeFrom = "the node id MESH_HOST_NODE sets"
 	}
 	if c.Node == "" {
 		h, err := os.Hostname()
@@ -120,6 +130,11 @@ func Load(root, path string, getenv Env) (Config, error) {
 		}
 		// The short name: node ids appear in subjects and keys, where dots are separators.
 		c.Node, _, _ = strings.Cut(h, ".")
+		why := "there is no host.json at " + file
+		if found {
+			why = "host.json at " + file + " names no node"
+		}
+		c.NodeFrom = fmt.Sprintf("the short hostname, as %s; set \"node\" there or MESH_HOST_NODE", why)
 	}
 	if c.Prefix == "" {
 		c.Prefix = wire.DefaultPrefix

@@ -177,7 +177,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	// wrong before it has ever synchronised, so an expiry past by this clock alone refuses
 	// nothing; it only names why the server refused the token user.
 	// Check the root and its host.json before anything is spent.
-	if err := os.MkdirAll(o.Root, 0o700); err != nil {
+	if err := rollback.MakeRoot(o.Root); err != nil {
 		return Result{}, fmt.Errorf("enrol: %w", err)
 	}
 	cfgPath := filepath.Join(o.Root, ConfigFile)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -109,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "enrol"), caPEM: string(caPEM),
+	s := &Service{cfg: cfg, log: logkey.Sub(cfg.Logger, "enrol"), caPEM: string(caPEM),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if s.tokens, err = bucket(ctx, js, enrolmentBucket(cfg.Names)); err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -34,7 +35,7 @@ func Keep(ctx context.Context, js jetstream.JetStream, names wire.Names, key ed2
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	k := &keeper{signer: s, log: log.With("component", "target-keeper"), names: names}
+	k := &keeper{signer: s, log: logkey.Sub(log, "target-keeper"), names: names}
 	return k.run(ctx, js)
 }
 

@@ -5,15 +5,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/novox/mesh-host/internal/cmdline"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/novox/mesh-host/internal/cmdline"
 	"github.com/novox/mesh-host/internal/layout"
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
@@ -70,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		fmt.Fprintln(stderr, "mesh-launcher run: --liveness-limit and --confirm-deadline must be positive")
 		return exitUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "launcher", "launcher_version", version)
+	log := logkey.Text(stderr, nil).With("component", "launcher", "launcher_version", version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := launcher.Run(ctx, launcher.Config{
@@ -90,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 }
 
 func status(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := prog.NewFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error.")
+	fs := prog.NewFlagSet("status", "Show the versions and their states, the running version and pid, known-good, and the last\nrollback with the failed version's last output. Versions are listed newest first.\nExit status: 0 healthy, 4 degraded, 3 failed, 1 error (no root there, no records, unreadable\nrecords).")
 	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count (as given to run)")

@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,4 +49,42 @@ func prefixed(s, prefix string) bool {
 		return s == ""
 	}
 	return strings.HasPrefix(s, prefix)
+}
+
+// status on a root that does not exist says so, naming the root and where it is given, and
+// exits 1 (its "error"; 3 and 4 are states of a node, which a missing root is not); on a root
+// with no records it says the launcher never ran there. The built binary, as an operator runs it.
+func TestStatusOnAMissingRootSaysThereIsNoRootAndExits1(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "mesh-launcher")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	missing := filepath.Join(t.TempDir(), "no", "such", "root")
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"--root", nil, []string{"status", "--root", missing}, "mesh-launcher status: no mesh-host root at " + missing + " (--root or MESH_HOST_ROOT)\n"},
+		{"--json --root", nil, []string{"status", "--json", "--root", missing}, "mesh-launcher status: no mesh-host root at " + missing + " (--root or MESH_HOST_ROOT)\n"},
+		{"MESH_HOST_ROOT", []string{"MESH_HOST_ROOT=" + missing}, []string{"status"}, "mesh-launcher status: no mesh-host root at " + missing + " (--root or MESH_HOST_ROOT)\n"},
+		{"a root with no records", nil, []string{"status", "--root", empty}, "mesh-launcher status: no records at " + filepath.Join(empty, "records.db") + ": mesh-launcher has never run on this root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), bin, tc.args...)
+			cmd.Env = append(append(os.Environ(), "MESH_HOST_ROOT="), tc.env...)
+			var out, errOut bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 || out.Len() != 0 || !strings.HasPrefix(errOut.String(), tc.want) {
+				t.Errorf("%v, stdout %q, stderr %q; want exit 1, stderr %q…", err, out.String(), errOut.String(), tc.want)
+			}
+			if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("status created the root: %v", err)
+			}
+		})
+	}
 }

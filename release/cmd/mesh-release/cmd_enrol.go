@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/enrol"
 	"github.com/novox/mesh-host/release/trust"
@@ -357,7 +358,7 @@ func enrolInServe(fs *flag.FlagSet) func(ctx context.Context, s *stdio, srv *bus
 		if store == nil {
 			return nil // --insecure-no-auth: no identities to enrol nodes into
 		}
-		log := slog.New(slog.NewTextHandler(s.err, nil)).With("component", "enrol")
+		log := logkey.Text(s.err, nil).With("component", "enrol")
 		stop, err := serveEnrolmentFor(ctx, s, srv, store, n, &f, log)
 		if err != nil {
 			return err

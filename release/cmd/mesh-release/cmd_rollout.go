@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/rollback"
@@ -225,7 +226,7 @@ func (f *rolloutFlags) controller(ctx context.Context, s *stdio, p *eventPrinter
 	if err != nil {
 		return nil, nil, err
 	}
-	log := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "rollout")
+	log := logkey.Text(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}).With("component", "rollout")
 	c, err := f.bus.connect(ctx, bus.Lasting(log))
 	if err != nil {
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
@@ -102,7 +103,7 @@ func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, r
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level}))
+	logger := logkey.Text(s.err, &slog.HandlerOptions{Level: level})
 	opts := bus.ServeOptions{DataDir: data, Listen: *listen, Logger: logger.With("component", "nats"),
 		TLSCert: *tlsCert, TLSKey: *tlsKey}
 	creds := ""

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"log/slog"
 
+	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/release/trust"
@@ -36,7 +36,7 @@ func keepTargetsInServe(fs *flag.FlagSet) func(ctx context.Context, s *stdio, sr
 		if err != nil {
 			return err
 		}
-		log := slog.New(slog.NewTextHandler(s.err, nil)).With("component", "targets")
+		log := logkey.Text(s.err, nil).With("component", "targets")
 		go func() {
 			defer c.Close()
 			if err := targets.Keep(ctx, c.JS, n, signer.Key, signer.TTL, log); err != nil && !errors.Is(err, context.Canceled) {
