@@ -220,7 +220,7 @@ func enrolServiceCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(s.err, nil))
+	log := logkey.Text(s.err, nil)
 	admin, err := t.connectAs(ctx, store, store.AdminCreds(), bus.Lasting(log))
 	if err != nil {
 		return err
