@@ -76,8 +76,9 @@ var migrations = [recordsSchema]string{
 	ALTER TABLE versions ADD COLUMN signed_by TEXT;       -- delivered: the key id that signed its manifest
 	ALTER TABLE versions ADD COLUMN installed_from TEXT;  -- installed: the file it was copied from`,
 
-	// 4: the proof that a binary was verified, so a version is not hashed again on the critical
-	// path between its predecessor's exit and its own exec (docs/decisions/0013-…). NULL: hash it.
+	// 4: the proof that a binary was verified, so a version is not hashed again between its
+	// predecessor's exit and its own exec (docs/decisions/0013-a-verified-binary-is-not-hashed-again.md).
+	// NULL: hash it.
 	`ALTER TABLE versions ADD COLUMN verified_as TEXT;     -- the binary's file identity and boot when its bytes last matched digest`,
 }
 
