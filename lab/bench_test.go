@@ -14,6 +14,7 @@ import (
 
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/rollback"
 )
 
 // PkgAnyVersion is the real host taking its version from the launcher (benchmarks only).
@@ -47,17 +48,15 @@ func waitRunning(b *testing.B, n *Node, version string) launcher.Report {
 }
 
 func reportQuantiles(b *testing.B, ds []time.Duration, unit string) {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	q := func(p float64) float64 {
-		return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000
-	}
-	b.ReportMetric(q(0.5), "median-"+unit)
-	b.ReportMetric(q(0.99), "p99-"+unit)
+	b.ReportMetric(quantile(ds, 0.5), "median-"+unit)
+	b.ReportMetric(quantile(ds, 0.99), "p99-"+unit)
 	b.ReportMetric(0, "ns/op") // wall time per op includes waiting for a reconcile; not the figure
 }
 
 // BenchmarkStandAsideGap measures, per stand-aside, the time from the old host's exit to the
-// new host's process start, as the launcher records them (exit seen by wait(2) → exec done).
+// new host's process start, as the launcher records them (exit seen by wait(2) → exec done),
+// and beside it the floor that gap cannot go under: fork+exec+exit of the same binary
+// (`--version`), measured in the same run so a loaded machine moves both alike.
 func BenchmarkStandAsideGap(b *testing.B) {
 	bin := build(b, PkgAnyVersion, "any")
 	n := benchNode(b, "20ms")
@@ -68,7 +67,7 @@ func BenchmarkStandAsideGap(b *testing.B) {
 		b.Fatal(err)
 	}
 	waitRunning(b, n, "v1.0.0")
-	var gaps []time.Duration
+	var gaps, floors []time.Duration
 	prev := "v1.0.0"
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -80,9 +79,29 @@ func BenchmarkStandAsideGap(b *testing.B) {
 		old, cur := starts(b, n.Root, prev), starts(b, n.Root, v)
 		gaps = append(gaps, cur[0].StartedAt.Sub(old[len(old)-1].EndedAt))
 		prev = v
+		floors = append(floors, execFloor(b, rollback.BinaryPath(n.Root, v)))
 	}
 	b.StopTimer()
-	reportQuantiles(b, gaps, "gap-ms")
+	b.ReportMetric(quantile(gaps, 0.5), "gap-median-ms")
+	b.ReportMetric(quantile(gaps, 0.99), "gap-p99-ms")
+	b.ReportMetric(quantile(floors, 0.5), "exec-floor-median-ms")
+	b.ReportMetric(0, "ns/op") // wall time per op includes waiting for a reconcile; not the figure
+}
+
+// execFloor is how long fork+exec+exit of bin takes (it prints its version and exits).
+func execFloor(b *testing.B, bin string) time.Duration {
+	b.Helper()
+	t := time.Now()
+	if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil {
+		b.Fatalf("%s --version: %v\n%s", bin, err, out)
+	}
+	return time.Since(t)
+}
+
+// quantile is the p-quantile of ds in milliseconds (ds is sorted in place).
+func quantile(ds []time.Duration, p float64) float64 {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return float64(ds[int(p*float64(len(ds)-1))].Microseconds()) / 1000
 }
 
 // BenchmarkCrashOnStartToPredecessor measures the time from a version that crashes at start

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
@@ -40,23 +42,28 @@ type Node struct {
 // PlaceVersion installs binary as versions/<v>/mesh-host the way a stager does: copied into a
 // staging directory, fsynced, and renamed into place, so a launcher never sees half a version.
 func (n *Node) PlaceVersion(version, binary string) error {
-	versions := rollback.VersionsDir(n.Root)
-	if err := os.MkdirAll(versions, 0o755); err != nil {
-		return err
-	}
-	staging, err := os.MkdirTemp(versions, rollback.StagingPrefix+"lab-")
+	// rollback.Staging, so the staging directory is flocked while filled: a host starting
+	// meanwhile (each stand-aside starts one) cleans up leftovers, and would take it for one.
+	s, err := rollback.NewStaging(n.Root)
 	if err != nil {
 		return err
 	}
-	if err := copyFile(binary, filepath.Join(staging, rollback.BinaryName), 0o755); err != nil {
-		os.RemoveAll(staging)
+	defer s.Discard()
+	if err := copyFile(binary, s.BinaryPath(), 0o755); err != nil {
 		return err
 	}
-	if err := os.Chmod(staging, 0o755); err != nil {
-		os.RemoveAll(staging)
+	if err := os.Chmod(s.Dir(), 0o755); err != nil {
 		return err
 	}
-	return atomicfile.Rename(staging, rollback.VersionDir(n.Root, version))
+	// Nothing is recorded: the version is found, as one copied in by hand.
+	return s.Commit(context.Background(), recordNothing{}, version, "", rollback.Provenance{})
+}
+
+// recordNothing is a VersionRecorder that leaves the records alone.
+type recordNothing struct{}
+
+func (recordNothing) RecordVersion(context.Context, string, digest.Digest, rollback.Provenance) error {
+	return nil
 }
 
 // copyFile copies src to dst with mode, atomically.

@@ -20,8 +20,17 @@ func (l *Launcher) loop(ctx context.Context) error {
 	return err
 }
 
-func (l *Launcher) steps(ctx context.Context) error {
+func (l *Launcher) steps(ctx context.Context) (err error) {
 	stoodAside := ""
+	// A start that stood aside is recorded as ended in the transaction that begins the next, so
+	// one commit, not two, lies between the old host's exit and the new one's exec. With no next
+	// start (stopped, failed, an error) it is recorded alone on the way out.
+	var pending *rollback.EndedStart
+	defer func() {
+		if pending != nil {
+			err = errors.Join(err, l.records.EndStart(context.WithoutCancel(ctx), pending.Start, pending.End))
+		}
+	}()
 	for {
 		choice, err := l.records.Choose(ctx, l.cfg.Root)
 		if err != nil {
@@ -39,7 +48,7 @@ func (l *Launcher) steps(ctx context.Context) error {
 		if choice.Version == "" {
 			return errFailedState{reason: fmt.Sprintf("no version to run under %s%s", rollback.VersionsDir(l.cfg.Root), skippedSummary(choice.Skipped))}
 		}
-		end, err := l.runOnce(ctx, choice.Version)
+		end, err := l.runOnce(ctx, choice.Version, &pending)
 		if err != nil {
 			return err
 		}
@@ -60,13 +69,23 @@ func (l *Launcher) steps(ctx context.Context) error {
 }
 
 // runOnce starts one version and waits for it to end, stopping it if ctx ends and killing it
-// if it is unconfirmed at the confirm deadline. It records and returns how it ended.
-func (l *Launcher) runOnce(ctx context.Context, version string) (rollback.End, error) {
+// if it is unconfirmed at the confirm deadline. It records and returns how it ended, except a
+// stand-aside: that is left in *pending, which the next start records with itself (and sets
+// nil once it did).
+func (l *Launcher) runOnce(ctx context.Context, version string, pending **rollback.EndedStart) (rollback.End, error) {
 	standing, err := l.records.Standing(ctx, l.cfg.Root, version, l.cfg.Policy)
 	if err != nil {
 		return rollback.End{}, err
 	}
-	start, err := l.records.BeginStart(ctx, version)
+	var start int64
+	if *pending != nil {
+		start, err = l.records.BeginStartAfter(ctx, version, **pending)
+		if err == nil {
+			*pending = nil
+		}
+	} else {
+		start, err = l.records.BeginStart(ctx, version)
+	}
 	if err != nil {
 		return rollback.End{}, err
 	}
@@ -144,6 +163,10 @@ wait:
 		}
 	}
 	log.Info("the host ended", "outcome", end.Outcome, "exit", end.ExitCode, "signal", end.Signal)
+	if end.Outcome == rollback.OutcomeStoodAside {
+		*pending = &rollback.EndedStart{Start: start, End: end}
+		return end, nil
+	}
 	return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
 }
 

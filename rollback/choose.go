@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -75,12 +76,18 @@ func (r *Records) ChooseWithout(ctx context.Context, root, version string) (Choi
 }
 
 // candidate looks one version up: bad in the records, and its binary against the recorded digest
-// (recording it if this is the first time the version is seen).
+// (recording it if this is the first time the version is seen). A binary whose file identity is
+// the one recorded beside the digest on this boot is not hashed again (decision 0013): whoever
+// hashed it last, the host before it stood aside or this process, left that proof.
 func (r *Records) candidate(ctx context.Context, root, version string) (Candidate, error) {
 	c := Candidate{Version: version}
-	var recorded sql.NullString
+	var recorded, verified sql.NullString
 	var badAt sql.NullInt64
-	err := r.db.QueryRowContext(ctx, `SELECT digest, bad_at FROM versions WHERE version = ?`, version).Scan(&recorded, &badAt)
+	q := `SELECT digest, bad_at, NULL FROM versions WHERE version = ?`
+	if r.schema >= verifiedSchema {
+		q = `SELECT digest, bad_at, verified_as FROM versions WHERE version = ?`
+	}
+	err := r.db.QueryRowContext(ctx, q, version).Scan(&recorded, &badAt, &verified)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return c, r.wrap("look up "+version, err)
 	}
@@ -88,7 +95,17 @@ func (r *Records) candidate(ctx context.Context, root, version string) (Candidat
 		c.Bad = true
 		return c, nil
 	}
-	got, err := r.BinaryDigest(BinaryPath(root, version))
+	b, err := r.openBinary(BinaryPath(root, version))
+	if err != nil {
+		c.Mismatch = fmt.Sprintf("no usable binary: %v", err)
+		return c, nil
+	}
+	defer b.f.Close()
+	proof := b.proof(r.boot().ID)
+	if recorded.Valid && proof != "" && verified.String == proof {
+		return c, nil // these bytes matched the digest, and the file has not changed since
+	}
+	got, err := r.digest(b)
 	if err != nil {
 		c.Mismatch = fmt.Sprintf("no usable binary: %v", err)
 		return c, nil
@@ -100,13 +117,35 @@ func (r *Records) candidate(ctx context.Context, root, version string) (Candidat
 			c.Mismatch = fmt.Sprintf("binary changed since it was first seen (recorded %s, now %s)", dc.Recorded, got)
 			return c, nil
 		}
-		return c, err
+		if err != nil {
+			return c, err
+		}
+		r.recordVerified(ctx, version, got, proof)
+		return c, nil
 	}
 	if digest.Digest(recorded.String) != got {
 		c.Mismatch = fmt.Sprintf("binary changed since it was first seen (recorded %s, now %s)", recorded.String, got)
+		return c, nil
+	}
+	if proof != verified.String {
+		r.recordVerified(ctx, version, got, proof)
 	}
 	return c, nil
 }
+
+// recordVerified keeps proof beside version's digest, for the records' other readers. It is
+// only a saving: where it cannot be written (records older than schema 4, a read-only
+// reader, a busy file) the next reader hashes the binary instead, so a failure is not one.
+func (r *Records) recordVerified(ctx context.Context, version string, d digest.Digest, proof string) {
+	if proof == "" || r.schema < verifiedSchema {
+		return
+	}
+	// Only beside the digest these bytes matched: never a proof for a digest recorded meanwhile.
+	_, _ = r.db.ExecContext(ctx, `UPDATE versions SET verified_as = ? WHERE version = ? AND digest = ?`, proof, version, d.String())
+}
+
+// verifiedSchema is the records schema that keeps the proof of a verified binary.
+const verifiedSchema = 4
 
 // fileKey tells a file apart from every other, and from itself changed: device, inode, size
 // and change times (fileIdentity reads it, where the platform allows).
@@ -116,39 +155,115 @@ type fileKey struct {
 	mtime, ctime int64
 }
 
-// BinaryDigest is the sha256 digest of the file at path, cached by the file's identity
-// (device, inode, size, change times) so an unchanged binary is hashed once per process.
-func (r *Records) BinaryDigest(path string) (digest.Digest, error) {
+// settleWindow is how old a file's last change (its ctime) must be before its identity is
+// trusted to stand for its bytes. The kernel stamps a change with a clock that advances once a
+// tick (at most 10 ms), so a write in the same tick as the last change could leave every time
+// unchanged; once a tick has passed since the last change, any later one stamps a later ctime
+// (racy git's problem, solved the same way). A file whose times have no sub-second part sits on
+// a filesystem that keeps whole seconds (or two, FAT), and needs coarseSettleWindow.
+const (
+	settleWindow       = 20 * time.Millisecond
+	coarseSettleWindow = 2 * time.Second
+)
+
+// unsettledFor is how long after now the key can first be trusted; <= 0: it can now.
+func (k fileKey) unsettledFor(now time.Time) time.Duration {
+	w := settleWindow
+	if k.ctime%int64(time.Second) == 0 && k.mtime%int64(time.Second) == 0 {
+		w = coarseSettleWindow
+	}
+	return time.Unix(0, k.ctime).Add(w).Sub(now)
+}
+
+// binary is an open binary and what its identity says about it.
+type binary struct {
+	f       *os.File
+	path    string
+	key     fileKey
+	trusted bool // key stands for the bytes: any change to them changes it
+}
+
+// proof is what records.db keeps beside a digest these bytes matched: the file's identity and
+// the boot it holds on (after a reboot, or where the identity is unknown, it is hashed again).
+func (b binary) proof(bootID string) string {
+	if !b.trusted || bootID == "" {
+		return ""
+	}
+	k := b.key
+	return fmt.Sprintf("boot=%s dev=%d ino=%d size=%d mtime=%d ctime=%d", bootID, k.dev, k.ino, k.size, k.mtime, k.ctime)
+}
+
+// openBinary opens the regular file at path and reads its identity. A file changed less than
+// settleWindow ago is waited for (a binary just staged is checked a moment later, which is
+// before its host stands aside, not during it); one still changing, or on a filesystem of whole
+// seconds, is hashed without trusting its identity.
+func (r *Records) openBinary(path string) (binary, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return binary{}, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
+	b := binary{f: f, path: path}
+	for try := 0; ; try++ {
+		before := time.Now() // the kernel's clock, not r.now: ctime is stamped by it
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return binary{}, err
+		}
+		if !fi.Mode().IsRegular() {
+			f.Close()
+			return binary{}, fmt.Errorf("%s is not a regular file", path)
+		}
+		var known bool
+		if b.key, known = fileIdentity(fi); !known {
+			return b, nil
+		}
+		wait := b.key.unsettledFor(before)
+		if wait <= 0 {
+			b.trusted = true
+			return b, nil
+		}
+		if try > 0 || wait > settleWindow {
+			return b, nil
+		}
+		time.Sleep(wait)
 	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", path)
-	}
-	key, known := fileIdentity(fi)
-	if known {
+}
+
+// digest is b's sha256 digest: from the per-process cache when its identity is trusted and was
+// hashed before, else read whole.
+func (r *Records) digest(b binary) (digest.Digest, error) {
+	if b.trusted {
 		r.mu.Lock()
-		d, hit := r.hashes[key]
+		d, hit := r.hashes[b.key]
 		r.mu.Unlock()
 		if hit {
 			return digest.Digest(d), nil
 		}
 	}
+	r.mu.Lock()
+	r.hashed++
+	r.mu.Unlock()
 	dg := digest.SHA256.Digester()
-	if _, err := io.Copy(dg.Hash(), f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
+	if _, err := io.Copy(dg.Hash(), b.f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", b.path, err)
 	}
 	d := dg.Digest()
-	if known {
+	if b.trusted {
 		r.mu.Lock()
-		r.hashes[key] = d.String()
+		r.hashes[b.key] = d.String()
 		r.mu.Unlock()
 	}
 	return d, nil
+}
+
+// BinaryDigest is the sha256 digest of the file at path, cached by the file's identity
+// (device, inode, size, change times) so an unchanged binary is hashed once per process.
+func (r *Records) BinaryDigest(path string) (digest.Digest, error) {
+	b, err := r.openBinary(path)
+	if err != nil {
+		return "", err
+	}
+	defer b.f.Close()
+	return r.digest(b)
 }

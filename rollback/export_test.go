@@ -53,3 +53,10 @@ func (r *Records) LastOutput(ctx context.Context, version string) (string, error
 func (r *Records) schemaVersion(ctx context.Context) (int, error) {
 	return sqlitefile.UserVersion(ctx, r.db)
 }
+
+// Hashed is how many binaries these records have read whole to hash them.
+func (r *Records) Hashed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hashed
+}

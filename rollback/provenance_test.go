@@ -85,14 +85,14 @@ func TestStatusShowsEachVersionsProvenance(t *testing.T) {
 	}
 }
 
-// Schema 2 → 3: versions recorded before keep everything and read "not recorded".
+// Schema 2 → 3 (and on): versions recorded before keep everything and read "not recorded".
 func TestSchema2RecordsAreMigratedAndTheirVersionsReadNotRecorded(t *testing.T) {
 	root := newRoot(t)
 	schema2Records(t, root)
 	stage(t, root, "v1.0.0", "")
 	r, _ := openRecords(t, root)
-	if got := userVersion(t, r); got != 3 {
-		t.Fatalf("user_version = %d, want 3", got)
+	if got := userVersion(t, r); got != SchemaVersion {
+		t.Fatalf("user_version = %d, want %d", got, SchemaVersion)
 	}
 	ctx := context.Background()
 	rec, ok, err := r.Lookup(ctx, "v1.0.0")

@@ -15,7 +15,7 @@ import (
 // recordsSchema is the records schema this build knows. Changes are additive only: a newer host
 // reads a file an older launcher made, and never migrates it; a launcher uses a file a newer one
 // made as far as it knows it.
-const recordsSchema = 3
+const recordsSchema = 4
 
 // migrations[i] takes the schema from version i to i+1.
 var migrations = [recordsSchema]string{
@@ -75,6 +75,11 @@ var migrations = [recordsSchema]string{
 	`ALTER TABLE versions ADD COLUMN source TEXT;          -- installed, delivered, found
 	ALTER TABLE versions ADD COLUMN signed_by TEXT;       -- delivered: the key id that signed its manifest
 	ALTER TABLE versions ADD COLUMN installed_from TEXT;  -- installed: the file it was copied from`,
+
+	// 4: the proof that a binary was verified, so a version is not hashed again between its
+	// predecessor's exit and its own exec (docs/decisions/0013-a-verified-binary-is-not-hashed-again.md).
+	// NULL: hash it.
+	`ALTER TABLE versions ADD COLUMN verified_as TEXT;     -- the binary's file identity and boot when its bytes last matched digest`,
 }
 
 // Records is ROOT/records.db.
@@ -87,6 +92,7 @@ type Records struct {
 
 	mu     sync.Mutex
 	hashes map[fileKey]string // binary digests by file identity, so Choose hashes each file once
+	hashed int                // binaries read whole to hash them (the tests count them)
 }
 
 // ErrCorrupt is wrapped by errors about a records.db that is not a readable SQLite database.

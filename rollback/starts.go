@@ -45,12 +45,34 @@ type End struct {
 // BeginStart records that version is being started and returns the start's id, which the
 // launcher hands the host (MESH_HOST_START_ID) so the host can confirm exactly this start.
 func (r *Records) BeginStart(ctx context.Context, version string) (int64, error) {
+	return r.beginStart(ctx, version, nil)
+}
+
+// EndedStart is a start and how it ended.
+type EndedStart struct {
+	Start int64
+	End
+}
+
+// BeginStartAfter is BeginStart that also records how prev ended, in the same transaction: the
+// launcher, after a host stood aside, starts the next with one commit (one fsync) between the
+// old host's exit and the new one's exec, not two, and no reader sees a moment with neither.
+func (r *Records) BeginStartAfter(ctx context.Context, version string, prev EndedStart) (int64, error) {
+	return r.beginStart(ctx, version, &prev)
+}
+
+func (r *Records) beginStart(ctx context.Context, version string, prev *EndedStart) (int64, error) {
 	now := us(r.now())
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, r.wrap("begin start", err)
 	}
 	defer tx.Rollback()
+	if prev != nil {
+		if err := r.endStart(ctx, tx, prev.Start, prev.End); err != nil {
+			return 0, err
+		}
+	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO starts (version, started_at, boot_id) VALUES (?, ?, ?)`, version, now, r.boot().ID)
 	if err != nil {
 		return 0, r.wrap("record start of "+version, err)
@@ -74,6 +96,15 @@ func (r *Records) SetPID(ctx context.Context, start int64, pid int, at time.Time
 // EndStart records how a start ended, with the boot clock's reading now (what failure
 // counting compares) beside the wall-clock time (what people read).
 func (r *Records) EndStart(ctx context.Context, start int64, e End) error {
+	return r.endStart(ctx, r.db, start, e)
+}
+
+// execer is what endStart writes through: the database, or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (r *Records) endStart(ctx context.Context, db execer, start int64, e End) error {
 	var sig any
 	if e.Signal != "" {
 		sig = e.Signal
@@ -82,7 +113,7 @@ func (r *Records) EndStart(ctx context.Context, start int64, e End) error {
 		e.At = r.now()
 	}
 	b := r.boot()
-	_, err := r.db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, exit_code = ?, signal = ?, outcome = ?, output = ?,
+	_, err := db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, exit_code = ?, signal = ?, outcome = ?, output = ?,
 		ended_boot_ns = ?, boot_id = ? WHERE id = ?`,
 		us(e.At), e.ExitCode, sig, string(e.Outcome), Cut(e.Output, maxOutput), int64(b.Since), b.ID, start)
 	return r.wrapIf("record end of start", err)
