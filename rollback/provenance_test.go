@@ -91,8 +91,8 @@ func TestSchema2RecordsAreMigratedAndTheirVersionsReadNotRecorded(t *testing.T) 
 	schema2Records(t, root)
 	stage(t, root, "v1.0.0", "")
 	r, _ := openRecords(t, root)
-	if got := userVersion(t, r); got != 3 {
-		t.Fatalf("user_version = %d, want 3", got)
+	if got := userVersion(t, r); got != SchemaVersion {
+		t.Fatalf("user_version = %d, want %d", got, SchemaVersion)
 	}
 	ctx := context.Background()
 	rec, ok, err := r.Lookup(ctx, "v1.0.0")
