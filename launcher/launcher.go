@@ -118,6 +118,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return 1, err
 	}
 	defer records.Close()
+	records.SetPolicy(cfg.Policy) // pruning keeps every failure within the interval judged by
 	if note != "" {
 		log.Error(note)
 	}

@@ -57,15 +57,26 @@ type Rollback struct {
 	AfterStart int64 `json:"-"`
 }
 
-// RecordRollback records a rollback from one version to another.
+// RecordRollback records a rollback from one version to another, keeping the newest
+// keepRollbacks.
 func (r *Records) RecordRollback(ctx context.Context, rb Rollback) error {
 	if rb.At.IsZero() {
 		rb.At = r.now()
 	}
-	_, err := r.db.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output, after_start)
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return r.wrap("record rollback", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output, after_start)
 		VALUES (?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM starts))`,
-		rb.From, rb.To, us(rb.At), Cut(rb.Reason, maxReason), Cut(rb.Output, maxOutput))
-	return r.wrapIf("record rollback", err)
+		rb.From, rb.To, us(rb.At), Cut(rb.Reason, maxReason), Cut(rb.Output, maxOutput)); err != nil {
+		return r.wrap("record rollback", err)
+	}
+	if err := r.pruneRollbacks(ctx, tx); err != nil {
+		return r.wrap("prune rollbacks", err)
+	}
+	return r.wrapIf("record rollback", tx.Commit())
 }
 
 // Rollbacks lists the most recent rollbacks, newest first.

@@ -15,7 +15,7 @@ import (
 // recordsSchema is the records schema this build knows. Changes are additive only: a newer host
 // reads a file an older launcher made, and never migrates it; a launcher uses a file a newer one
 // made as far as it knows it.
-const recordsSchema = 4
+const recordsSchema = 5
 
 // migrations[i] takes the schema from version i to i+1.
 var migrations = [recordsSchema]string{
@@ -80,6 +80,11 @@ var migrations = [recordsSchema]string{
 	// predecessor's exit and its own exec (docs/decisions/0013-a-verified-binary-is-not-hashed-again.md).
 	// NULL: hash it.
 	`ALTER TABLE versions ADD COLUMN verified_as TEXT;     -- the binary's file identity and boot when its bytes last matched digest`,
+	// 5: each start prunes the starts of its version no reader needs (prune.go); the failures
+	// it deletes are counted here, so failures_total stays all-time. The index serves the
+	// newest-first reads of one version's starts that pruning makes.
+	`ALTER TABLE versions ADD COLUMN pruned_failures INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX starts_version_id ON starts(version, id);`,
 }
 
 // Records is ROOT/records.db.
@@ -89,10 +94,14 @@ type Records struct {
 	schema int              // the file's schema: what it can hold (a host may open an older launcher's)
 	now    func() time.Time // the wall clock: times in the records are for people
 	boot   func() bootTime  // the boot clock: what failure counting compares
+	window time.Duration    // the policy's interval: pruning keeps the failures within it (SetPolicy)
+	// unpruned keeps every start (tests compare pruned records with unpruned ones).
+	unpruned bool
 
-	mu     sync.Mutex
-	hashes map[fileKey]string // binary digests by file identity, so Choose hashes each file once
-	hashed int                // binaries read whole to hash them (the tests count them)
+	mu         sync.Mutex
+	hashes     map[fileKey]string // binary digests by file identity, so Choose hashes each file once
+	hashed     int                // binaries read whole to hash them (the tests count them)
+	pruneStmts [len(pruneSQL)]*sql.Stmt
 }
 
 // ErrCorrupt is wrapped by errors about a records.db that is not a readable SQLite database.
@@ -168,7 +177,7 @@ func OpenForHost(ctx context.Context, root string) (*Records, error) {
 }
 
 func newRecords(db *sql.DB, path string, schema int) *Records {
-	return &Records{db: db, path: path, schema: schema, now: time.Now, boot: bootClock(), hashes: map[fileKey]string{}}
+	return &Records{db: db, path: path, schema: schema, now: time.Now, boot: bootClock(), window: defaultWindow, hashes: map[fileKey]string{}}
 }
 
 // wrap names the file in every database error, and marks corruption so the launcher can recover.
@@ -182,7 +191,16 @@ func wrap(path, what string, err error) error {
 }
 
 // Close closes the database.
-func (r *Records) Close() error { return r.db.Close() }
+func (r *Records) Close() error {
+	r.mu.Lock()
+	for _, st := range r.pruneStmts {
+		if st != nil {
+			st.Close()
+		}
+	}
+	r.mu.Unlock()
+	return r.db.Close()
+}
 
 func us(t time.Time) int64 { return t.UnixMicro() }
 

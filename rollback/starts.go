@@ -43,7 +43,8 @@ type End struct {
 }
 
 // BeginStart records that version is being started and returns the start's id, which the
-// launcher hands the host (MESH_HOST_START_ID) so the host can confirm exactly this start.
+// launcher hands the host (MESH_HOST_START_ID) so the host can confirm exactly this start. It
+// prunes the version's starts no reader needs (prune.go).
 func (r *Records) BeginStart(ctx context.Context, version string) (int64, error) {
 	return r.beginStart(ctx, version, nil)
 }
@@ -83,6 +84,11 @@ func (r *Records) beginStart(ctx context.Context, version string, prev *EndedSta
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, r.wrap("record start of "+version, err)
+	}
+	// In the same transaction, so no start is ever recorded without what it makes prunable
+	// being pruned: the records stay bounded however often a host crashes.
+	if err := r.prune(ctx, tx, version); err != nil {
+		return 0, r.wrap("prune the starts of "+version, err)
 	}
 	return id, r.wrapIf("record start of "+version, tx.Commit())
 }

@@ -83,21 +83,10 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 	if err != nil {
 		return st, err
 	}
-	failures := map[string]int{}
-	rows, err := r.db.QueryContext(ctx, `SELECT version, COUNT(*) FROM starts WHERE outcome IN `+failureOutcomes()+` GROUP BY version`)
+	failures, err := r.failuresTotal(ctx)
 	if err != nil {
-		return st, r.wrap("count failures", err)
+		return st, err
 	}
-	for rows.Next() {
-		var v string
-		var n int
-		if err := rows.Scan(&v, &n); err != nil {
-			rows.Close()
-			return st, r.wrap("count failures", err)
-		}
-		failures[v] = n
-	}
-	rows.Close()
 
 	dirs, err := ScanVersions(root)
 	if err != nil {
@@ -156,7 +145,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 			return st, err
 		}
 	}
-	if st.Rollbacks, err = r.Rollbacks(ctx, 10); err != nil {
+	if st.Rollbacks, err = r.Rollbacks(ctx, keepRollbacks); err != nil {
 		return st, err
 	}
 	if st.Rollbacks == nil {
@@ -186,4 +175,28 @@ func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec 
 		vs.LastOutput = Redact(out)
 	}
 	return vs, nil
+}
+
+// failuresTotal counts every failed start of each version, all time: those in starts and those
+// pruned from it (schema 4 on).
+func (r *Records) failuresTotal(ctx context.Context) (map[string]int, error) {
+	q := `SELECT version, COUNT(*) AS n FROM starts WHERE outcome IN ` + failureOutcomes() + ` GROUP BY version`
+	if r.schema >= pruneSchema {
+		q = `SELECT version, SUM(n) FROM (` + q + ` UNION ALL SELECT version, pruned_failures FROM versions) GROUP BY version`
+	}
+	rows, err := r.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, r.wrap("count failures", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var v string
+		var n int
+		if err := rows.Scan(&v, &n); err != nil {
+			return nil, r.wrap("count failures", err)
+		}
+		out[v] = n
+	}
+	return out, r.wrapIf("count failures", rows.Err())
 }

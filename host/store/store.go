@@ -259,12 +259,25 @@ func (s *Store) BeginReconcile(ctx context.Context, trigger wire.Trigger) (int64
 	if !trigger.Known() {
 		return 0, fmt.Errorf("store: unknown reconcile trigger %q", trigger)
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO reconciles (trigger, started_at) VALUES (?, ?)`, trigger, s.now().UnixMilli())
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, s.wrap("record reconcile start", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `INSERT INTO reconciles (trigger, started_at) VALUES (?, ?)`, trigger, s.now().UnixMilli())
 	if err != nil {
 		return 0, s.wrap("record reconcile start", err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
+		return 0, s.wrap("record reconcile start", err)
+	}
+	// Pruned here as well as at the end: a host that crashes during every reconcile never
+	// ends one, and would add a row per start for ever.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM reconciles WHERE id <= ?`, id-keepHistory); err != nil {
+		return 0, s.wrap("prune reconciles", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return 0, s.wrap("record reconcile start", err)
 	}
 	return id, nil

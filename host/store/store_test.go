@@ -229,3 +229,45 @@ func TestStorePrunesOldReconciles(t *testing.T) {
 		t.Fatalf("%d reconciles kept, want %d", n, keepHistory)
 	}
 }
+
+// A host that crashes during every reconcile never ends one, and pruning ran only when a
+// reconcile ended: a crash loop added a row per start for ever. Each reconcile begun prunes
+// too, in the transaction that adds it.
+func TestStorePrunesReconcilesThatNeverEnd(t *testing.T) {
+	ctx := t.Context()
+	s, _ := openTemp(t)
+	for i := 0; i < keepHistory+5; i++ {
+		if _, err := s.BeginReconcile(ctx, "timer"); err != nil { // the host crashes before EndReconcile
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM reconciles`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n > keepHistory {
+		t.Fatalf("%d reconciles kept after %d begun and never ended, want at most %d", n, keepHistory+5, keepHistory)
+	}
+}
+
+// Refusals are kept to the newest keepHistory, each reason bounded by its caller, and a
+// refusal recorded after many is still the one reported.
+func TestStorePrunesOldRefusals(t *testing.T) {
+	ctx := t.Context()
+	s, _ := openTemp(t)
+	for i := 0; i < keepHistory+5; i++ {
+		if err := s.RecordRefusal(ctx, "declaration", uint64(i), "refused"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM refusals`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != keepHistory {
+		t.Fatalf("%d refusals kept, want %d", n, keepHistory)
+	}
+	if r, ok, err := s.LastRefusal(ctx); err != nil || !ok || r.Revision != keepHistory+4 {
+		t.Fatalf("LastRefusal = %+v, %v, %v; want revision %d", r, ok, err, keepHistory+4)
+	}
+}
