@@ -321,6 +321,7 @@ func newModel(t *testing.T, pat pattern, every int) *launcherModel {
 // pattern, a pruned and an unpruned run of the same starts make the same decisions and the
 // same STATUS= inputs, heartbeat and `status --json`, start by start.
 func TestPruningLeavesEveryDecisionAndReportUnchanged(t *testing.T) {
+	t.Parallel() // each pattern has roots of its own; the package's longest two run side by side
 	const starts = 500
 	for _, pat := range crashLoopPatterns {
 		t.Run(pat.name, func(t *testing.T) {
@@ -429,6 +430,7 @@ func fileSize(t *testing.T, path string) int64 {
 // with unpruned records in TestPruningLeavesEveryDecisionAndReportUnchanged; at 100,000 starts
 // it would take minutes on a shared machine, so this drives the calls directly.
 func TestRecordsStayUnderTwoMiBOverAHundredThousandStarts(t *testing.T) {
+	t.Parallel()
 	const starts, limit, every = 100_000, 2 << 20, 10_000
 	ctx := t.Context()
 	root := fastRoot(t)
