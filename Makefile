@@ -21,9 +21,14 @@ test:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDeclaration$$' -fuzztime 20s ./wire
 
+# mesh-release runs on an operator's laptop as well as on Linux: it (and all of release/) must
+# build for macOS and for arm64; the node's binaries are Linux's only.
 lint:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) run $(STATICCHECK) ./...
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build ./release/...
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./release/cmd/mesh-release
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./release/cmd/mesh-release
 
 # -trimpath as the lab's own builds use it, so the packages compiled for mesh-lab are the ones
 # its builds of the launcher, the host and mesh-release reuse (a cold cache compiles them once).

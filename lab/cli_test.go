@@ -210,13 +210,11 @@ func TestServeOwnsItsDataDirectoryAndAddressAndIsQuiet(t *testing.T) {
 		{"SameData", []string{"--data", data, "--listen", "127.0.0.1:0"}, fmt.Sprintf("(pid %d) already serves from %s", first.Process.Pid, data)},
 		{"SameAddress", []string{"--data", t.TempDir(), "--listen", hostPort(url)}, "cannot listen on " + hostPort(url)},
 	} {
-		began := time.Now()
+		// The line said is the behaviour: both come from checks before any server starts,
+		// never from waiting for one to become ready.
 		code, out, errOut := runBin(t, rel, append([]string{"serve"}, tc.args...)...)
 		if code != 1 || out != "" || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1 and one line saying %q", tc.name, code, out, errOut, tc.want)
-		}
-		if d := time.Since(began); d > 3*time.Second {
-			t.Errorf("%s: it took %s to fail", tc.name, d)
 		}
 	}
 

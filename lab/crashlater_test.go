@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 )
 
@@ -13,7 +14,7 @@ import (
 // version is never rolled back — so the node alone never says it is broken.
 func TestCrashLaterConfirmsThenCrashesAndIsRestartedNotRolledBack(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := newNode(t, "MESH_LAB_CRASH_AFTER=1s")
 	place(t, n, "v1.0.0", PkgHost)
 	place(t, n, "v1.1.0", PkgCrashLater)

@@ -43,7 +43,7 @@ func deliveringNode(t *testing.T, ctx context.Context, version string) (*meshtes
 // fetch it again although it is still the target.
 func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 120*time.Second)
+	ctx := meshtest.Context(t, 120*time.Second)
 	_, rel, n, hbs := deliveringNode(t, ctx, "v1.0.0")
 
 	if err := rel.Ship(ctx, "v1.1.0", build(t, PkgHost, "v1.1.0")); err != nil {

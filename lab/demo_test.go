@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/novox/mesh-host/internal/meshtest"
 )
 
 // `make demo` is the README's main command: it must do what it says, end to end, or fail. Its
@@ -13,7 +15,7 @@ func TestDemoTellsTheStoryAsItHappens(t *testing.T) {
 		t.Skip("runs the whole demo (about a minute)")
 	}
 	t.Parallel()
-	ctx := ctxFor(t, 4*time.Minute)
+	ctx := meshtest.Context(t, 4*time.Minute)
 	var out lockedBuffer
 	if err := Demo(ctx, &out, bins.Src); err != nil {
 		t.Fatalf("the demo failed: %v\n%s", err, out.String())

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -35,7 +36,7 @@ func startFleet(t *testing.T, ctx context.Context, o FleetOptions) *Fleet {
 // restarts on the same address with its data.
 func TestFleetHarnessSeesHeartbeatsAndArchiveReads(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := meshtest.Context(t, 2*time.Minute)
 	f := startFleet(t, ctx, FleetOptions{Nodes: 2})
 
 	if err := f.Ship(ctx, "v1.1.0", PkgHost); err != nil {

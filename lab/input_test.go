@@ -21,7 +21,7 @@ import (
 // reconcile error is bounded, and heartbeats keep coming.
 func TestLargeValidDeclarationNeverBricksTheNode(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 180*time.Second)
+	ctx := meshtest.Context(t, 180*time.Second)
 	b, rel, n, hbs := deliveringNode(t, ctx, "v1.1.0")
 
 	// Every file's directory is missing (never declared), so the apply fails at the first and

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -38,7 +39,7 @@ func installCmd(t *testing.T, cred *syscall.Credential, args ...string) (code in
 // of failing three times under the launcher (misplaced_test.go).
 func TestAHostInstalledByHandRunsAndStatusSaysWhereItCameFrom(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := newNode(t)
 	code, _, stderr := installCmd(t, nil, build(t, PkgHost, "v0.0.0-dev"), "--version", "v1.0.0", "--root", n.Root)
 	if code != 1 || !strings.Contains(stderr, "says it is v0.0.0-dev") || !strings.Contains(stderr, "not v1.0.0 as --version says") {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 )
 
@@ -124,7 +125,7 @@ func TestHostLinesGoToTheJournalUnderJournald(t *testing.T) {
 		{"no JOURNAL_STREAM", func(*os.File) string { return "" }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxFor(t, 60*time.Second)
+			ctx := meshtest.Context(t, 60*time.Second)
 			n := &Node{Name: t.Name(), Root: t.TempDir(), Launcher: bin}
 			if err := n.PlaceVersion("v1.0.0", exit1); err != nil {
 				t.Fatal(err)

@@ -78,12 +78,6 @@ func start(t *testing.T, n *Node, args ...string) {
 	}
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func runningConfirmedReport(version string) func(launcher.Report) bool {
 	return func(rep launcher.Report) bool {
 		v, ok := Version(rep, version)

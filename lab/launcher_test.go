@@ -84,7 +84,7 @@ func startsOf(t testing.TB, root, version string) []string {
 // the launcher restarting; each confirms; versions older than the predecessor are retired.
 func TestNewerVersionTakesOverByStandingAsideAndOldOnesRetire(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgHost)
 	launcherPID := n.PID()
 	for _, v := range []string{"v1.1.0", "v1.2.0"} {
@@ -127,7 +127,7 @@ func TestNewerVersionTakesOverByStandingAsideAndOldOnesRetire(t *testing.T) {
 // 2. The host does not exit when nothing changed, across several reconcile intervals.
 func TestHostDoesNotStandAsideWhenUnchanged(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, rep := confirmedNode(t, ctx, PkgHost)
 	pid := rep.Running.PID
 	// Wait until the host has reconciled at least five more times on its 200ms timer, as its
@@ -152,7 +152,7 @@ func TestHostDoesNotStandAsideWhenUnchanged(t *testing.T) {
 // output kept, and never chosen again, also after the launcher restarts.
 func TestCrashingVersionIsRolledBackAndNeverChosenAgain(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgHost)
 	place(t, n, "v1.1.0", PkgExit1)
 	rep, err := n.WaitStatus(ctx, "rollback to v1.0.0", func(rep launcher.Report) bool {
@@ -188,7 +188,7 @@ func TestCrashingVersionIsRolledBackAndNeverChosenAgain(t *testing.T) {
 // 4a. The version rolled back to failing as well stops the launcher with status 3.
 func TestRollbackTargetFailingToStopsLauncherWithStatus3(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgFlaky)
 	// The machine breaks under v1.0.0 (it only notices at its next start), then a broken v1.1.0
 	// arrives: v1.1.0 is rolled back to v1.0.0, which fails too.
@@ -211,7 +211,7 @@ func TestRollbackTargetFailingToStopsLauncherWithStatus3(t *testing.T) {
 // 4b. With no known-good version at all it stops with 3 and says there is nothing to roll back to.
 func TestNoKnownGoodStopsWithStatus3AndSaysSo(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := startNode(t, PkgExit1)
 	rep, scode := stoppedFailed(t, ctx, n)
 	if scode != launcher.ExitFailed || !strings.Contains(rep.FailedReason, "no known-good version to roll back to") {
@@ -229,7 +229,7 @@ func TestNoKnownGoodStopsWithStatus3AndSaysSo(t *testing.T) {
 // its chance, rolled back at once (it used to take three deadlines: 30 minutes by default).
 func TestHangingVersionIsRolledBackAtItsFirstConfirmDeadline(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgHost, "--confirm-deadline", "1s")
 	place(t, n, "v1.1.0", PkgHang)
 	rep, err := n.WaitStatus(ctx, "rollback from the hanging version", func(rep launcher.Report) bool {
@@ -250,7 +250,7 @@ func TestHangingVersionIsRolledBackAtItsFirstConfirmDeadline(t *testing.T) {
 // 6. A version that exits 0 at once with nothing newer is a failure, never restarted hot.
 func TestCleanExitWithNothingNewerCountsAsFailure(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := startNode(t, PkgExit0, "--backoff-min", "300ms")
 	code, err := n.Wait(ctx)
 	if err != nil || code != launcher.ExitFailed {
@@ -282,7 +282,7 @@ func TestCleanExitWithNothingNewerCountsAsFailure(t *testing.T) {
 // 7. SIGKILL of the launcher leaves no host running; a second launcher on the same root refuses.
 func TestKilledLauncherLeavesNoHostAndSecondLauncherRefuses(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, rep := confirmedNode(t, ctx, PkgHost)
 	hostPID := rep.Running.PID
 
@@ -325,7 +325,7 @@ func isZombie(pid int) bool {
 // leftover staging directory is removed at start.
 func TestChangedBinaryIsNotRunAndStagingLeftoversAreRemoved(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := newNode(t)
 	place(t, n, "v1.0.0", PkgHost)
 	place(t, n, "v1.1.0", PkgHost)
@@ -365,7 +365,7 @@ func TestChangedBinaryIsNotRunAndStagingLeftoversAreRemoved(t *testing.T) {
 // directory is ever deleted because of it.
 func TestCorruptRecordsAreReportedAndVersionsKept(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := newNode(t)
 	place(t, n, "v1.0.0", PkgHost)
 	place(t, n, "v1.1.0", PkgHost)
@@ -411,7 +411,7 @@ func TestStatusBesideTheLaunchersFirstStartNeverStopsIt(t *testing.T) {
 	for i := range rounds {
 		t.Run(fmt.Sprintf("start-%d", i), func(t *testing.T) {
 			// Waiting ends when the launcher exits: one that could not run is not waited on.
-			ctx, exited := context.WithCancel(ctxFor(t, 30*time.Second))
+			ctx, exited := context.WithCancel(meshtest.Context(t, 30*time.Second))
 			n := newNode(t)
 			place(t, n, "v1.0.0", PkgHost)
 			stop := make(chan struct{})

@@ -52,7 +52,7 @@ func TestHostHasNoListeningSocket(t *testing.T) {
 	t.Parallel()
 	n, hbs := linkedNode(t)
 	meshtest.WaitHeartbeat(t, hbs, "the host linked", func(hb wire.Heartbeat) bool { return hb.Running == "v1.0.0" })
-	rep, _, err := n.Status(ctxFor(t, 10*time.Second))
+	rep, _, err := n.Status(meshtest.Context(t, 10*time.Second))
 	if err != nil || rep.Running == nil {
 		t.Fatalf("status: %+v %v", rep.Running, err)
 	}

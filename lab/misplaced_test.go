@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 )
 
@@ -14,7 +15,7 @@ import (
 // used to cut the reason off before the versions.
 func TestMisplacedBinarySaysWhichVersionItIsAndHowToStampIt(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n := newNode(t)
 	if err := n.PlaceVersion("v1.0.0", build(t, PkgHost, "v0.0.0-dev")); err != nil {
 		t.Fatal(err)

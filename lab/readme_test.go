@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
@@ -37,7 +38,7 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole README walk-through")
 	}
-	ctx := ctxFor(t, 5*time.Minute)
+	ctx := meshtest.Context(t, 5*time.Minute)
 	readme, err := os.ReadFile(filepath.Join(bins.Src, "README.md"))
 	if err != nil {
 		t.Fatal(err)

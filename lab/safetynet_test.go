@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
 )
@@ -17,7 +18,7 @@ import (
 // host writes is drained; lines are cut with a marker; the version confirms.
 func TestHostOutputOfAnyLengthIsDrainedAndTheVersionConfirms(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 120*time.Second)
+	ctx := meshtest.Context(t, 120*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgHost)
 	place(t, n, "v1.1.0", PkgLoud)
 	rep, err := n.WaitStatus(ctx, "v1.1.0 confirmed", runningConfirmed("v1.1.0"))
@@ -44,7 +45,7 @@ func TestHostOutputOfAnyLengthIsDrainedAndTheVersionConfirms(t *testing.T) {
 // liveness limit is killed as hung and, confirmed, restarted; status says degraded meanwhile.
 func TestFrozenHostIsKilledAsHungAndRestarted(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgHost, "--liveness-limit", "1500ms", "--backoff-min", "2s")
 	rep, _, err := n.Status(ctx)
 	if err != nil {
@@ -84,7 +85,7 @@ func TestFrozenHostIsKilledAsHungAndRestarted(t *testing.T) {
 // is withdrawn: once the machine is fixed and the launcher restarted, the release runs.
 func TestReleaseMarkedBadByABrokenMachineIsTriedAgainOnceItIsFixed(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 90*time.Second)
+	ctx := meshtest.Context(t, 90*time.Second)
 	n, _ := confirmedNode(t, ctx, PkgFlaky)
 	broken := filepath.Join(n.Root, "lab-fail")
 	if err := os.WriteFile(broken, nil, 0o600); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/wire"
 )
@@ -30,7 +31,7 @@ type scenario struct {
 // newScenario starts a fleet for the test; the whole scenario must end within limit.
 func newScenario(t *testing.T, limit time.Duration, o FleetOptions) *scenario {
 	t.Helper()
-	s := &scenario{t: t, ctx: ctxFor(t, limit), began: time.Now()}
+	s := &scenario{t: t, ctx: meshtest.Context(t, limit), began: time.Now()}
 	s.f = startFleet(t, s.ctx, o)
 	// Registered after startFleet's cleanup, so it runs first, with the fleet still up.
 	t.Cleanup(func() {

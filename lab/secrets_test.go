@@ -89,7 +89,7 @@ func (b *authBus) waitBeat(ctx context.Context, t *testing.T, what string, ok fu
 // crashes and is rolled back (its output is kept in the records and sent in heartbeats).
 func TestNoOutputContainsTheBusPassword(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 120*time.Second)
+	ctx := meshtest.Context(t, 120*time.Second)
 	b := startAuthBus(t)
 
 	// A node with the right password links, confirms, then gets a version that logs its link

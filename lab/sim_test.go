@@ -42,7 +42,7 @@ func lastHeartbeat(ctx context.Context, t testing.TB, st jetstream.Stream, names
 // confirm a newer target, ignore an older one, and roll back from a version they are told to
 // fail — each seen in the heartbeat stream as a controller sees it.
 func TestSimNodesFollowTheirTargetsOnACluster(t *testing.T) {
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	cl := startCluster(t, 3)
 	c, err := bus.Connect(ctx, cl.URL(), "")
 	if err != nil {

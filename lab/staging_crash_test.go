@@ -24,7 +24,7 @@ func TestKillingTheHostWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 		t.Skip("50 kills")
 	}
 	t.Parallel()
-	ctx := ctxFor(t, 5*time.Minute)
+	ctx := meshtest.Context(t, 5*time.Minute)
 	b := meshtest.StartBus(t)
 	rel := newRelease(t, b)
 	pub, err := rel.Keygen(ctx)

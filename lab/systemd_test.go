@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/novox/mesh-host/internal/meshtest"
 )
 
 // The launcher speaks sd_notify when NOTIFY_SOCKET is set: READY=1, readable STATUS= lines,
@@ -15,7 +17,7 @@ import (
 // The socket is a unix datagram socket in the test's temp dir: systemd's side of the protocol.
 func TestLauncherNotifiesSystemdAndKeepsSocketFromHost(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {

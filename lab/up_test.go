@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/novox/mesh-host/internal/meshtest"
 )
 
 // `mesh-lab up` as a person runs it: from the source tree, it builds and starts a fleet and
@@ -18,7 +20,7 @@ import (
 // node and the bus, and it exits 0 with no launcher left running.
 func TestMeshLabUpLeavesAFleetToTryAndStopsCleanly(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 4*time.Minute)
+	ctx := meshtest.Context(t, 4*time.Minute)
 	dir := filepath.Join(t.TempDir(), "fleet")
 	cmd := exec.CommandContext(ctx, build(t, pkgLab, "v0.0.0-lab"), "up", "--nodes", "2", "--dir", dir)
 	cmd.Dir = bins.Src

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/rollback"
@@ -104,7 +105,7 @@ func TestWithdrawStepsAConfirmedNodeDownToItsPreviousVersion(t *testing.T) {
 // lost race all but certain.
 func TestTwoWithdrawProcessesAtOnceBothLand(t *testing.T) {
 	t.Parallel()
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := meshtest.Context(t, 2*time.Minute)
 	dir := t.TempDir()
 	b, err := StartBus(ctx, filepath.Join(dir, "bus"))
 	if err != nil {

@@ -9,9 +9,10 @@
 // the host and `mesh-launcher status` open what the launcher made (OpenForHost), and the host only
 // adds rows, so an older launcher and a newer host can share the file.
 //
-// The locks (flock) and the boot clock are Linux's (flock_linux.go, clock_linux.go); off Linux
-// the package builds, so the release side that shares its text rules does too, but the locks
-// refuse, and a binary is hashed each time it is checked (fileid_other.go).
+// The locks are the tree's one file lock (internal/filelock: flock, on Linux and the BSDs); the
+// boot clock is Linux's (clock_linux.go). Off Linux the package builds, so the release side that
+// shares its text rules does too, and a binary is hashed each time it is checked
+// (fileid_other.go).
 //
 // A version reaches versions/<v> one way, whoever brings it (delivery in the host, install in
 // the launcher): a Staging, committed by recording its digest and provenance, then one rename.

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/novox/mesh-host/internal/filelock"
 )
 
-// Lock is an exclusive advisory lock on a file under the root: one launcher and one host per
-// root. The kernel drops it when the process dies, however it dies.
+// Lock is an exclusive advisory lock on a file under the root (internal/filelock): one launcher
+// and one host per root. The kernel drops it when the process dies, however it dies.
 type Lock struct{ f *os.File }
 
 // errLocked is returned when another process holds the lock.
@@ -36,7 +36,7 @@ func LockHost(ctx context.Context, root string, wait time.Duration) (*Lock, erro
 // LauncherRunning reports the pid holding ROOT/launcher.lock, or 0 when no launcher runs. It
 // never takes the lock, so it cannot get in a starting launcher's way.
 func LauncherRunning(root string) int {
-	return holder(filepath.Join(root, launcherLock))
+	return filelock.Holder(filepath.Join(root, launcherLock))
 }
 
 func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, error) {
@@ -51,48 +51,25 @@ func lock(ctx context.Context, path, who string, wait time.Duration) (*Lock, err
 		f.Close()
 		return nil, fmt.Errorf("make lock %s private (mode %#o): %w", path, fileMode, err)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		busy, err := tryLock(f)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !busy {
-			break
-		}
-		if time.Now().After(deadline) {
-			pid := holder(path)
-			f.Close()
-			return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, errLocked)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	err = filelock.Wait(wctx, f, 20*time.Millisecond)
+	cancel()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		f.Close()
+		return nil, ctx.Err()
+	case errors.Is(err, filelock.ErrBusy):
+		pid := filelock.Holder(path)
+		f.Close()
+		return nil, fmt.Errorf("another %s (pid %d) already runs on this root (%s): %w", who, pid, path, errLocked)
+	default:
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	// The pid is written for people and status; the flock is what counts.
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
+	filelock.WritePID(f)
 	return &Lock{f: f}, nil
-}
-
-// holder returns the pid written in a lock file if the lock is currently held, else 0.
-func holder(path string) int {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	if !heldElsewhere(f) {
-		return 0
-	}
-	b, _ := os.ReadFile(path)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
 }
 
 // Unlock releases the lock.

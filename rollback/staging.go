@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/atomicfile"
+	"github.com/novox/mesh-host/internal/filelock"
 )
 
 // Staging is a version being put in place: a directory versions/.staging-* that only its
@@ -44,12 +45,8 @@ func NewStaging(root string) (*Staging, error) {
 	}
 	lock, err := os.Open(dir)
 	if err == nil {
-		var busy bool
-		busy, err = tryLock(lock)
-		if err == nil && busy {
-			err = errors.New("locked by another process") // a directory made a moment ago: cannot happen
-		}
-		if err != nil {
+		// Busy cannot happen to a directory made a moment ago; any error is the lock's.
+		if err = filelock.TryLock(lock); err != nil {
 			lock.Close()
 		}
 	}
@@ -129,5 +126,5 @@ func inUse(path string) bool {
 		return false
 	}
 	defer f.Close()
-	return heldElsewhere(f)
+	return filelock.HeldElsewhere(f)
 }

@@ -17,10 +17,9 @@ package blobs
 
 import (
 	"context"
-	"crypto/sha256"
+	_ "crypto/sha256" // go-digest verifies sha256 only once it is linked in
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -195,7 +194,7 @@ func (c *Cache) fetch(ctx context.Context, d digest.Digest) error {
 	if err != nil {
 		return fmt.Errorf("blob %s: create a file in the cache: %w", d, err)
 	}
-	w := &limited{w: tmp, h: sha256.New(), max: c.max}
+	w := &limited{w: tmp, v: d.Verifier(), max: c.max}
 	n, err := c.watched(ctx, d, w)
 	switch {
 	case errors.Is(err, ErrStalled):
@@ -214,7 +213,10 @@ func (c *Cache) fetch(ctx context.Context, d digest.Digest) error {
 		tmp.Abort()
 		return fmt.Errorf("blob %s: write the cache: %w", d, w.err)
 	}
-	if got := digest.NewDigest(digest.SHA256, w.h); got != d || n != w.n {
+	if !w.v.Verified() || n != w.n {
+		// Only bytes that do not match are hashed again, to name them: the digest a
+		// declaration or a bundle's lock should have named is what the operator needs.
+		got := readDigest(tmp.Name())
 		tmp.Abort()
 		return fmt.Errorf("blob %s: %w: the %d bytes fetched are %s; put the right file in the source again, or fix the digest the declaration names", d, ErrDigestMismatch, w.n, got)
 	}
@@ -222,6 +224,20 @@ func (c *Cache) fetch(ctx context.Context, d digest.Digest) error {
 		return fmt.Errorf("blob %s: write the cache: %w", d, err)
 	}
 	return nil
+}
+
+// readDigest is the digest of the file at path, or "unreadable" and why.
+func readDigest(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("unreadable (%v)", err)
+	}
+	defer f.Close()
+	d, err := digest.SHA256.FromReader(f)
+	if err != nil {
+		return fmt.Sprintf("unreadable (%v)", err)
+	}
+	return d.String()
 }
 
 // watched runs the source's fetch, cancelling it when no byte arrives for the stall limit; the
@@ -254,10 +270,10 @@ func (c *Cache) watched(ctx context.Context, d digest.Digest, w *limited) (int64
 	return n, err
 }
 
-// limited writes to w while hashing, and fails once more than max bytes come.
+// limited writes to w while verifying, and fails once more than max bytes come.
 type limited struct {
 	w    io.Writer
-	h    hash.Hash
+	v    digest.Verifier
 	max  int64
 	n    int64
 	over bool
@@ -274,7 +290,7 @@ func (l *limited) Write(p []byte) (int, error) {
 	}
 	l.touch()
 	n, err := l.w.Write(p)
-	l.h.Write(p[:n])
+	l.v.Write(p[:n])
 	l.n += int64(n)
 	if err != nil {
 		l.err = err

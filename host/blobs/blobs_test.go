@@ -49,22 +49,16 @@ func put(t *testing.T, js jetstream.JetStream, body []byte) string {
 	if err := os.WriteFile(f, body, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := rblobs.PutFile(ctxFor(t), js, wire.NamesFor(""), f)
+	p, err := rblobs.PutFile(t.Context(), js, wire.NamesFor(""), f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p.Digest.String()
 }
 
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func read(t *testing.T, c *blobs.Cache, d string) []byte {
 	t.Helper()
-	r, err := c.Open(ctxFor(t), d)
+	r, err := c.Open(t.Context(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +122,7 @@ func TestABlobIsFetchedFromTheBusOnceAndThenReadFromTheCache(t *testing.T) {
 // fault, and nothing is left in the cache.
 func TestAWrongBlobIsRefusedAndLeavesNothing(t *testing.T) {
 	b := meshtest.StartBus(t)
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	small := put(t, b.Conn.JS, []byte("small"))
 	large := put(t, b.Conn.JS, bytes.Repeat([]byte("x"), 4096))
 	// An object put by hand under a digest that is not its own.
@@ -256,7 +250,7 @@ func TestConcurrentOpensOfOneBlobFetchItOnce(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		wg.Go(func() {
-			r, err := c.Open(ctxFor(t), d)
+			r, err := c.Open(t.Context(), d)
 			if err != nil {
 				errs <- err
 				return
@@ -293,7 +287,7 @@ func TestAWaiterFetchesItselfWhenTheFetchItWaitedOnIsCancelled(t *testing.T) {
 	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs()), gate: make(chan struct{})}
 	dir := t.TempDir()
 	c := blobs.New(dir, src)
-	first, cancel := context.WithCancel(ctxFor(t))
+	first, cancel := context.WithCancel(t.Context())
 	firstErr := make(chan error, 1)
 	go func() {
 		_, err := c.Open(first, d)
@@ -302,7 +296,7 @@ func TestAWaiterFetchesItselfWhenTheFetchItWaitedOnIsCancelled(t *testing.T) {
 	meshtest.Eventually(t, "the first fetch to start", func() bool { return src.fetches.Load() == 1 })
 	second := make(chan []byte, 1)
 	go func() {
-		r, err := c.Open(ctxFor(t), d)
+		r, err := c.Open(t.Context(), d)
 		if err != nil {
 			t.Error(err)
 			second <- nil
@@ -378,7 +372,7 @@ func TestAStalledFetchFailsAndASlowOneDoesNot(t *testing.T) {
 		return int64(n), ctx.Err()
 	})
 	dir := t.TempDir()
-	_, err := blobs.New(dir, stalled, blobs.Stall(100*time.Millisecond)).Open(ctxFor(t), d)
+	_, err := blobs.New(dir, stalled, blobs.Stall(100*time.Millisecond)).Open(t.Context(), d)
 	if !errors.Is(err, blobs.ErrStalled) || errors.Is(err, blobs.ErrDigestMismatch) || !strings.Contains(err.Error(), "after 3 bytes") {
 		t.Errorf("stalled: %v, want ErrStalled after 3 bytes", err)
 	}

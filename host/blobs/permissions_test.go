@@ -44,7 +44,7 @@ func TestANodeFetchesABlobWithOnlyItsPermissions(t *testing.T) {
 	body := bytes.Repeat([]byte("node "), 100_000)
 	d := put(t, admin, body)
 	c := blobs.New(t.TempDir(), blobs.Bus(js, wire.NamesFor("").Blobs()))
-	r, err := c.Open(ctxFor(t), d)
+	r, err := c.Open(t.Context(), d)
 	if err != nil {
 		t.Fatalf("fetch with a node's permissions: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestANodeFetchesABlobWithOnlyItsPermissions(t *testing.T) {
 	}
 	// Why the refused delete is harmless: the fetch's consumer is ephemeral, and the server
 	// removes it once nobody listens on its deliver subject. Fetches leave no consumers behind.
-	st, err := admin.Stream(ctxFor(t), "OBJ_"+wire.NamesFor("").Blobs())
+	st, err := admin.Stream(t.Context(), "OBJ_"+wire.NamesFor("").Blobs())
 	if err != nil {
 		t.Fatal(err)
 	}

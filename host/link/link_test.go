@@ -249,9 +249,18 @@ func TestLinkCloseEndsTheEvents(t *testing.T) {
 	b := meshtest.StartBus(t)
 	l := openLink(t, b.URL(), "n1")
 	waitFor[Connected](t, l, "connected", nil)
-	l.Close()
-	l.Close()
-	for range l.Events() {
+	closed := make(chan struct{})
+	go func() {
+		l.Close()
+		l.Close()
+		for range l.Events() {
+		}
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(meshtest.Wait):
+		t.Fatalf("Close did not return, or Events was still open, %s after it was called: a host stopping its link would wait for ever", meshtest.Wait)
 	}
 }
 

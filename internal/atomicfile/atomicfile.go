@@ -50,6 +50,9 @@ func (t *File) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Name is the temporary file's path, where what was written can be read back before Commit.
+func (t *File) Name() string { return t.f.Name() }
+
 // Abort removes the temporary file. It is safe to call after Commit failed.
 func (t *File) Abort() {
 	t.f.Close()

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/internal/buslayout"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -26,7 +26,7 @@ import (
 // client connection to it. It stops when the test ends.
 type Bus struct {
 	// Conn is the test's own connection to the bus; Start replaces it.
-	Conn *bus.Conn
+	Conn *Conn
 	// Names are the mesh's bus names under the default prefix.
 	Names wire.Names
 
@@ -35,6 +35,29 @@ type Bus struct {
 	dir  string // the JetStream store, kept across Stop and Start
 	port int
 	ns   *server.Server
+}
+
+// Conn is a connection to the bus and its JetStream context.
+type Conn struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+}
+
+// Close closes the connection.
+func (c *Conn) Close() { c.NC.Close() }
+
+// connect connects to url as a client of the mesh's tests, giving up after 30 s.
+func connect(url string) (*Conn, error) {
+	nc, err := nats.Connect(url, nats.Name("meshtest"), nats.Timeout(30*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to the test bus: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream on the test bus: %w", err)
+	}
+	return &Conn{NC: nc, JS: js}, nil
 }
 
 type busOptions struct {
@@ -58,8 +81,8 @@ func User(name, password string) BusOption {
 func NoBuckets() BusOption { return func(o *busOptions) { o.noBuckets = true } }
 
 // StartBus runs the bus on a free loopback port with its JetStream store in a temp dir, connects
-// to it and, unless NoBuckets, creates the mesh's buckets and heartbeat stream with bus.Init as
-// `mesh-release init` does.
+// to it and, unless NoBuckets, creates the mesh's buckets and heartbeat stream as `mesh-release
+// init` does (internal/buslayout).
 func StartBus(tb testing.TB, opts ...BusOption) *Bus {
 	tb.Helper()
 	b := &Bus{Names: wire.NamesFor(""), tb: tb, dir: tb.TempDir(), port: server.RANDOM_PORT}
@@ -82,9 +105,7 @@ func (b *Bus) Start() {
 		MaxPayload: b.o.maxPayload, Username: b.o.user, Password: b.o.password,
 	})
 	b.port = b.ns.Addr().(*net.TCPAddr).Port
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := bus.Connect(ctx, b.URL(), "")
+	c, err := connect(b.URL())
 	if err != nil {
 		b.Stop()
 		b.tb.Fatal(err)
@@ -111,7 +132,7 @@ func (b *Bus) Init() {
 	b.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := bus.Init(ctx, b.Conn.JS, b.Names); err != nil {
+	if err := buslayout.Create(ctx, b.Conn.JS, b.Names); err != nil {
 		b.tb.Fatal(err)
 	}
 }
@@ -321,12 +342,12 @@ func StartNodeUserBus(tb testing.TB, names wire.Names, publish, subscribe []stri
 	port := StartServerWithNodeUser(tb, publish, subscribe)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := bus.Connect(ctx, fmt.Sprintf("nats://admin:admin-pw@127.0.0.1:%d", port), "")
+	admin, err := connect(fmt.Sprintf("nats://admin:admin-pw@127.0.0.1:%d", port))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(admin.Close)
-	if err := bus.Init(ctx, admin.JS, names); err != nil {
+	if err := buslayout.Create(ctx, admin.JS, names); err != nil {
 		tb.Fatal(err)
 	}
 	return &NodeUserBus{Port: port, Admin: admin.JS}

@@ -2,7 +2,8 @@
 // place:
 //
 //   - a real bus: StartBus runs an embedded NATS server with JetStream on a free loopback port and
-//     creates the mesh's buckets and stream with bus.Init; StartServer runs a bare one that
+//     creates the mesh's buckets and stream as `mesh-release init` does (internal/buslayout,
+//     so that test support imports nothing of the release side); StartServer runs a bare one that
 //     refuses clients as a test asks;
 //   - hostile archives: Archive writes tar+zstd from hand-made entries, as Pack never would;
 //   - release keys: ReleaseKey, SecondKey and StrangerKey, ed25519 from fixed seeds, the same in

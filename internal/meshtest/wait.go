@@ -122,3 +122,12 @@ func (s *Buffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Context is tb.Context() bounded by d: the whole of a test's waiting, after which what waits
+// on it fails saying what it waited for, rather than hanging until go test's timeout. A bound,
+// never a performance claim. It ends, as tb.Context() does, before the test's cleanups run.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(tb.Context(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}

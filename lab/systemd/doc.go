@@ -8,7 +8,7 @@
 // Its guarantees, each one a test or a check the harness makes on itself:
 //   - The rootfs is built once per set of inputs (suite, variant, packages, mirror, architecture)
 //     and cached as a tar.zst under CacheDir; a build that fails or is interrupted leaves no cache
-//     entry (temp path, fsync, rename), and concurrent builders wait for one another (flock).
+//     entry (temp path, fsync, rename), and concurrent builders wait for one another (internal/filelock).
 //   - Nodes share one read-only base; each has its own writable layer, /etc/machine-id and
 //     hostname, so nothing one node writes is seen by another or by the next run.
 //   - Only namespaces the lab made carry lab traffic: the host's own network namespace gets no

@@ -12,10 +12,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/novox/mesh-host/internal/filelock"
 )
 
 // rootfsFormat changes when what the harness does to a built rootfs changes, so a cache entry
@@ -307,28 +308,20 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// lockFile takes an exclusive flock on path, waiting until ctx ends.
+// lockFile takes the exclusive lock on path (internal/filelock), waiting until ctx ends.
 func lockFile(ctx context.Context, path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("rootfs lock: %w", err)
 	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("rootfs lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
+	if err := filelock.Wait(ctx, f, 200*time.Millisecond); err != nil {
+		f.Close()
+		if errors.Is(err, filelock.ErrBusy) {
 			return nil, fmt.Errorf("rootfs lock %s: waiting for another build: %w", path, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
 		}
+		return nil, fmt.Errorf("rootfs lock %s: %w", path, err)
 	}
+	return func() { f.Close() }, nil
 }
 
 // tail is the last n lines of out, for errors an operator reads.

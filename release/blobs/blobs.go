@@ -74,14 +74,14 @@ func PutFile(ctx context.Context, js jetstream.JetStream, names wire.Names, path
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return p, fmt.Errorf("read %s: %w", path, err)
 	}
-	h.Reset()
-	info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: d.String(), Description: "mesh blob"}, io.TeeReader(ctxio.Reader(ctx, f), h))
+	v := d.Verifier()
+	info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: d.String(), Description: "mesh blob"}, io.TeeReader(ctxio.Reader(ctx, f), v))
 	if err != nil {
 		return p, fmt.Errorf("put %s into object store %s: %w", path, p.Bucket, err)
 	}
-	if got := digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)); got != d || info.Digest != want || int64(info.Size) != size {
+	if !v.Verified() || info.Digest != want || int64(info.Size) != size {
 		_ = obs.Delete(ctx, d.String())
-		return p, fmt.Errorf("%s changed while it was put (it was %s, %d bytes; then %s, %d bytes); put it again once it is written", path, d, size, got, info.Size)
+		return p, fmt.Errorf("%s changed while it was put (it was %s, %d bytes; then other bytes, %d); put it again once it is written", path, d, size, info.Size)
 	}
 	return p, nil
 }

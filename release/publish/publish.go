@@ -5,7 +5,7 @@ package publish
 
 import (
 	"context"
-	"crypto/sha256"
+	_ "crypto/sha256" // go-digest verifies sha256 only once it is linked in
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
@@ -126,17 +125,16 @@ func ensureObject(ctx context.Context, obs jetstream.ObjectStore, m wire.Manifes
 	} else if fi.Size() != m.Size {
 		return fmt.Errorf("%s is %d bytes but its manifest says %d; rebuild it", path, fi.Size(), m.Size)
 	}
-	h := sha256.New()
+	v := m.Digest.Verifier()
 	info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: m.Object, Description: "mesh-host " + m.Version + " " + m.OS + "/" + m.Arch},
-		io.TeeReader(f, h))
+		io.TeeReader(f, v))
 	if err != nil {
 		return fmt.Errorf("put %s: %w", m.Object, err)
 	}
-	got := digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))
-	if got != m.Digest || info.Digest != want || int64(info.Size) != m.Size {
+	if !v.Verified() || info.Digest != want || int64(info.Size) != m.Size {
 		_ = obs.Delete(ctx, m.Object)
-		return fmt.Errorf("%s is %s (%d bytes) but its manifest says %s (%d bytes); it changed after the build — rebuild it",
-			path, got, info.Size, m.Digest, m.Size)
+		return fmt.Errorf("%s (%d bytes) does not match its manifest (%s, %d bytes); it changed after the build — rebuild it",
+			path, info.Size, m.Digest, m.Size)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func TestASilentNodeIsLeftOutAndTakesTheFleetTargetWhenItReturns(t *testing.T) {
 	s.with("node-6", func(n *simNode) { n.stopped = true })
 	ev := &events{}
 	c := newController(t, connect(t, b), ev, "")
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	o := testOptions("v1.1.0")
 	o.CanaryNodes = []string{"node-1", "node-2"}
 	st, err := c.Start(ctx, o)
@@ -76,7 +76,7 @@ func TestTwoControllersStartingAtOnceOneActsTheOtherSaysWhoHoldsIt(t *testing.T)
 	b := meshtest.StartBus(t)
 	publishRelease(t, b, "v1.1.0")
 	startSim(t, b, sixNodes()...)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	cs := []*Controller{newController(t, connect(t, b), nil, "first"), newController(t, connect(t, b), nil, "second")}
 	var wg sync.WaitGroup
 	results := make([]error, 2)
@@ -126,7 +126,7 @@ func TestTwoControllersStartingAtOnceOneActsTheOtherSaysWhoHoldsIt(t *testing.T)
 // would have left it.
 func rewrite(t *testing.T, b *meshtest.Bus, id string, change func(*State)) {
 	t.Helper()
-	ctx := ctxFor(t, 10*time.Second)
+	ctx := meshtest.Context(t, 10*time.Second)
 	kv := b.KV(b.Names.Rollouts())
 	e, err := kv.Get(ctx, stateKey(id))
 	if err != nil {
@@ -172,7 +172,7 @@ func TestAResumedRolloutContinuesWithoutRepeatingAFinishedBatch(t *testing.T) {
 			s := startSim(t, b, sixNodes()...)
 			ev1, ev2 := &events{}, &events{}
 			c1 := newController(t, connect(t, b), ev1, "")
-			ctx := ctxFor(t, 60*time.Second)
+			ctx := meshtest.Context(t, 60*time.Second)
 			st, err := c1.Start(ctx, testOptions("v1.1.0"))
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +222,7 @@ func TestAResumedRolloutContinuesWithoutRepeatingAFinishedBatch(t *testing.T) {
 func TestAbortStopsTheRolloutAndSetsTheBatchBack(t *testing.T) {
 	b := meshtest.StartBus(t)
 	publishRelease(t, b, "v1.1.0")
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	if _, err := Abort(ctx, b.Conn.JS, b.Names, "alice", testSigner); !errors.Is(err, ErrNoRollout) {
 		t.Fatalf("abort with no rollout = %v", err)
 	}
@@ -277,7 +277,7 @@ func TestAHaltLeftUnrestoredIsRestoredByTheNextController(t *testing.T) {
 	ns := sixNodes()
 	ns[0].takes["v1.1.0"] = rollsBack
 	startSim(t, b, ns...)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	c := newController(t, connect(t, b), nil, "")
 	o := testOptions("v1.1.0")
 	o.CanaryNodes = []string{"node-1", "node-2"}
@@ -308,7 +308,7 @@ func TestSupersedeReplacesARunningRollout(t *testing.T) {
 	ns := sixNodes()
 	ns[0].takes["v1.1.0"] = hangs
 	startSim(t, b, ns...)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	ev1, ev2 := &events{}, &events{}
 	c1, c2 := newController(t, connect(t, b), ev1, ""), newController(t, connect(t, b), ev2, "")
 	o := testOptions("v1.1.0")
@@ -376,7 +376,7 @@ func TestRolloutsThatNeedNoBatchCompleteAtOnce(t *testing.T) {
 			c := newController(t, connect(t, b), ev, "")
 			o := testOptions("v1.1.0")
 			o.Policy = tc.policy
-			st, err := c.Start(ctxFor(t, 30*time.Second), o)
+			st, err := c.Start(meshtest.Context(t, 30*time.Second), o)
 			ev.dump(t)
 			if err != nil || st.Status != StatusCompleted || len(st.Nodes) != tc.count || len(st.Batches) != 0 {
 				t.Fatalf("start = %+v, %v", st, err)
@@ -398,7 +398,7 @@ func TestStartRefusesAVersionNotPublished(t *testing.T) {
 	b := meshtest.StartBus(t)
 	startSim(t, b, sixNodes()...)
 	c := newController(t, connect(t, b), nil, "")
-	_, err := c.Start(ctxFor(t, 10*time.Second), testOptions("v9.9.9"))
+	_, err := c.Start(meshtest.Context(t, 10*time.Second), testOptions("v9.9.9"))
 	if err == nil || !strings.Contains(err.Error(), "v9.9.9 is not published in mesh_host_releases") {
 		t.Fatalf("err = %v", err)
 	}

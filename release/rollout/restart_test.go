@@ -17,7 +17,7 @@ func TestARolloutCarriesOnAcrossAServerRestart(t *testing.T) {
 	startSim(t, b, sixNodes()...)
 	ev := &events{}
 	c := newController(t, connect(t, b), ev, "")
-	ctx := ctxFor(t, 90*time.Second)
+	ctx := meshtest.Context(t, 90*time.Second)
 	o := testOptions("v1.1.0")
 	o.Window = 3 * time.Second
 	st, err := c.Start(ctx, o)

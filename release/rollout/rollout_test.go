@@ -27,7 +27,7 @@ func TestAGoodReleaseReachesEveryNodeInBatchOrderThenTheFleetKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	st, err := c.Start(ctx, testOptions("v1.1.0"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestTroubleInABatchHaltsItSetsItsTargetsBackAndLeavesTheFleetKey(t *testing
 			s := startSim(t, b, ns...)
 			ev := &events{}
 			c := newController(t, connect(t, b), ev, "")
-			ctx := ctxFor(t, 60*time.Second)
+			ctx := meshtest.Context(t, 60*time.Second)
 			o := testOptions("v1.1.0")
 			o.CanaryNodes = []string{"node-1", "node-2"}
 			if tc.soak > 0 {

@@ -22,7 +22,7 @@ func TestAControllerOrAnAbortWithoutATargetKeyIsRefused(t *testing.T) {
 	if _, err := New(Config{JS: b.Conn.JS, Key: testSigner.Key, TargetTTL: time.Second}); err == nil || !strings.Contains(err.Error(), "--target-ttl 1s") {
 		t.Errorf("New with a TTL under a minute: %v", err)
 	}
-	if _, err := Abort(ctxFor(t, 10*time.Second), b.Conn.JS, b.Names, "alice", targets.Signer{}); !errors.Is(err, targets.ErrNoKey) {
+	if _, err := Abort(meshtest.Context(t, 10*time.Second), b.Conn.JS, b.Names, "alice", targets.Signer{}); !errors.Is(err, targets.ErrNoKey) {
 		t.Errorf("Abort without a key: %v", err)
 	}
 }
@@ -33,7 +33,7 @@ func TestStartRefusesAWithdrawnVersionWithTheReason(t *testing.T) {
 	b := meshtest.StartBus(t)
 	publishRelease(t, b, "v1.1.0")
 	startSim(t, b, sixNodes()...)
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := meshtest.Context(t, 30*time.Second)
 	if _, err := targets.Withdraw(ctx, b.Conn.JS, b.Names, "v1.1.0", "corrupts the cache on upgrade", meshtest.ReleaseKey.Private, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestWatchSkipsAWithdrawnVersionAndRollsOutTheNewestOtherOne(t *testing.T) {
 	startSim(t, b, sixNodes()...)
 	publishRelease(t, b, "v1.1.0")
 	publishRelease(t, b, "v1.2.0")
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	if _, err := targets.Withdraw(ctx, b.Conn.JS, b.Names, "v1.2.0", "leaks file descriptors", meshtest.ReleaseKey.Private, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestAControllerKeepsTheTargetsOfItsKeyFromExpiringWhileItRuns(t *testing.T)
 		t.Fatal(err)
 	}
 	b.Put(b.Names.Targets(), wire.FleetTargetKey, old.Marshal())
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	c := newController(t, connect(t, b), nil, "")
 	c.cfg.TargetTTL = time.Minute // due with less than 30s left
 	o := testOptions("v1.1.0")

@@ -378,12 +378,6 @@ func targetKey(t *testing.T, b *meshtest.Bus, key string) (string, uint64, bool)
 	return tg.Version, e.Revision(), true
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // runAsync runs c.Run(ctx, id) in the background; its result arrives on the channel.
 func runAsync(ctx context.Context, c *Controller, id string) <-chan runResult {
 	done := make(chan runResult, 1)

@@ -21,7 +21,7 @@ func TestWatchRollsOutEachNewerAnnouncementSupersedingAndSkipping(t *testing.T) 
 	c := newController(t, connect(t, b), ev, "watch")
 	o := testOptions("")
 	o.CanaryNodes, o.Soak = []string{"node-1", "node-2"}, 2*time.Second
-	ctx := ctxFor(t, 90*time.Second)
+	ctx := meshtest.Context(t, 90*time.Second)
 	watch := func() (context.CancelFunc, chan error) {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -72,7 +72,7 @@ func TestWatchResumesTheCurrentRolloutWhenItsLeaseLapsed(t *testing.T) {
 	b := meshtest.StartBus(t)
 	startSim(t, b, sixNodes()...)
 	publishRelease(t, b, "v1.1.0")
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	first := newController(t, connect(t, b), nil, "")
 	st, err := first.Start(ctx, testOptions("v1.1.0"))
 	if err != nil {

@@ -28,7 +28,7 @@ func put(t *testing.T, b *meshtest.Bus, key, version string, signer meshtest.Key
 func keepRunning(t *testing.T, b *meshtest.Bus, ttl time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := bus.Connect(ctxFor(t, 10*time.Second), b.URL(), "", bus.Lasting(nil))
+	c, err := bus.Connect(meshtest.Context(t, 10*time.Second), b.URL(), "", bus.Lasting(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestTwoKeepsSignEachTargetAgainWithoutLosingIt(t *testing.T) {
 // Keep refuses at once what it cannot work with: no key, a TTL out of bounds, no bucket.
 func TestKeepRefusesAMissingKeyABadTTLAndAMissingBucket(t *testing.T) {
 	b := meshtest.StartBus(t, meshtest.NoBuckets())
-	ctx := ctxFor(t, 20*time.Second)
+	ctx := meshtest.Context(t, 20*time.Second)
 	for _, tc := range []struct {
 		name string
 		err  func() error

@@ -18,7 +18,7 @@ import (
 // compare-and-set adds its entry to the list that won, and the list verifies with the key.
 func TestConcurrentWithdrawalsAllLandInTheList(t *testing.T) {
 	b := meshtest.StartBus(t)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	const n = 8
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -66,7 +66,7 @@ func TestConcurrentWithdrawalsAllLandInTheList(t *testing.T) {
 // is written.
 func TestWithdrawingAVersionAgainWritesNothing(t *testing.T) {
 	b := meshtest.StartBus(t)
-	ctx := ctxFor(t, 20*time.Second)
+	ctx := meshtest.Context(t, 20*time.Second)
 	first, err := Withdraw(ctx, b.Conn.JS, b.Names, "v1.2.0", "crashes on arm64", meshtest.ReleaseKey.Private, nil)
 	if err != nil || first.Already {
 		t.Fatalf("first: %+v, %v", first, err)
@@ -98,7 +98,7 @@ func TestWithdrawAddsOnlyToAListItCanVerify(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartBus(t)
-			ctx := ctxFor(t, 20*time.Second)
+			ctx := meshtest.Context(t, 20*time.Second)
 			b.Put(b.Names.Withdrawals(), wire.WithdrawalsKey, tc.list.Marshal())
 			res, err := Withdraw(ctx, b.Conn.JS, b.Names, "v1.1.0", "", meshtest.ReleaseKey.Private, trusted(tc.trusted...))
 			if !errors.Is(err, tc.want) {
@@ -120,7 +120,7 @@ func TestWithdrawAddsOnlyToAListItCanVerify(t *testing.T) {
 // Without the bucket (a bus set up before withdrawals) reading and withdrawing say to run init.
 func TestWithdrawalsWithoutTheirBucketSayToRunInit(t *testing.T) {
 	b := meshtest.StartBus(t, meshtest.NoBuckets())
-	ctx := ctxFor(t, 20*time.Second)
+	ctx := meshtest.Context(t, 20*time.Second)
 	if _, _, err := ReadWithdrawals(ctx, b.Conn.JS, b.Names); err == nil || !strings.Contains(err.Error(), "`mesh-release init`") {
 		t.Errorf("read: %v", err)
 	}

@@ -1,7 +1,6 @@
 package targets
 
 import (
-	"context"
 	"crypto/ed25519"
 	"errors"
 	"strconv"
@@ -14,13 +13,6 @@ import (
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
-
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func testSigner(ttl time.Duration) Signer {
 	return Signer{Key: meshtest.ReleaseKey.Private, TTL: ttl}
@@ -37,7 +29,7 @@ func trusted(keys ...meshtest.KeyPair) []ed25519.PublicKey {
 // read reads key and fails the test unless it holds a target.
 func read(t *testing.T, b *meshtest.Bus, key string) (wire.Target, uint64) {
 	t.Helper()
-	e, err := b.KV(b.Names.Targets()).Get(ctxFor(t, 10*time.Second), key)
+	e, err := b.KV(b.Names.Targets()).Get(meshtest.Context(t, 10*time.Second), key)
 	if err != nil {
 		t.Fatalf("%s: %v", key, err)
 	}
@@ -75,7 +67,7 @@ func TestUpdateWritesASignedTargetNumberedAfterWhatTheKeyHeld(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartBus(t)
-			ctx := ctxFor(t, 20*time.Second)
+			ctx := meshtest.Context(t, 20*time.Second)
 			key := wire.NodeTargetKey("web-01")
 			tc.before(b, key)
 			w := Writer{KV: b.KV(b.Names.Targets()), Signer: testSigner(time.Hour)}
@@ -113,7 +105,7 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 // key is read again and the decision taken again on what it holds now.
 func TestUpdateDecidesAgainWhenTheKeyChangedSinceItWasRead(t *testing.T) {
 	b := meshtest.StartBus(t)
-	ctx := ctxFor(t, 20*time.Second)
+	ctx := meshtest.Context(t, 20*time.Second)
 	key := wire.NodeTargetKey("web-01")
 	w := Writer{KV: b.KV(b.Names.Targets()), Signer: testSigner(time.Hour)}
 	if _, err := w.Update(ctx, key, nil, func(Current) Decision { return SetTo("v1.0.0") }); err != nil {

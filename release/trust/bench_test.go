@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
@@ -75,7 +76,7 @@ func TestBenchServerProcess(t *testing.T) {
 	if mode == "" {
 		t.Skip("the server of BenchmarkThousandNodeUsers, run by it")
 	}
-	ctx := ctxFor(t, time.Minute)
+	ctx := meshtest.Context(t, time.Minute)
 	data := os.Getenv(benchDataEnv)
 	opts := bus.ServeOptions{DataDir: data, Listen: "127.0.0.1:0"}
 	if mode != modeNoAuth {

@@ -2,7 +2,6 @@ package trust_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
@@ -55,7 +55,7 @@ func startMesh(t testing.TB) *mesh {
 	m := &mesh{t: t, data: t.TempDir(), names: wire.NamesFor(""), listen: "127.0.0.1:0"}
 	m.start()
 	t.Cleanup(m.stop)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	if err := bus.Init(ctx, m.admin.JS, m.names); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func startMesh(t testing.TB) *mesh {
 // start runs the server on m's data directory as serve does, and connects admin.
 func (m *mesh) start() {
 	m.t.Helper()
-	ctx := ctxFor(m.t, 30*time.Second)
+	ctx := meshtest.Context(m.t, 30*time.Second)
 	var err error
 	if m.store, err = trust.Ensure(m.data); err != nil {
 		m.t.Fatal(err)
@@ -240,12 +240,6 @@ func (c *client) violations() []string {
 	}
 	c.errs = nil
 	return out
-}
-
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // bounded cuts s for a failure message.

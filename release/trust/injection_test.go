@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
 )
@@ -43,7 +44,7 @@ func (s state) String() string {
 
 func (m *mesh) state(t *testing.T, node string) state {
 	t.Helper()
-	ctx := ctxFor(t, 10*time.Second)
+	ctx := meshtest.Context(t, 10*time.Second)
 	var s state
 	kv, err := m.admin.JS.KeyValue(ctx, m.names.Targets())
 	if err != nil {
@@ -106,7 +107,7 @@ func (m *mesh) heartbeat(t *testing.T, u user, node, body string) {
 		t.Fatal(err)
 	}
 	defer c.nc.Close()
-	ack, err := c.js.Publish(ctxFor(t, 10*time.Second), m.names.Heartbeat(node), []byte(body))
+	ack, err := c.js.Publish(meshtest.Context(t, 10*time.Second), m.names.Heartbeat(node), []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ const deletedRelease = "v0.9.0"
 func TestNodeCannotWriteAnotherNodesKeysThroughAReplySubject(t *testing.T) {
 	m := startMesh(t)
 	n := m.names
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := meshtest.Context(t, 60*time.Second)
 	rel, err := m.admin.JS.KeyValue(ctx, n.Releases())
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +287,7 @@ func TestNodeConsumerDeliveringIntoAnotherNodesKeysStoresNothing(t *testing.T) {
 		body := fmt.Sprintf(`{"stream_name":"KV_%s","config":{"name":%q,"filter_subject":"$KV.%s.node-a","ack_policy":"none","deliver_policy":"all","deliver_subject":%q}}`,
 			D, name, D, deliver)
 		subject := wire.NodeJSAPIPrefix + ".CONSUMER.CREATE.KV_" + D + "." + name + ".$KV." + D + ".node-a"
-		msg, err := node.nc.RequestWithContext(ctxFor(t, 10*time.Second), subject, []byte(body))
+		msg, err := node.nc.RequestWithContext(meshtest.Context(t, 10*time.Second), subject, []byte(body))
 		if err != nil {
 			t.Fatalf("create a consumer delivering to %s: %v", deliver, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
 )
@@ -52,7 +53,7 @@ func (m *mesh) check(t *testing.T, u user, opts []nats.Option, acts []act) {
 			}
 			defer c.nc.Close()
 			if a.refused == "" {
-				ctx := ctxFor(t, 30*time.Second)
+				ctx := meshtest.Context(t, 30*time.Second)
 				if err := a.do(ctx, c); err != nil {
 					t.Fatalf("refused: %s (violations: %s)", bounded(err.Error()), quoted(c.violations()))
 				}

@@ -51,7 +51,7 @@ func TestRevokedNodeIsDisconnectedAndRefusedEvenAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := m.store.Revoke(ctxFor(t, 30*time.Second), m.systemConn(), a.pub, time.Now()); err != nil {
+	if err := m.store.Revoke(meshtest.Context(t, 30*time.Second), m.systemConn(), a.pub, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	meshtest.Eventually(t, "node-a disconnected as revoked", func() bool { return ca.lostWith(nats.ErrAuthRevoked) })
@@ -84,7 +84,7 @@ func TestRevokedNodeIsDisconnectedAndRefusedEvenAfterARestart(t *testing.T) {
 func TestRevocationNotPushedTakesEffectAtTheNextStart(t *testing.T) {
 	m := startMesh(t)
 	a := m.nodeUser("node-a")
-	err := m.store.Revoke(ctxFor(t, 30*time.Second), nil, a.pub, time.Now())
+	err := m.store.Revoke(meshtest.Context(t, 30*time.Second), nil, a.pub, time.Now())
 	if !errors.Is(err, trust.ErrNotPushed) {
 		t.Fatalf("Revoke without a connection: %v; want %v", err, trust.ErrNotPushed)
 	}
@@ -102,7 +102,7 @@ func TestRevocationsAccumulate(t *testing.T) {
 	users := []user{m.nodeUser("n1"), m.nodeUser("n2"), m.nodeUser("n3")}
 	errs := make(chan error, len(users))
 	for _, u := range users {
-		go func() { errs <- m.store.Revoke(ctxFor(t, 30*time.Second), sys, u.pub, time.Now()) }()
+		go func() { errs <- m.store.Revoke(meshtest.Context(t, 30*time.Second), sys, u.pub, time.Now()) }()
 	}
 	for range users {
 		if err := <-errs; err != nil {
@@ -122,7 +122,7 @@ func TestRevocationsAccumulate(t *testing.T) {
 // A refused revocation names the key.
 func TestRevokeRefusesWhatIsNotAUserKey(t *testing.T) {
 	m := startMesh(t)
-	err := m.store.Revoke(ctxFor(t, 10*time.Second), m.systemConn(), m.store.AccountPublicKey(), time.Now())
+	err := m.store.Revoke(meshtest.Context(t, 10*time.Second), m.systemConn(), m.store.AccountPublicKey(), time.Now())
 	if err == nil {
 		t.Fatal("revoked an account key as a user")
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
 )
@@ -99,7 +100,7 @@ func TestServeRestartedOnTheSameDataKeepsItsIdentities(t *testing.T) {
 			t.Errorf("%s changed across the restart (err %v)", file, err)
 		}
 	}
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := meshtest.Context(t, 30*time.Second)
 	kv, err := m.admin.JS.KeyValue(ctx, m.names.Declarations())
 	if err != nil {
 		t.Fatal(err)

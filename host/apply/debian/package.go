@@ -7,8 +7,7 @@ package debian
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	_ "crypto/sha256" // go-digest verifies sha256 only once it is linked in
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/apply"
 	"github.com/novox/mesh-host/wire"
@@ -234,12 +235,12 @@ func (p *Packages) fetch(ctx context.Context, pk pkg) (string, error) {
 			os.Remove(f.Name())
 		}
 	}()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(f, h), rc); err != nil {
+	v := digest.Digest(pk.spec.Source).Verifier() // a sha256 digest: the spec was checked
+	if _, err := io.Copy(io.MultiWriter(f, v), rc); err != nil {
 		return "", fmt.Errorf("package %s: fetching %s: %w", pk.name, pk.spec.Source, err)
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != pk.spec.Source {
-		return "", fmt.Errorf("package %s: the blob read as %s, not %s: refused", pk.name, got, pk.spec.Source)
+	if !v.Verified() {
+		return "", fmt.Errorf("package %s: the blob read does not match %s: refused", pk.name, pk.spec.Source)
 	}
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("package %s: %w", pk.name, err)

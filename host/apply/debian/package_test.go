@@ -151,7 +151,7 @@ func (b blobs) Open(_ context.Context, digest string) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(body)), nil
 }
 
-func digest(b []byte) string {
+func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -206,6 +206,7 @@ func (f fakePackages) calls(t *testing.T) string {
 
 func TestApply(t *testing.T) {
 	deb := []byte("!<arch>\nnot really a deb; dpkg-deb is a script here\n")
+	lie := "sha256:" + strings.Repeat("ab", 32) // a store that answers it with deb's bytes lies
 	for _, tc := range []struct {
 		name        string
 		status      string // dpkg-query's answer; "" is a package dpkg never heard of
@@ -220,21 +221,23 @@ func TestApply(t *testing.T) {
 			[]string{"apt-get install -y --no-install-recommends --allow-downgrades -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold hello"}},
 		{"at another version, from the repositories at the declared one", "installed 1.0", "", wire.PackageSpec{Version: "2.0"}, false, "",
 			[]string{"apt-get install -y --no-install-recommends --allow-downgrades -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold hello=2.0"}},
-		{"absent, from a .deb blob", "", "Package: hello\nVersion: 1.0\n", wire.PackageSpec{Version: "1.0", Source: digest(deb)}, true, "",
+		{"absent, from a .deb blob", "", "Package: hello\nVersion: 1.0\n", wire.PackageSpec{Version: "1.0", Source: digestOf(deb)}, true, "",
 			[]string{"dpkg-deb -f ", "dpkg --force-confdef --force-confold -i "}},
-		{"a .deb of another package is refused", "", "Package: evil\nVersion: 1.0\n", wire.PackageSpec{Source: digest(deb)}, false,
+		{"a .deb of another package is refused", "", "Package: evil\nVersion: 1.0\n", wire.PackageSpec{Source: digestOf(deb)}, false,
 			`is the package "evil", not hello: refused`, []string{"dpkg-deb -f "}},
-		{"an architecture-qualified name takes its package's .deb", "", "Package: hello\nVersion: 1.0\nArchitecture: amd64\n", wire.PackageSpec{Name: "hello:amd64", Source: digest(deb)}, true, "",
+		{"an architecture-qualified name takes its package's .deb", "", "Package: hello\nVersion: 1.0\nArchitecture: amd64\n", wire.PackageSpec{Name: "hello:amd64", Source: digestOf(deb)}, true, "",
 			[]string{"dpkg-deb -f ", "dpkg --force-confdef --force-confold -i "}},
-		{"a .deb for another architecture is refused", "", "Package: hello\nVersion: 1.0\nArchitecture: arm64\n", wire.PackageSpec{Name: "hello:amd64", Source: digest(deb)}, false,
+		{"a .deb for another architecture is refused", "", "Package: hello\nVersion: 1.0\nArchitecture: arm64\n", wire.PackageSpec{Name: "hello:amd64", Source: digestOf(deb)}, false,
 			`is for architecture "arm64", not amd64: refused`, []string{"dpkg-deb -f "}},
-		{"a .deb of another version is refused", "", "Package: hello\nVersion: 0.9\n", wire.PackageSpec{Version: "1.0", Source: digest(deb)}, false,
+		{"a .deb of another version is refused", "", "Package: hello\nVersion: 0.9\n", wire.PackageSpec{Version: "1.0", Source: digestOf(deb)}, false,
 			`is version "0.9", declared 1.0: refused`, []string{"dpkg-deb -f "}},
-		{"a blob that is not in the store", "", "", wire.PackageSpec{Source: digest([]byte("other"))}, false, "not found", nil},
+		{"a blob that is not in the store", "", "", wire.PackageSpec{Source: digestOf([]byte("other"))}, false, "not found", nil},
+		{"a blob that does not match its digest is refused before dpkg reads it", "", "Package: hello\nVersion: 1.0\n", wire.PackageSpec{Source: lie}, false,
+			"does not match " + lie + ": refused", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fakes(t, tc.status, tc.fields)
-			f.Blobs = blobs{digest(deb): deb}
+			f.Blobs = blobs{digestOf(deb): deb, lie: deb}
 			created, err := f.Apply(context.Background(), resource("hello", tc.spec))
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Apply: %v, want error %q", err, tc.wantErr)

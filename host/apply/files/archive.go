@@ -235,8 +235,8 @@ func (a archiveApplier) read(ctx context.Context, source digest.Digest, into *st
 		return nil, fmt.Errorf("source %s: %w", source, err)
 	}
 	defer rc.Close()
-	h := sha256.New()
-	tee := io.TeeReader(rc, h)
+	v := source.Verifier()
+	tee := io.TeeReader(rc, v)
 	var ents []archive.Entry
 	if into != nil {
 		ents, err = archive.ExtractTree(ctx, tee, *into, a.lim)
@@ -251,8 +251,8 @@ func (a archiveApplier) read(ctx context.Context, source digest.Digest, into *st
 	if _, err := io.CopyN(io.Discard, tee, 1<<20); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("source %s: %w", source, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != source.Encoded() {
-		return nil, fmt.Errorf("source %s: the blob read has digest sha256:%s; refused, nothing placed", source, got)
+	if !v.Verified() {
+		return nil, fmt.Errorf("source %s: the blob read does not match it; refused, nothing placed", source)
 	}
 	return ents, nil
 }

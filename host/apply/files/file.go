@@ -3,7 +3,6 @@ package files
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -232,12 +231,12 @@ func (a file) copyBlob(ctx context.Context, d digest.Digest, out io.Writer) erro
 		return fmt.Errorf("source %s: %w", d, err)
 	}
 	defer rc.Close()
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(out, h), rc); err != nil {
+	v := d.Verifier()
+	if _, err := io.Copy(io.MultiWriter(out, v), rc); err != nil {
 		return fmt.Errorf("source %s: %w", d, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != d.Encoded() {
-		return fmt.Errorf("source %s: the blob read has digest sha256:%s; refused, nothing written", d, got)
+	if !v.Verified() {
+		return fmt.Errorf("source %s: the blob read does not match it; refused, nothing written", d)
 	}
 	return nil
 }

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
+
+	"github.com/novox/mesh-host/internal/filelock"
 )
 
-// LockFile is the file in a data directory that one serving process holds an flock on, so that
-// two servers never write one JetStream store. The kernel drops the lock when the process dies,
-// however it dies; the pid in the file is for the message only.
+// LockFile is the file in a data directory that one serving process holds a lock on
+// (internal/filelock), so that two servers never write one JetStream store. The kernel drops the
+// lock when the process dies, however it dies; the pid in the file is for the message only.
 const LockFile = "serve.lock"
 
 // ErrDataInUse is returned when another process serves from the same data directory.
@@ -28,23 +27,19 @@ func lockData(dir string) (*dataLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: lock the data directory: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		f.Close()
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+		if !errors.Is(err, filelock.ErrBusy) {
 			return nil, fmt.Errorf("serve: lock %s: %w", path, err)
 		}
 		who := "another process"
-		if b, err := os.ReadFile(path); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-				who = fmt.Sprintf("another process (pid %d)", pid)
-			}
+		if pid := filelock.ReadPID(path); pid > 0 {
+			who = fmt.Sprintf("another process (pid %d)", pid)
 		}
 		return nil, fmt.Errorf("serve: %w: %s already serves from %s (it holds %s); stop it, or give this one another --data",
 			ErrDataInUse, who, dir, path)
 	}
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
+	filelock.WritePID(f)
 	return &dataLock{f: f}, nil
 }
 
