@@ -77,7 +77,7 @@ type Fleet struct {
 	Opts    FleetOptions
 
 	observer *nats.Conn
-	logs     []*os.File
+	logs     []*cappedLog
 
 	mu          sync.Mutex
 	controllers []*Controller
@@ -143,7 +143,7 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 			if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
 				return f, err
 			}
-			log, err := os.OpenFile(filepath.Join(o.LogDir, name+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			log, err := openCappedLog(filepath.Join(o.LogDir, name+".log"), maxNodeLog)
 			if err != nil {
 				return f, err
 			}
