@@ -303,8 +303,12 @@ func TestKilledLauncherLeavesNoHostAndSecondLauncherRefuses(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// A new launcher on the root starts cleanly, with the old start recorded as interrupted.
+	// The killed host may linger as a zombie, which status's records still name running: only a
+	// host of another pid is the new launcher's.
 	start(t, n)
-	if _, err := n.WaitStatus(ctx, "v1.0.0 running again", runningConfirmed("v1.0.0")); err != nil {
+	if _, err := n.WaitStatus(ctx, "v1.0.0 running again", func(rep launcher.Report) bool {
+		return runningConfirmed("v1.0.0")(rep) && rep.Running.PID != hostPID
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if got := startsOf(t, n.Root, "v1.0.0"); got[0] != string(rollback.OutcomeInterrupted) {
