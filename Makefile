@@ -19,6 +19,7 @@ build:
 
 test:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 10m -run 'TestPruningLeavesEveryDecisionAndReportUnchanged|TestRecordsStayUnderTwoMiBOverAHundredThousandStarts' ./rollback
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDeclaration$$' -fuzztime 20s ./wire
 
 # mesh-release runs on an operator's laptop as well as on Linux: it (and all of release/) must

@@ -321,7 +321,8 @@ func newModel(t *testing.T, pat pattern, every int) *launcherModel {
 // pattern, a pruned and an unpruned run of the same starts make the same decisions and the
 // same STATUS= inputs, heartbeat and `status --json`, start by start.
 func TestPruningLeavesEveryDecisionAndReportUnchanged(t *testing.T) {
-	t.Parallel() // each pattern has roots of its own; the package's longest two run side by side
+	t.Parallel()
+	skipUnderRace(t) // each pattern has roots of its own; the package's longest two run side by side
 	const starts = 500
 	for _, pat := range crashLoopPatterns {
 		t.Run(pat.name, func(t *testing.T) {
@@ -431,6 +432,7 @@ func fileSize(t *testing.T, path string) int64 {
 // it would take minutes on a shared machine, so this drives the calls directly.
 func TestRecordsStayUnderTwoMiBOverAHundredThousandStarts(t *testing.T) {
 	t.Parallel()
+	skipUnderRace(t)
 	const starts, limit, every = 100_000, 2 << 20, 10_000
 	ctx := t.Context()
 	root := fastRoot(t)
@@ -597,5 +599,14 @@ func TestFailuresTotalStaysAllTimeAcrossTheMigrationAndPruning(t *testing.T) {
 	}
 	if got := total(r); got != 30 {
 		t.Errorf("failures_total after pruning = %d, want 30", got)
+	}
+}
+
+// skipUnderRace skips a long test of one goroutine's SQLite work in a -race build: it finds no
+// race there and takes ten times as long. `make test` runs these without -race.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceBuild {
+		t.Skip("one goroutine's SQLite work, ten times slower under -race: make test runs it without -race")
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rollback
+
+const raceBuild = false
