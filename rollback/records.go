@@ -15,7 +15,7 @@ import (
 // recordsSchema is the records schema this build knows. Changes are additive only: a newer host
 // reads a file an older launcher made, and never migrates it; a launcher uses a file a newer one
 // made as far as it knows it.
-const recordsSchema = 5
+const recordsSchema = 6
 
 // migrations[i] takes the schema from version i to i+1.
 var migrations = [recordsSchema]string{
@@ -85,6 +85,42 @@ var migrations = [recordsSchema]string{
 	// newest-first reads of one version's starts that pruning makes.
 	`ALTER TABLE versions ADD COLUMN pruned_failures INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX starts_version_id ON starts(version, id);`,
+	// 6: launcher versions delivered by the mesh under ROOT/launchers, each on trial until it has
+	// run a host, and the launcher image the unit runs now, so the next start of the unit can
+	// judge one that ended without saying so (launchers.go; docs/design.md). Additive: a launcher
+	// older than this schema ignores what it does not know.
+	`CREATE TABLE launchers (
+		version      TEXT PRIMARY KEY,
+		digest       TEXT NOT NULL,       -- sha256:… of launchers/<v>/mesh-launcher when first seen
+		size         INTEGER NOT NULL DEFAULT 0,
+		first_seen   INTEGER NOT NULL,
+		source       TEXT,                -- delivered, installed, found
+		signed_by    TEXT,
+		carried_by   TEXT,                -- the host release whose archive carried it
+		confirmed_at INTEGER,             -- it adopted or started a host and saw it pulse
+		bad_at       INTEGER,
+		bad_reason   TEXT,
+		bad_output   TEXT
+	);
+	CREATE TABLE launcher_rollbacks (
+		id           INTEGER PRIMARY KEY,
+		from_version TEXT NOT NULL,
+		to_version   TEXT NOT NULL,       -- a launcher version, or the floor's
+		at           INTEGER NOT NULL,
+		reason       TEXT NOT NULL,
+		output       TEXT
+	);
+	ALTER TABLE launcher ADD COLUMN current_version TEXT;    -- the launcher image the unit runs (or last ran)
+	ALTER TABLE launcher ADD COLUMN current_floor INTEGER NOT NULL DEFAULT 0;  -- 1: that image is the floor
+	ALTER TABLE launcher ADD COLUMN current_trial INTEGER NOT NULL DEFAULT 0;  -- 1: it is on trial
+	ALTER TABLE launcher ADD COLUMN current_since INTEGER;
+	ALTER TABLE launcher ADD COLUMN current_boot TEXT;
+	ALTER TABLE launcher ADD COLUMN current_ended INTEGER NOT NULL DEFAULT 0;  -- 1: it ended as a launcher should
+	ALTER TABLE launcher ADD COLUMN current_failures INTEGER NOT NULL DEFAULT 0; -- its ends the next start had to judge, in a row
+	ALTER TABLE launcher ADD COLUMN floor_version TEXT;      -- the package's launcher, as the last fresh start found it
+	ALTER TABLE launcher ADD COLUMN floor_path TEXT;
+	ALTER TABLE launcher ADD COLUMN unit_started_at INTEGER; -- the last start of the unit (not an exec)
+	ALTER TABLE launcher ADD COLUMN floor_pinned TEXT;       -- why the floor runs though newer launchers are on disk`,
 }
 
 // Records is ROOT/records.db.

@@ -22,9 +22,11 @@ import (
 // starting meanwhile runs, leaves a staging in progress alone and removes only what a crash
 // left.
 type Staging struct {
-	root string
-	dir  string
-	lock *os.File
+	root   string
+	parent string // ROOT/versions, or ROOT/launchers for a launcher version
+	binary string // the one file it holds: BinaryName or LauncherBinaryName
+	dir    string
+	lock   *os.File
 }
 
 // ErrVersionExists is wrapped by Commit's error when versions/<v> was already there: another
@@ -35,7 +37,16 @@ var ErrVersionExists = errors.New("version directory already exists")
 // NewStaging makes a staging directory under ROOT/versions (creating versions/ if needed) and
 // holds its lock until Commit or Discard.
 func NewStaging(root string) (*Staging, error) {
-	versions := VersionsDir(root)
+	return newStaging(root, VersionsDir(root), BinaryName)
+}
+
+// NewLauncherStaging makes a staging directory under ROOT/launchers, for a launcher version
+// (CommitLauncher).
+func NewLauncherStaging(root string) (*Staging, error) {
+	return newStaging(root, LaunchersDir(root), LauncherBinaryName)
+}
+
+func newStaging(root, versions, binary string) (*Staging, error) {
 	if err := os.MkdirAll(versions, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", versions, err)
 	}
@@ -54,14 +65,14 @@ func NewStaging(root string) (*Staging, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("lock staging directory %s: %w", dir, err)
 	}
-	return &Staging{root: root, dir: dir, lock: lock}, nil
+	return &Staging{root: root, parent: versions, binary: binary, dir: dir, lock: lock}, nil
 }
 
 // Dir is the staging directory, where the caller writes the version's one file.
 func (s *Staging) Dir() string { return s.dir }
 
 // BinaryPath is the binary's path in the staging directory.
-func (s *Staging) BinaryPath() string { return filepath.Join(s.dir, BinaryName) }
+func (s *Staging) BinaryPath() string { return filepath.Join(s.dir, s.binary) }
 
 // VersionRecorder records a version's digest and where it came from (Records does).
 type VersionRecorder interface {
@@ -77,13 +88,30 @@ type VersionRecorder interface {
 // When versions/<version> already exists the error wraps ErrVersionExists and the staging
 // directory is kept for the caller to Discard.
 func (s *Staging) Commit(ctx context.Context, r VersionRecorder, version string, binary digest.Digest, p Provenance) error {
+	return s.commit(version, func() error {
+		return r.RecordVersion(ctx, version, binary, p)
+	})
+}
+
+// LauncherRecorder records a launcher version (Records does).
+type LauncherRecorder interface {
+	RecordLauncher(ctx context.Context, lv LauncherVersion) error
+}
+
+// CommitLauncher puts a launcher staging directory in place as launchers/<version>, as Commit
+// does for a host version.
+func (s *Staging) CommitLauncher(ctx context.Context, r LauncherRecorder, lv LauncherVersion) error {
+	return s.commit(lv.Version, func() error { return r.RecordLauncher(ctx, lv) })
+}
+
+func (s *Staging) commit(version string, record func() error) error {
 	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("sync %s: %w", s.dir, err)
 	}
-	if err := r.RecordVersion(ctx, version, binary, p); err != nil {
+	if err := record(); err != nil {
 		return err
 	}
-	final := VersionDir(s.root, version)
+	final := filepath.Join(s.parent, version)
 	if fi, err := os.Lstat(final); err == nil {
 		// rename(2) would replace an empty directory; nothing already there is ever replaced.
 		return fmt.Errorf("%s (%s): %w", final, fi.Mode().Type(), ErrVersionExists)
@@ -96,8 +124,8 @@ func (s *Staging) Commit(ctx context.Context, r VersionRecorder, version string,
 	}
 	s.dir = ""
 	s.unlock()
-	if err := atomicfile.SyncDir(VersionsDir(s.root)); err != nil {
-		return fmt.Errorf("sync %s: %w", VersionsDir(s.root), err)
+	if err := atomicfile.SyncDir(s.parent); err != nil {
+		return fmt.Errorf("sync %s: %w", s.parent, err)
 	}
 	return nil
 }

@@ -47,23 +47,33 @@ func ScanVersions(root string) ([]Dir, error) {
 	return append(versions, other...), nil
 }
 
-// CleanStaging removes ROOT/versions/.staging-* directories left behind by a crash while
-// staging. One that a Staging holds (an install or a delivery under way in another process) is
-// left alone. It runs at launcher and host start, under their locks.
+// CleanStaging removes ROOT/versions/.staging-* and ROOT/launchers/.staging-* directories left
+// behind by a crash while staging. One that a Staging holds (an install or a delivery under way
+// in another process) is left alone. It runs at launcher and host start, under their locks.
 func CleanStaging(root string) ([]string, error) {
-	dirs, err := ScanVersions(root)
-	if err != nil {
-		return nil, err
-	}
 	var removed []string
-	for _, d := range dirs {
-		if !d.Staging || inUse(filepath.Join(VersionsDir(root), d.Name)) {
+	for _, parent := range []string{VersionsDir(root), LaunchersDir(root)} {
+		entries, err := os.ReadDir(parent)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(VersionsDir(root), d.Name)); err != nil {
-			return removed, fmt.Errorf("remove leftover staging directory %s: %w", d.Name, err)
+		if err != nil {
+			return removed, fmt.Errorf("read %s: %w", parent, err)
 		}
-		removed = append(removed, d.Name)
+		for _, e := range entries {
+			path := filepath.Join(parent, e.Name())
+			if !strings.HasPrefix(e.Name(), StagingPrefix) || inUse(path) {
+				continue
+			}
+			if err := os.RemoveAll(path); err != nil {
+				return removed, fmt.Errorf("remove leftover staging directory %s: %w", path, err)
+			}
+			rel, _ := filepath.Rel(root, path)
+			if parent == VersionsDir(root) {
+				rel = e.Name() // versions' leftovers are named as they always were
+			}
+			removed = append(removed, rel)
+		}
 	}
 	return removed, nil
 }
