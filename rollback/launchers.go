@@ -537,4 +537,3 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
-
