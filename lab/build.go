@@ -24,6 +24,9 @@ const (
 	PkgLoud     = "./lab/fixtures/loud"
 	// PkgLinkCrash links to the bus with the real link, then exits 1 before confirming.
 	PkgLinkCrash = "./lab/fixtures/linkcrash"
+	// PkgBadLauncher is a launcher that answers its version and fails when run (BuildX
+	// main.mode=crash|hang|exit, main.version=…).
+	PkgBadLauncher = "./lab/fixtures/badlauncher"
 	// PkgCrashLater runs as the real host and confirms, then exits 1 after MESH_LAB_CRASH_AFTER
 	// (default 4s): it crashes every few seconds after confirming.
 	PkgCrashLater = "./lab/fixtures/crashlater"
@@ -84,6 +87,36 @@ func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error
 	b.built[key] = out
 	return out, nil
 }
+
+// BuildX returns pkg built as name (a file name under Out), with each of x given to the
+// linker as -X (e.g. "github.com/novox/mesh-host/launcher.Version=v9.0.0"): a launcher of
+// another launcher version, or a fixture's mode.
+func (b *Builder) BuildX(ctx context.Context, pkg, name string, x ...string) (string, error) {
+	key := pkg + "@" + name
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.built[key]; ok {
+		return p, nil
+	}
+	out := filepath.Join(b.Out, name)
+	flags := "-s -w"
+	for _, v := range x {
+		flags += " -X " + v
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", flags, "-o", out, pkg)
+	cmd.Dir = b.Src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s (%s): %w\n%s", pkg, name, err, stderr.String())
+	}
+	b.built[key] = out
+	return out, nil
+}
+
+// LauncherVersionX is the -X that stamps a launcher version into mesh-launcher.
+const LauncherVersionX = "github.com/novox/mesh-host/launcher.Version="
 
 // BuildStory builds what the demo and `mesh-lab up` run: the launcher and mesh-release, the
 // host as v1.0.0 (installed) and v1.1.0 (a good release), and crashrun as v1.2.0 (a broken one).

@@ -28,7 +28,7 @@ func TestHostLinesGoToTheJournalNamingTheHost(t *testing.T) {
 	var stderr bytes.Buffer
 	tl := &tail{max: tailLines}
 	out := journalLines{send: send, fields: hostFields("v1.2.0", 4242), fallback: &stderr}
-	relay(strings.NewReader("time=2026-11-29T10:42:00Z level=INFO msg=linked\ntime=2026-11-29T10:42:01Z level=ERROR msg=\"apply failed\"\npanic: boom\n"), out, tl)
+	relay(strings.NewReader("time=2026-11-29T10:42:00Z level=INFO msg=linked\ntime=2026-11-29T10:42:01Z level=ERROR msg=\"apply failed\"\npanic: boom\n"), out, tl, nil)
 
 	fields := map[string]string{"SYSLOG_IDENTIFIER": "mesh-host", "SYSLOG_PID": "4242", "MESH_HOST_VERSION": "v1.2.0", "MESH_HOST_PID": "4242"}
 	want := []entry{
@@ -51,7 +51,7 @@ func TestHostLinesGoToTheJournalNamingTheHost(t *testing.T) {
 func TestHostLineTheJournalRefusesGoesToStderr(t *testing.T) {
 	var stderr bytes.Buffer
 	out := journalLines{send: func(string, journal.Priority, map[string]string) error { return errors.New("no journald") }, fallback: &stderr}
-	relay(strings.NewReader("hello\n"), out, &tail{max: tailLines})
+	relay(strings.NewReader("hello\n"), out, &tail{max: tailLines}, nil)
 	if stderr.String() != "hello\n" {
 		t.Errorf("stderr = %q, want the refused line", stderr.String())
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/novox/mesh-host/rollback"
@@ -31,6 +32,7 @@ const (
 	DefaultConfirmDeadline = 10 * time.Minute // the confirm deadline (docs/design.md)
 	DefaultLivenessLimit   = 60 * time.Second
 	DefaultStopTimeout     = 90 * time.Second
+	DefaultTakeoverCheck   = 5 * time.Second
 )
 
 // Config is the launcher's settings; Defaults fills what is left zero.
@@ -48,6 +50,15 @@ type Config struct {
 	// kept either way.
 	Journal JournalFunc
 	Stdout  *os.File
+	// Takeover lets this launcher replace itself by exec with a newer launcher (takeover.go):
+	// only mesh-launcher itself sets it, whose main goroutine is locked to the main thread.
+	Takeover bool
+	// TakeoverCheck is how often a running launcher looks for a newer one on disk
+	// (DefaultTakeoverCheck).
+	TakeoverCheck time.Duration
+	// Floor is the package's launcher, which the unit starts (this image's own path when the
+	// unit started it, rollback.DefaultFloor when unknown).
+	Floor string
 }
 
 // Defaults fills in what is zero.
@@ -74,6 +85,12 @@ func (c Config) Defaults() Config {
 	if c.StopTimeout == 0 {
 		c.StopTimeout = DefaultStopTimeout
 	}
+	if c.TakeoverCheck == 0 {
+		c.TakeoverCheck = DefaultTakeoverCheck
+	}
+	if c.Floor == "" {
+		c.Floor = rollback.DefaultFloor
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -94,6 +111,27 @@ type Launcher struct {
 	cfg     Config
 	log     *slog.Logger
 	records *rollback.Records
+	lock    *rollback.Lock
+
+	// This image: its launcher version, whether it is the floor or on trial.
+	self    string
+	isFloor bool
+	trial   bool
+	// The floor as the unit's start found it (version, path, file identity).
+	floorPath, floorVersion, floorID string
+	// adopted is the host the image before this one handed over, until the loop takes it.
+	adopted *adoptedHost
+	// saidSkipped keeps each launcher passed over logged once.
+	saidSkipped map[string]bool
+}
+
+// adoptedHost is a host handed over by exec, and what the image before knew of it.
+type adoptedHost struct {
+	p         *hostProcess
+	version   string
+	start     int64
+	confirmed bool
+	deadline  time.Duration // left of its confirm deadline; <0: none
 }
 
 // errFailedState carries the reason the launcher stops in its failed state.
@@ -107,7 +145,29 @@ func (e errFailedState) Error() string { return e.reason }
 func Run(ctx context.Context, cfg Config) (int, error) {
 	cfg = cfg.Defaults()
 	log := cfg.Logger.With("root", cfg.Root)
-	lock, err := rollback.LockLauncher(cfg.Root)
+	h, err := readHandover()
+	if err != nil {
+		return 1, err
+	}
+	if h == nil {
+		// Descriptors this image inherited (a shell's, a test harness's) go no further: not
+		// into a host, not into a launcher it execs.
+		closeOnExecInherited()
+	} else {
+		// Nothing but what the handover names may come through exec.
+		if leaked := unexpectedFDs(h); len(leaked) > 0 {
+			log.Error("descriptors the launcher before did not hand over were open after exec; closed them", "fds", strings.Join(leaked, " "))
+		}
+		if !h.Floor {
+			log = CaptureOutput(cfg.Root, log)
+		}
+	}
+	var lock *rollback.Lock
+	if h != nil {
+		lock, err = rollback.AdoptLock(os.NewFile(uintptr(h.LockFD), "launcher.lock"))
+	} else {
+		lock, err = rollback.LockLauncher(cfg.Root)
+	}
 	if err != nil {
 		return 1, err
 	}
@@ -117,34 +177,58 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer records.Close()
+	l := &Launcher{cfg: cfg, log: log, records: records, lock: lock, self: Version, saidSkipped: map[string]bool{}}
+	defer func() { l.records.Close() }()
 	records.SetPolicy(cfg.Policy) // pruning keeps every failure within the interval judged by
 	if note != "" {
 		log.Error(note)
 	}
-	l := &Launcher{cfg: cfg, log: log, records: records}
-	if err := l.prepare(ctx); err != nil {
+	if h == nil {
+		if err := l.prepare(ctx); err != nil {
+			return 1, err
+		}
+		if err := l.unitStarted(ctx); err != nil {
+			return 1, err
+		}
+	} else if err := l.tookOver(ctx, h); err != nil {
 		return 1, err
 	}
 	stopWatchdog := startWatchdog(ctx, cfg.Notifier)
 	defer stopWatchdog()
 	cfg.Notifier.Notify("READY=1")
+	if h == nil && cfg.Takeover {
+		// The floor runs the newest good launcher, before it starts any host.
+		if t := l.takeoverTarget(ctx); t != nil {
+			l.execLauncher(ctx, t, nil, nil)
+		}
+	}
 
 	err = l.loop(ctx)
 	var failed errFailedState
 	switch {
 	case err == nil:
+		l.endedAsALauncherShould(ctx)
 		cfg.Notifier.Notify("STOPPING=1")
 		return 0, nil
 	case errors.As(err, &failed):
 		log.Error("stopping in the failed state", "reason", failed.reason)
-		if rerr := records.SetFailed(context.WithoutCancel(ctx), failed.reason); rerr != nil {
+		if rerr := l.records.SetFailed(context.WithoutCancel(ctx), failed.reason); rerr != nil {
 			log.Error("could not record the failed state", "err", rerr)
 		}
+		// The failed state is the host's; the launcher did its job.
+		l.endedAsALauncherShould(ctx)
 		cfg.Notifier.Notify("STATUS=failed: " + text(failed.reason))
 		return ExitFailed, nil
 	default:
 		return 1, err
+	}
+}
+
+// endedAsALauncherShould records that this image ends as a launcher should, so the unit's next
+// start does not judge it.
+func (l *Launcher) endedAsALauncherShould(ctx context.Context) {
+	if err := l.records.EndCurrentLauncher(context.WithoutCancel(ctx)); err != nil {
+		l.log.Error("could not record the launcher's end", "err", err)
 	}
 }
 

@@ -73,47 +73,81 @@ func (l *Launcher) steps(ctx context.Context) (err error) {
 // stand-aside: that is left in *pending, which the next start records with itself (and sets
 // nil once it did).
 func (l *Launcher) runOnce(ctx context.Context, version string, pending **rollback.EndedStart) (rollback.End, error) {
-	standing, err := l.records.Standing(ctx, l.cfg.Root, version, l.cfg.Policy)
-	if err != nil {
-		return rollback.End{}, err
-	}
-	var start int64
-	if *pending != nil {
-		start, err = l.records.BeginStartAfter(ctx, version, **pending)
-		if err == nil {
-			*pending = nil
-		}
+	var (
+		p         *hostProcess
+		start     int64
+		confirmed bool
+		deadlineD time.Duration = -1
+	)
+	if a := l.adopted; a != nil && a.version == version {
+		// The host the image before this one handed over: its start stays open, its deadline
+		// goes on from where it was.
+		l.adopted = nil
+		p, start, confirmed, deadlineD = a.p, a.start, a.confirmed, a.deadline
 	} else {
-		start, err = l.records.BeginStart(ctx, version)
-	}
-	if err != nil {
-		return rollback.End{}, err
+		if a != nil {
+			// Choose no longer names the host handed over (its version was retired or marked
+			// bad meanwhile by another hand): it runs on, judged as any host is.
+			l.adopted = nil
+			p, start, confirmed, deadlineD, version = a.p, a.start, a.confirmed, a.deadline, a.version
+		} else {
+			standing, err := l.records.Standing(ctx, l.cfg.Root, version, l.cfg.Policy)
+			if err != nil {
+				return rollback.End{}, err
+			}
+			confirmed = standing.Confirmed
+			if !confirmed {
+				deadlineD = l.cfg.ConfirmDeadline
+			}
+			if *pending != nil {
+				start, err = l.records.BeginStartAfter(ctx, version, **pending)
+				if err == nil {
+					*pending = nil
+				}
+			} else {
+				start, err = l.records.BeginStart(ctx, version)
+			}
+			if err != nil {
+				return rollback.End{}, err
+			}
+			p, err = l.startHost(version, start)
+			if err != nil {
+				// A binary that cannot even be executed is a failure of that version like any other.
+				l.log.Error("could not start the host", "version", version, "start", start, "err", err)
+				end := rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: -1, Signal: "", Output: err.Error()}
+				return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
+			}
+			if err := l.records.SetPID(ctx, start, p.proc.Pid, p.started); err != nil {
+				l.log.Error("could not record the host's pid", "version", version, "err", err)
+			}
+			l.log.Info("started the host", "version", version, "start", start, "pid", p.proc.Pid, "confirmed", confirmed)
+		}
 	}
 	log := l.log.With("version", version, "start", start)
-	p, err := l.startHost(version, start)
-	if err != nil {
-		// A binary that cannot even be executed is a failure of that version like any other.
-		log.Error("could not start the host", "err", err)
-		end := rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: -1, Signal: "", Output: err.Error()}
-		return end, l.records.EndStart(context.WithoutCancel(ctx), start, end)
-	}
-	if err := l.records.SetPID(ctx, start, p.cmd.Process.Pid, p.started); err != nil {
-		log.Error("could not record the host's pid", "err", err)
-	}
 	var said string
 	l.sayRunning(ctx, version, start, &said)
-	log.Info("started the host", "pid", p.cmd.Process.Pid, "confirmed", standing.Confirmed)
 	status := time.NewTicker(statusEvery)
 	defer status.Stop()
 
 	var deadline <-chan time.Time
-	if !standing.Confirmed {
-		t := time.NewTimer(l.cfg.ConfirmDeadline)
+	var deadlineAt time.Time
+	if deadlineD >= 0 {
+		t := time.NewTimer(deadlineD)
 		defer t.Stop()
-		deadline = t.C
+		deadline, deadlineAt = t.C, time.Now().Add(deadlineD)
 	}
 	liveness := time.NewTicker(max(l.cfg.LivenessLimit/4, 10*time.Millisecond))
 	defer liveness.Stop()
+	takeover := time.NewTicker(l.cfg.TakeoverCheck)
+	defer takeover.Stop()
+	// A launcher on trial confirms once it has seen this host pulse after it took the host on.
+	var trialCheck <-chan time.Time
+	pulseAtTakeOn := p.lastAlive.Load()
+	if l.trial {
+		t := time.NewTicker(max(l.pulseInterval()/2, 10*time.Millisecond))
+		defer t.Stop()
+		trialCheck = t.C
+	}
 	end := rollback.End{}
 wait:
 	for {
@@ -137,6 +171,23 @@ wait:
 				end.Outcome = rollback.OutcomeHung
 				break wait
 			}
+		case <-trialCheck:
+			if p.lastAlive.Load() != pulseAtTakeOn {
+				if err := l.records.ConfirmLauncher(ctx, l.self); err != nil {
+					log.Error("could not confirm this launcher", "err", err)
+					continue
+				}
+				log.Info("this launcher confirmed: it runs the host and sees it pulse", "launcher", l.self)
+				l.trial, trialCheck = false, nil
+			}
+		case <-takeover.C:
+			if t := l.takeoverTarget(ctx); t != nil {
+				left := int64(-1)
+				if deadline != nil {
+					left = int64(max(time.Until(deadlineAt), 0))
+				}
+				l.execLauncher(ctx, t, p, &handedHost{PID: p.proc.Pid, Version: version, Start: start, Confirmed: confirmed, Deadline: left})
+			}
 		case <-deadline:
 			ok, err := l.records.StartConfirmed(ctx, start)
 			if err != nil {
@@ -157,6 +208,7 @@ wait:
 	end.At = p.endedAt
 	end.Output = p.output()
 	if end.Outcome == "" {
+		var err error
 		end.Outcome, err = l.judgeExit(ctx, version, end)
 		if err != nil {
 			return end, err

@@ -30,11 +30,16 @@ const (
 	aliveFD = 3
 )
 
-// hostProcess is one running host.
+// hostProcess is one running host: started by this launcher image, or adopted from the image
+// that exec'd it (takeover.go), which handed over the process and both pipes' read ends.
 type hostProcess struct {
-	cmd     *exec.Cmd
+	proc    *os.Process
+	state   *os.ProcessState
 	tail    *tail
-	copied  chan struct{} // closed when the stderr pipe reached EOF
+	errR    *os.File      // the read end of the host's stderr
+	aliveR  *os.File      // the read end of its liveness pipe
+	copied  chan struct{} // closed when the stderr relay ended (EOF, or stopped for a takeover)
+	pulses  chan struct{} // closed when the pulse reader ended
 	exited  chan struct{} // closed when Wait returned
 	waitErr error
 	started time.Time
@@ -44,12 +49,21 @@ type hostProcess struct {
 	// the monotonic clock since started; -1 until its first one. A host that never writes to
 	// the pipe (one older than the pipe) is not judged by it.
 	lastAlive atomic.Int64
+	// partial is what the relay had read of a line not yet ended when it was stopped for a
+	// takeover; the next image's relay starts with it.
+	partial []byte
+	out     io.Writer // where the relay writes the host's lines
+	// errEOF and aliveEOF are set when a reader met its pipe's end and closed it: the pipes
+	// can then no longer be handed to another image.
+	errEOF, aliveEOF atomic.Bool
 }
 
 // startHost starts versions/<v>/mesh-host run with the launcher's environment, less systemd's
 // notification variables (only the launcher may notify), plus the root, version and start id,
 // and the write end of a pipe the host shows it is alive on. The host dies with the launcher
-// (Pdeathsig), so killing the launcher never leaves it behind.
+// (Pdeathsig), so killing the launcher never leaves it behind. Pdeathsig fires when the
+// *thread* that forked the child ends: mesh-launcher forks and execs from its main thread only
+// (the command locks it), which ends only with the process.
 func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) {
 	attr, err := diesWithLauncher()
 	if err != nil {
@@ -85,33 +99,87 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 		aliveR.Close()
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p := &hostProcess{cmd: cmd, tail: &tail{max: tailLines}, copied: make(chan struct{}), exited: make(chan struct{}), started: time.Now()}
+	p := &hostProcess{proc: cmd.Process, tail: &tail{max: tailLines}, errR: errR, aliveR: aliveR, started: time.Now()}
 	p.lastAlive.Store(-1)
-	var out io.Writer = l.cfg.Stderr
+	p.watch(l.hostOut(version, cmd.Process.Pid))
+	return p, nil
+}
+
+// hostOut is where the host's stderr lines go: the journal with fields naming the host, or the
+// launcher's stderr.
+func (l *Launcher) hostOut(version string, pid int) io.Writer {
 	if l.cfg.Journal != nil {
-		out = journalLines{send: l.cfg.Journal, fields: hostFields(version, cmd.Process.Pid), fallback: l.cfg.Stderr}
+		return journalLines{send: l.cfg.Journal, fields: hostFields(version, pid), fallback: l.cfg.Stderr}
 	}
+	return l.cfg.Stderr
+}
+
+// watch starts the three goroutines that follow a host: its output, its pulses, its exit.
+func (p *hostProcess) watch(out io.Writer) {
+	p.out = out
+	p.readPipes()
+	p.exited = make(chan struct{})
+	go func() {
+		p.state, p.waitErr = p.proc.Wait()
+		p.endedAt = time.Now()
+		close(p.exited)
+	}()
+}
+
+// readPipes starts the relay of the host's stderr and the reader of its pulses. Each closes its
+// pipe at EOF (the host and every child of it are gone), but not when stopped for a takeover.
+func (p *hostProcess) readPipes() {
+	p.copied, p.pulses = make(chan struct{}), make(chan struct{})
+	partial := p.partial
+	p.partial = nil
 	go func() {
 		defer close(p.copied)
-		defer errR.Close()
-		relay(errR, out, p.tail)
+		rest, err := relay(p.errR, p.out, p.tail, partial)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			p.partial = rest
+			return
+		}
+		p.errEOF.Store(true)
+		p.errR.Close()
 	}()
 	go func() {
-		defer aliveR.Close()
+		defer close(p.pulses)
 		buf := make([]byte, 64)
 		for {
-			if _, err := aliveR.Read(buf); err != nil {
+			if _, err := p.aliveR.Read(buf); err != nil {
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					p.aliveEOF.Store(true)
+					p.aliveR.Close()
+				}
 				return
 			}
 			p.lastAlive.Store(int64(time.Since(p.started)))
 		}
 	}()
-	go func() {
-		p.waitErr = cmd.Wait()
-		p.endedAt = time.Now()
-		close(p.exited)
-	}()
-	return p, nil
+}
+
+// pausePipes stops both readers where they are, without closing the pipes, and waits for them:
+// what the relay had read of an unfinished line is kept in partial. It reports false when a
+// reader had already reached EOF (the host is exiting), and then the pipes cannot be handed on.
+func (p *hostProcess) pausePipes() bool {
+	now := time.Now()
+	p.errR.SetReadDeadline(now)
+	p.aliveR.SetReadDeadline(now)
+	<-p.copied
+	<-p.pulses
+	select {
+	case <-p.exited:
+		return false
+	default:
+	}
+	return !p.errEOF.Load() && !p.aliveEOF.Load()
+}
+
+// resumePipes undoes pausePipes, when a takeover did not happen after all.
+func (p *hostProcess) resumePipes() {
+	p.errR.SetReadDeadline(time.Time{})
+	p.aliveR.SetReadDeadline(time.Time{})
+	p.readPipes()
 }
 
 // pulseInterval is how often the host is asked to show it is alive: often enough that a few
@@ -134,7 +202,11 @@ func (p *hostProcess) silentFor() (d time.Duration, ok bool) {
 // maxLine is cut with a marker; bytes are passed as they are. Reading never stops before EOF,
 // so the host is never blocked on a full pipe nor killed by a closed one (SIGPIPE); lines wait
 // for out in a bounded queue, and when out cannot keep up, lines are dropped and counted.
-func relay(r io.Reader, out io.Writer, t *tail) {
+//
+// A read that fails with os.ErrDeadlineExceeded (the relay paused for a takeover) ends it
+// without emitting the unfinished line: that is returned, for the next image to start with
+// (partial, here).
+func relay(r io.Reader, out io.Writer, t *tail, partial []byte) (rest []byte, err error) {
 	lines := make(chan []byte, relayQueue)
 	var dropped atomic.Int64
 	written := make(chan struct{})
@@ -166,10 +238,11 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 		}
 	}
 	br := bufio.NewReaderSize(r, 64<<10)
-	line := make([]byte, 0, 4<<10)
+	line := append(make([]byte, 0, 4<<10), partial...)
 	cut := 0
 	for {
-		chunk, err := br.ReadSlice('\n')
+		var chunk []byte
+		chunk, err = br.ReadSlice('\n')
 		complete := len(chunk) > 0 && chunk[len(chunk)-1] == '\n'
 		if complete {
 			chunk = chunk[:len(chunk)-1]
@@ -186,6 +259,10 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			rest = append([]byte(nil), line...)
+			break
+		}
 		if err != nil {
 			if len(line) > 0 || cut > 0 {
 				emit(line, cut)
@@ -195,6 +272,7 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 	}
 	close(lines)
 	<-written
+	return rest, err
 }
 
 // output waits briefly for the stderr copy to finish and returns the last lines. A grandchild
@@ -209,7 +287,7 @@ func (p *hostProcess) output() string {
 
 // stop asks the host to stop at a safe point (SIGTERM) and kills it after timeout.
 func (p *hostProcess) stop(timeout time.Duration) {
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.proc.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-time.After(timeout):
@@ -219,21 +297,23 @@ func (p *hostProcess) stop(timeout time.Duration) {
 
 // kill kills the host and waits for it to be gone.
 func (p *hostProcess) kill() {
-	p.cmd.Process.Kill()
+	p.proc.Kill()
 	<-p.exited
 }
 
 // exitOf describes how the process ended: exit code, or -1 and the signal's name.
 func (p *hostProcess) exitOf() (code int, signal string) {
-	var ee *exec.ExitError
-	if p.waitErr != nil && !errors.As(p.waitErr, &ee) {
+	if p.waitErr != nil {
 		return -1, p.waitErr.Error()
 	}
-	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if p.state == nil {
+		return -1, "no exit status"
+	}
+	ws, ok := p.state.Sys().(syscall.WaitStatus)
 	if ok && ws.Signaled() {
 		return -1, ws.Signal().String()
 	}
-	return p.cmd.ProcessState.ExitCode(), ""
+	return p.state.ExitCode(), ""
 }
 
 func hostEnv(env []string) []string {
@@ -255,21 +335,28 @@ func hostEnv(env []string) []string {
 type tail struct {
 	mu    sync.Mutex
 	max   int
-	lines []string
+	kept []string
 }
 
 func (t *tail) add(line string) {
 	line = rollback.Cut(strings.ToValidUTF8(line, "\uFFFD"), 512)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lines = append(t.lines, line)
-	if len(t.lines) > t.max {
-		t.lines = t.lines[len(t.lines)-t.max:]
+	t.kept = append(t.kept, line)
+	if len(t.kept) > t.max {
+		t.kept = t.kept[len(t.kept)-t.max:]
 	}
 }
 
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return strings.Join(t.lines, "\n")
+	return strings.Join(t.kept, "\n")
+}
+
+// lines is a copy of the lines kept, oldest first.
+func (t *tail) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.kept...)
 }

@@ -147,7 +147,7 @@ func TestRelayDrainsOutputWhateverItIs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
 			tl := &tail{max: tailLines}
-			relay(bytes.NewReader(tc.in), &out, tl)
+			relay(bytes.NewReader(tc.in), &out, tl, nil)
 			// Every line is relayed, or counted as dropped when the log fell behind.
 			if n := relayedOrDropped(t, out.String()); n != tc.lines {
 				t.Errorf("relayed or dropped %d lines, want %d", n, tc.lines)
@@ -174,7 +174,7 @@ func TestRelayNeverBlocksTheHostOnASlowLog(t *testing.T) {
 	slow := &slowWriter{release: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
-		relay(pr, slow, &tail{max: tailLines})
+		relay(pr, slow, &tail{max: tailLines}, nil)
 		close(done)
 	}()
 	// Far more lines than the queue holds, written while the log is stuck.

@@ -94,8 +94,10 @@ type CurrentLauncher struct {
 	FloorVersion string    `json:"floor_version"`
 	FloorPath    string    `json:"floor_path"`
 	UnitStarted  time.Time `json:"unit_started_at,omitzero"`
-	// FloorPinned says why the floor runs though newer launchers are on disk ("" when it does not).
-	FloorPinned string `json:"floor_pinned,omitempty"`
+	// FloorPinned says why the floor runs though newer launchers are on disk ("" when it does
+	// not); launchers up to FloorPinnedUpTo stay passed over until one newer confirms.
+	FloorPinned     string `json:"floor_pinned,omitempty"`
+	FloorPinnedUpTo string `json:"-"`
 }
 
 // HasLaunchers reports whether these records can keep launcher versions: a file made by a
@@ -242,9 +244,9 @@ type SkippedLauncher struct {
 }
 
 // ChooseLauncher names the newest launcher version under ROOT/launchers that is newer than self
-// (semver), not marked bad, recorded, and whose binary still matches its recorded digest. The
-// floor pinned (a launcher rolled back to failed too) names nothing until a launcher newer than
-// every one recorded arrives.
+// (semver), not marked bad, recorded, and whose binary still matches its recorded digest. While
+// the floor is pinned (a launcher rolled back to failed too) it names only a launcher newer than
+// every one recorded when it was pinned.
 func (r *Records) ChooseLauncher(ctx context.Context, root, self string) (LauncherChoice, error) {
 	var c LauncherChoice
 	if !r.HasLaunchers() {
@@ -263,12 +265,8 @@ func (r *Records) ChooseLauncher(ctx context.Context, root, self string) (Launch
 		return c, err
 	}
 	byVersion := map[string]LauncherRecord{}
-	newestRecorded := ""
 	for _, l := range recs {
 		byVersion[l.Version] = l
-		if newestRecorded == "" || semver.Compare(l.Version, newestRecorded) > 0 {
-			newestRecorded = l.Version
-		}
 	}
 	for _, v := range onDisk {
 		if self != "" && semver.Compare(v, self) <= 0 {
@@ -282,7 +280,7 @@ func (r *Records) ChooseLauncher(ctx context.Context, root, self string) (Launch
 		case !rec.Bad.IsZero():
 			c.Skipped = append(c.Skipped, SkippedLauncher{v, "bad: " + rec.BadReason})
 			continue
-		case cur.FloorPinned != "" && v != newestRecorded:
+		case cur.FloorPinned != "" && semver.Compare(v, cur.FloorPinnedUpTo) <= 0:
 			c.Skipped = append(c.Skipped, SkippedLauncher{v, "the floor runs: " + cur.FloorPinned})
 			continue
 		}
@@ -311,8 +309,8 @@ func (r *Records) CurrentLauncher(ctx context.Context) (CurrentLauncher, error) 
 	var floor, trial, ended int
 	err := r.db.QueryRowContext(ctx, `SELECT COALESCE(current_version, ''), current_floor, current_trial, current_since,
 		COALESCE(current_boot, ''), current_ended, current_failures, COALESCE(floor_version, ''), COALESCE(floor_path, ''),
-		unit_started_at, COALESCE(floor_pinned, '') FROM launcher WHERE id = 1`).
-		Scan(&c.Version, &floor, &trial, &since, &c.Boot, &ended, &c.Failures, &c.FloorVersion, &c.FloorPath, &unit, &c.FloorPinned)
+		unit_started_at, COALESCE(floor_pinned, ''), COALESCE(floor_pinned_upto, '') FROM launcher WHERE id = 1`).
+		Scan(&c.Version, &floor, &trial, &since, &c.Boot, &ended, &c.Failures, &c.FloorVersion, &c.FloorPath, &unit, &c.FloorPinned, &c.FloorPinnedUpTo)
 	if err != nil {
 		return c, r.wrap("read the launcher running", err)
 	}
@@ -372,13 +370,39 @@ func (r *Records) CountLauncherFailure(ctx context.Context) (int, error) {
 	return n, r.wrapIf("count the launcher's failure", err)
 }
 
-// PinFloor records why the floor runs from now on though newer launchers are on disk ("" lifts it).
+// PinFloor records why the floor runs from now on though newer launchers are on disk: every
+// launcher recorded now is passed over until a newer one arrives and confirms ("" lifts it).
 func (r *Records) PinFloor(ctx context.Context, why string) error {
 	if !r.HasLaunchers() {
 		return errNoLauncherSchema
 	}
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_pinned = ? WHERE id = 1`, nullable(Cut(why, maxReason)))
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_pinned = ?, floor_pinned_upto = NULL WHERE id = 1`, nullable(Cut(why, maxReason)))
+	if err != nil || why == "" {
+		return r.wrapIf("pin the floor", err)
+	}
+	// The newest version by semver, which SQL cannot order: read them all.
+	recs, err := r.launcherRows(ctx, "")
+	if err != nil {
+		return err
+	}
+	upTo := ""
+	for _, l := range recs {
+		if upTo == "" || semver.Compare(l.Version, upTo) > 0 {
+			upTo = l.Version
+		}
+	}
+	_, err = r.db.ExecContext(ctx, `UPDATE launcher SET floor_pinned_upto = ? WHERE id = 1`, nullable(upTo))
 	return r.wrapIf("pin the floor", err)
+}
+
+// SetFloor records the floor's version and path as found now (the package replaced it).
+func (r *Records) SetFloor(ctx context.Context, version, path string) error {
+	if !r.HasLaunchers() {
+		return nil
+	}
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_version = ?, floor_path = ? WHERE id = 1`,
+		Cut(version, layout.MaxVersionBytes), Cut(path, 4096))
+	return r.wrapIf("record the floor", err)
 }
 
 // ConfirmLauncher records that a launcher version adopted or started a host and saw it pulse:
@@ -395,7 +419,10 @@ func (r *Records) ConfirmLauncher(ctx context.Context, version string) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE launchers SET confirmed_at = COALESCE(confirmed_at, ?) WHERE version = ?`, us(r.now()), version); err != nil {
 		return r.wrap("confirm launcher "+version, err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE launcher SET current_trial = 0, current_failures = 0 WHERE id = 1 AND current_version = ?`, version); err != nil {
+	// A launcher newer than every one the floor was pinned below confirmed: the pin is lifted.
+	if _, err := tx.ExecContext(ctx, `UPDATE launcher SET current_trial = 0, current_failures = 0,
+		floor_pinned = CASE WHEN floor_pinned_upto IS NOT NULL AND ? != floor_pinned_upto THEN NULL ELSE floor_pinned END
+		WHERE id = 1 AND current_version = ?`, version, version); err != nil {
 		return r.wrap("confirm launcher "+version, err)
 	}
 	return r.wrapIf("confirm launcher "+version, tx.Commit())

@@ -81,3 +81,16 @@ func (l *Lock) Unlock() error {
 	l.f = nil
 	return err
 }
+
+// File is the open file the lock is held through: a launcher handing over to another image by
+// exec keeps it open across the exec, so the root is never unlocked in between.
+func (l *Lock) File() *os.File { return l.f }
+
+// AdoptLock takes over a lock held through f, a descriptor the image before this one held it
+// through and kept open across exec.
+func AdoptLock(f *os.File) (*Lock, error) {
+	if err := filelock.TryLock(f); err != nil {
+		return nil, fmt.Errorf("the launcher lock handed over as descriptor %d: %w", f.Fd(), err)
+	}
+	return &Lock{f: f}, nil
+}

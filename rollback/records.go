@@ -120,7 +120,8 @@ var migrations = [recordsSchema]string{
 	ALTER TABLE launcher ADD COLUMN floor_version TEXT;      -- the package's launcher, as the last fresh start found it
 	ALTER TABLE launcher ADD COLUMN floor_path TEXT;
 	ALTER TABLE launcher ADD COLUMN unit_started_at INTEGER; -- the last start of the unit (not an exec)
-	ALTER TABLE launcher ADD COLUMN floor_pinned TEXT;       -- why the floor runs though newer launchers are on disk`,
+	ALTER TABLE launcher ADD COLUMN floor_pinned TEXT;       -- why the floor runs though newer launchers are on disk
+	ALTER TABLE launcher ADD COLUMN floor_pinned_upto TEXT;  -- launchers up to this version stay passed over while it does`,
 }
 
 // Records is ROOT/records.db.

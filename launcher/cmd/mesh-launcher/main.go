@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -27,6 +28,11 @@ const (
 	prog      = cmdline.Program("mesh-launcher")
 	exitUsage = cmdline.ExitUsage
 )
+
+// The main goroutine stays on the main thread for the life of the process: it forks every host
+// and is the one that execs a new launcher, and the host's Pdeathsig fires when the thread that
+// forked it ends — exec ends every thread but the caller (launcher/takeover.go).
+func init() { runtime.LockOSThread() }
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv)) }
 
@@ -59,6 +65,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	backoffMax := fs.Duration("backoff-max", rollback.DefaultPolicy.BackoffMax, "the longest wait before restarting a failed host")
 	backoffMin := fs.Duration("backoff-min", rollback.DefaultPolicy.BackoffMin, "the first wait before restarting a failed host")
 	stopTimeout := fs.Duration("stop-timeout", launcher.DefaultStopTimeout, "how long a stopping host may take before it is killed")
+	takeoverCheck := fs.Duration("launcher-check", launcher.DefaultTakeoverCheck, "how often the launcher looks for a newer launcher on disk (under ROOT/launchers, or the package's replaced) to take over by exec, the host kept running")
 	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -66,11 +73,11 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		fmt.Fprintln(stderr, "mesh-launcher run: --failure-limit must be at least 1")
 		return exitUsage
 	}
-	if *liveness <= 0 || *deadline <= 0 {
-		fmt.Fprintln(stderr, "mesh-launcher run: --liveness-limit and --confirm-deadline must be positive")
+	if *liveness <= 0 || *deadline <= 0 || *takeoverCheck <= 0 {
+		fmt.Fprintln(stderr, "mesh-launcher run: --liveness-limit, --confirm-deadline and --launcher-check must be positive")
 		return exitUsage
 	}
-	log := logkey.Text(stderr, nil).With("component", "launcher", "launcher_version", version)
+	log := logkey.Text(stderr, nil).With("component", "launcher", "launcher_version", launcher.Version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := launcher.Run(ctx, launcher.Config{
@@ -82,11 +89,24 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		Logger:          log,
 		Notifier:        launcher.SystemdNotifier{},
 		Journal:         launcher.HostJournal(),
+		Takeover:        true,
+		TakeoverCheck:   *takeoverCheck,
+		Floor:           floorPath(),
 	})
 	if err != nil {
 		log.Error("mesh-launcher cannot run", "err", err)
 	}
 	return code
+}
+
+// floorPath is this binary's own path when the unit (or a person) started it: the floor. An
+// image exec'd by another launcher is told the floor by its handover instead.
+func floorPath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return rollback.DefaultFloor
+	}
+	return exe
 }
 
 func status(args []string, stdout, stderr io.Writer, getenv func(string) string) int {

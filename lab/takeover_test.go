@@ -1,0 +1,281 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/rollback"
+)
+
+// The launcher takes a newer launcher by exec, the host kept running (issue 19, sections 3 and
+// 4), proven with the real mesh-launcher and mesh-host.
+
+// launcherAt builds mesh-launcher stamped as launcher version v.
+func launcherAt(t testing.TB, v string) string {
+	t.Helper()
+	p, err := bins.BuildX(context.Background(), PkgLauncher, "mesh-launcher-"+v, LauncherVersionX+v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// badLauncher builds the badlauncher fixture claiming launcher version v, failing as mode says.
+func badLauncher(t testing.TB, v, mode string) string {
+	t.Helper()
+	p, err := bins.BuildX(context.Background(), PkgBadLauncher, "badlauncher-"+mode+"-"+v, "main.version="+v, "main.mode="+mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// stageLauncher puts binary under ROOT/launchers/<v> as a host stages one: a staging directory,
+// its digest recorded as delivered, one rename.
+func stageLauncher(t testing.TB, root, v, binary string) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := rollback.OpenForInstall(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	st, err := rollback.NewLauncherStaging(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Discard()
+	if err := copyFile(binary, st.BinaryPath(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(st.BinaryPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := rollback.LauncherVersion{Version: v, Digest: digest.FromBytes(b), Size: int64(len(b)),
+		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: "lab"}, CarriedBy: "v1.0.0"}
+	if err := st.CommitLauncher(ctx, r, lv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// launcherRecords reads what records.db says of the launcher.
+func launcherRecords(t testing.TB, root string) rollback.LauncherReport {
+	t.Helper()
+	r, err := rollback.OpenForHost(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rep, err := r.LauncherStatus(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func launcherIs(t testing.TB, root, v, state string) func() bool {
+	return func() bool {
+		rep := launcherRecords(t, root)
+		return rep.Version == v && rep.State == state
+	}
+}
+
+// parentOf is pid's parent, from /proc.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// fdTargets lists what pid's descriptors point at, by number.
+func fdTargets(pid int) map[int]string {
+	out := map[int]string{}
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fd, _ := strconv.Atoi(e.Name())
+		out[fd], _ = os.Readlink(filepath.Join(dir, e.Name()))
+	}
+	return out
+}
+
+func TestNewerLauncherTakesOverByExecAndTheHostKeepsRunning(t *testing.T) {
+	t.Parallel()
+	ctx := meshtest.Context(t, 90*time.Second)
+	n, rep := confirmedNode(t, ctx, PkgHost, "--launcher-check", "50ms")
+	launcherPID, hostPID := n.PID(), rep.Running.PID
+	meshtest.Eventually(t, "the floor recorded as running", launcherIs(t, n.Root, launcher.Version, rollback.LauncherFloor))
+
+	// Two takeovers in a row: from the floor to v9.0.0, and from v9.0.0 to v9.1.0. Each exec
+	// ends every thread but the one that forked the host: Pdeathsig would kill the host if the
+	// wrong thread had forked it.
+	for _, v := range []string{"v9.0.0", "v9.1.0"} {
+		stageLauncher(t, n.Root, v, launcherAt(t, v))
+		meshtest.Eventually(t, "launcher "+v+" running and confirmed", launcherIs(t, n.Root, v, rollback.LauncherConfirmed))
+		if n.PID() != launcherPID || !n.Alive() {
+			t.Fatalf("the launcher process changed (pid %d → %d): systemd would see a new MainPID", launcherPID, n.PID())
+		}
+		if syscall.Kill(hostPID, 0) != nil || isZombie(hostPID) || parentOf(hostPID) != launcherPID {
+			t.Fatalf("the host (pid %d) did not survive launcher %s's takeover alive and a child of the launcher (parent %d)", hostPID, v, parentOf(hostPID))
+		}
+	}
+	st, _, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Running == nil || st.Running.PID != hostPID {
+		t.Errorf("status names another host after the takeovers: %+v, want pid %d", st.Running, hostPID)
+	}
+	if got := startsOf(t, n.Root, "v1.0.0"); len(got) != 1 || got[0] != "" {
+		t.Errorf("v1.0.0's starts: %q, want exactly one, still open (no start recorded as ended)", got)
+	}
+	log := n.Log()
+	if strings.Count(log, "took over as launcher; the host keeps running") != 2 {
+		t.Errorf("want two takeovers in the log:\n%s", log)
+	}
+	if strings.Contains(log, "were open after exec") {
+		t.Errorf("descriptors leaked into a new image:\n%s", log)
+	}
+	// What the new image holds open: the standard three, the root's lock, records.db and its
+	// -wal/-shm, the host's two pipes, launcher.out, and the runtime's own — nothing else.
+	for fd, target := range fdTargets(launcherPID) {
+		switch {
+		case fd <= 2, strings.HasPrefix(target, "pipe:"), strings.HasPrefix(target, "anon_inode:"),
+			strings.HasPrefix(target, "socket:"), strings.HasPrefix(target, n.Root+"/"),
+			strings.HasPrefix(target, "/sys/fs/cgroup/"): // the runtime follows its CPU limit
+		default:
+			t.Errorf("the launcher holds descriptor %d → %s after its takeovers", fd, target)
+		}
+	}
+	// The host still reconciles and its output still reaches the launcher's log after exec.
+	before := strings.Count(n.Log(), "reconcile")
+	meshtest.Eventually(t, "the host's output relayed by the new image", func() bool { return strings.Count(n.Log(), "reconcile") > before })
+
+	// Pdeathsig still holds after exec: killing the launcher kills the host.
+	if err := n.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	n.Wait(ctx)
+	meshtest.Eventually(t, "the host gone with its killed launcher", func() bool { return syscall.Kill(hostPID, 0) != nil || isZombie(hostPID) })
+}
+
+func TestTrialLauncherThatFailsIsMarkedBadAndTheFloorRuns(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"crash", "exit", "hang"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := meshtest.Context(t, 90*time.Second)
+			n, _ := confirmedNode(t, ctx, PkgHost, "--launcher-check", "50ms")
+			hostBefore := startsOf(t, n.Root, "v1.0.0")
+			stageLauncher(t, n.Root, "v9.0.0", badLauncher(t, "v9.0.0", mode))
+			if mode == "hang" {
+				// Without systemd, the watchdog's part: once the hanging image runs, SIGABRT.
+				meshtest.Eventually(t, "the hanging launcher running", func() bool { return strings.Contains(n.Log(), "badlauncher v9.0.0 starting") })
+				n.Signal(syscall.SIGABRT)
+			}
+			if _, err := n.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// systemd's Restart=always starts the unit again: the floor.
+			start(t, n, "--launcher-check", "50ms")
+			meshtest.Eventually(t, "the floor running again", launcherIs(t, n.Root, launcher.Version, rollback.LauncherFloor))
+			if _, err := n.WaitStatus(ctx, "v1.0.0 running again", func(rep launcher.Report) bool {
+				return runningConfirmed("v1.0.0")(rep) && rep.LauncherPID == n.PID()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			rep := launcherRecords(t, n.Root)
+			if rep.Version != launcher.Version || rep.State != rollback.LauncherFloor {
+				t.Errorf("after the failed trial the launcher running is %s (%s), want the floor %s", rep.Version, rep.State, launcher.Version)
+			}
+			i := slices.IndexFunc(rep.Versions, func(l rollback.LauncherRecord) bool { return l.Version == "v9.0.0" })
+			if i < 0 || rep.Versions[i].Bad.IsZero() {
+				t.Fatalf("v9.0.0 not marked bad: %+v", rep.Versions)
+			}
+			bad := rep.Versions[i]
+			want := map[string]string{"crash": "it crashed: panic: assignment to entry in nil map", "exit": "it failed:", "hang": "watchdog"}[mode]
+			if !strings.Contains(bad.BadReason, want) {
+				t.Errorf("bad reason %q, want it to say %q", bad.BadReason, want)
+			}
+			if !strings.Contains(bad.BadOutput, "badlauncher v9.0.0 starting") {
+				t.Errorf("bad output %q, want the launcher's last output", bad.BadOutput)
+			}
+			if len(rep.Rollbacks) != 1 || rep.Rollbacks[0].From != "v9.0.0" || rep.Rollbacks[0].To != launcher.Version {
+				t.Errorf("launcher rollbacks %+v, want one from v9.0.0 to the floor", rep.Rollbacks)
+			}
+			// A launcher's failure never marks a host release bad: its host was interrupted.
+			if v, ok := Version(mustStatus(t, ctx, n), "v1.0.0"); !ok || v.Bad {
+				t.Errorf("v1.0.0 after its launcher failed: %+v, want it not bad", v)
+			}
+			for _, o := range startsOf(t, n.Root, "v1.0.0")[len(hostBefore)-1:] {
+				if o == string(rollback.OutcomeFailed) {
+					t.Errorf("a host start whose launcher died is recorded failed: %v", startsOf(t, n.Root, "v1.0.0"))
+				}
+			}
+			// Never run again: the floor goes on running the host, several checks later.
+			time.Sleep(300 * time.Millisecond)
+			if strings.Count(n.Log(), "badlauncher v9.0.0 starting") != 1 {
+				t.Errorf("the bad launcher ran again:\n%s", n.Log())
+			}
+		})
+	}
+}
+
+func mustStatus(t testing.TB, ctx context.Context, n *Node) launcher.Report {
+	t.Helper()
+	rep, _, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestFloorExecsTheNewestGoodLauncherBeforeStartingAHost(t *testing.T) {
+	t.Parallel()
+	ctx := meshtest.Context(t, 90*time.Second)
+	n := newNode(t)
+	place(t, n, "v1.0.0", PkgHost)
+	stageLauncher(t, n.Root, "v9.0.0", launcherAt(t, "v9.0.0"))
+	stageLauncher(t, n.Root, "v9.1.0", badLauncher(t, "v9.1.0", "crash"))
+	if err := rollbackMarkLauncherBad(n.Root, "v9.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, n, "--launcher-check", "50ms")
+	if _, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0")); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.Eventually(t, "v9.0.0 confirmed", launcherIs(t, n.Root, "v9.0.0", rollback.LauncherConfirmed))
+	// The host was started once, by v9.0.0: the floor exec'd before it started any.
+	if got := startsOf(t, n.Root, "v1.0.0"); len(got) != 1 {
+		t.Errorf("v1.0.0 started %d times, want once", len(got))
+	}
+	if strings.Contains(n.Log(), "badlauncher") {
+		t.Errorf("a launcher marked bad ran:\n%s", n.Log())
+	}
+}
+
+func rollbackMarkLauncherBad(root, v string) error {
+	r, err := rollback.OpenForHost(context.Background(), root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.MarkLauncherBad(context.Background(), v, "marked bad by the test", "")
+}

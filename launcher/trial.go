@@ -1,0 +1,222 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/novox/mesh-host/rollback"
+)
+
+// A launcher version is on trial until it has adopted or started a host and seen it pulse. One
+// that crashes, exits, hangs until the watchdog kills it, or cannot open records.db ends
+// without recording that it ended: systemd's Restart=always then starts the unit again, which
+// runs the floor, and the floor judges it here before it does anything else.
+
+// outputName is ROOT/launcher.out: the last output of the delivered launcher image running,
+// its log and anything the Go runtime prints as it dies (debug.SetCrashOutput), for the floor
+// to keep with a launcher it judges. The floor never writes it.
+const outputName = "launcher.out"
+
+// maxOutputFile bounds launcher.out: written past it, the file starts again.
+const maxOutputFile = 256 << 10
+
+// unitStarted is the unit's start (this image was not exec'd): the floor judges the image the
+// unit ran last if it ended without saying so, and records itself as running.
+func (l *Launcher) unitStarted(ctx context.Context) error {
+	l.isFloor = true
+	l.floorPath, l.floorVersion = l.cfg.Floor, l.self
+	l.floorID = fileID(l.floorPath)
+	if !l.records.HasLaunchers() {
+		return nil
+	}
+	if err := l.judgeLastLauncher(ctx); err != nil {
+		return err
+	}
+	if err := l.records.UnitStarted(ctx, l.self, l.floorPath); err != nil {
+		return err
+	}
+	return l.records.SetCurrentLauncher(ctx, l.self, true, false)
+}
+
+// judgeLastLauncher judges the launcher image the unit ran last when it ended, on this boot,
+// without recording that it ended as a launcher should. On trial it is marked bad, with its
+// reason and last output, and a rollback to what runs next is recorded. Confirmed, it is run
+// again once; if it was the launcher rolled back to, or it ends so twice in a row, the floor
+// runs from now on (pinned) — the machine is then the suspect, and nothing is marked bad.
+func (l *Launcher) judgeLastLauncher(ctx context.Context) error {
+	cur, err := l.records.CurrentLauncher(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur.Version == "" || cur.Ended:
+		return nil
+	case cur.Boot != l.records.BootID():
+		l.log.Info("the launcher running when the machine last stopped ended with it; not judged", "launcher", cur.Version)
+		return l.records.EndCurrentLauncher(ctx)
+	case cur.Floor:
+		l.log.Warn("the floor launcher ended without stopping; starting again", "launcher", cur.Version)
+		return l.records.EndCurrentLauncher(ctx)
+	}
+	out, how := lastOutput(l.cfg.Root)
+	n, err := l.records.CountLauncherFailure(ctx)
+	if err != nil {
+		return err
+	}
+	if cur.Trial {
+		reason := fmt.Sprintf("launcher %s ended on trial without confirming: %s", cur.Version, how)
+		if err := l.records.MarkLauncherBad(ctx, cur.Version, reason, out); err != nil {
+			return err
+		}
+		to := l.floorVersion
+		if c, err := l.records.ChooseLauncher(ctx, l.cfg.Root, l.self); err == nil && c.Version != "" {
+			to = c.Version
+		}
+		l.log.Error("rolling back the launcher", "from", cur.Version, "to", to, "reason", reason)
+		return l.records.RecordLauncherRollback(ctx, rollback.LauncherRollback{From: cur.Version, To: to, Reason: reason, Output: out})
+	}
+	rbs, err := l.records.LauncherRollbacks(ctx, 1)
+	if err != nil {
+		return err
+	}
+	rolledBackTo := len(rbs) == 1 && rbs[0].To == cur.Version
+	if !rolledBackTo && n < 2 {
+		l.log.Warn("the launcher ended without stopping; running it again once", "launcher", cur.Version, "how", how)
+		return nil
+	}
+	reason := fmt.Sprintf("launcher %s, confirmed here, ended without stopping %d %s in a row: %s; the floor runs until a newer launcher arrives", cur.Version, n, plural(n, "time", "times"), how)
+	if rolledBackTo {
+		reason = fmt.Sprintf("launcher %s, the launcher rolled back to, ended without stopping too: %s; the floor runs until a newer launcher arrives", cur.Version, how)
+	}
+	if err := l.records.PinFloor(ctx, reason); err != nil {
+		return err
+	}
+	l.log.Error("running the floor launcher", "from", cur.Version, "floor", l.floorVersion, "reason", reason)
+	return l.records.RecordLauncherRollback(ctx, rollback.LauncherRollback{From: cur.Version, To: l.floorVersion, Reason: reason, Output: out})
+}
+
+// tookOver sets this image up from what the image that exec'd it handed over: the floor it
+// knew, whether this image is the floor or on trial, and the host, adopted.
+func (l *Launcher) tookOver(ctx context.Context, h *handover) error {
+	gap := time.Duration(monoNow() - h.ExecNS)
+	l.floorPath, l.floorVersion, l.floorID = h.FloorPath, h.FloorVersion, h.FloorID
+	l.isFloor, l.trial = h.Floor, h.Trial
+	log := l.log.With("from", h.From, "exec_gap", gap.Round(time.Microsecond))
+	if h.To != l.self {
+		// The directory's name and the binary's own version disagree: run on, but never take
+		// this one again (it would be taken again and again).
+		reason := fmt.Sprintf("launcher %s's binary says it is %s", h.To, l.self)
+		log.Error("this launcher is not the version it was taken as", "reason", reason)
+		if !l.isFloor {
+			if err := l.records.MarkLauncherBad(ctx, h.To, reason, ""); err != nil {
+				return err
+			}
+		}
+		if err := l.records.SetCurrentLauncher(ctx, l.self, l.isFloor, l.trial); err != nil {
+			return err
+		}
+	}
+	if h.Host != nil {
+		p, err := l.adopt(h.Host)
+		if err != nil {
+			return err
+		}
+		l.adopted = &adoptedHost{p: p, version: h.Host.Version, start: h.Host.Start, confirmed: h.Host.Confirmed, deadline: time.Duration(h.Host.Deadline)}
+		log.Info("took over as launcher; the host keeps running", "host_pid", h.Host.PID, "version", h.Host.Version, "trial", l.trial)
+	} else {
+		log.Info("took over as launcher", "trial", l.trial)
+	}
+	return nil
+}
+
+// CaptureOutput copies a delivered launcher image's log, and what the Go runtime prints if it
+// dies, to ROOT/launcher.out, for the floor to keep if this image ends without saying so. It
+// runs before records.db is opened: an image that cannot open it is judged by what it said.
+func CaptureOutput(root string, log *slog.Logger) *slog.Logger {
+	f, err := os.OpenFile(filepath.Join(root, outputName), os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		log.Warn("could not keep this launcher's output for its judge", "err", err)
+		return log
+	}
+	if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
+		log.Warn("could not keep this launcher's crash output for its judge", "err", err)
+	}
+	// f stays open for the life of the image: the runtime writes to it as the image dies.
+	return slog.New(slog.NewMultiHandler(log.Handler(), slog.NewTextHandler(&cappedFile{f: f, max: maxOutputFile}, nil)))
+}
+
+// cappedFile writes to f until it holds max bytes, then starts it again.
+type cappedFile struct {
+	f       *os.File
+	max     int64
+	written int64
+}
+
+func (c *cappedFile) Write(p []byte) (int, error) {
+	if c.written+int64(len(p)) > c.max {
+		c.f.Truncate(0)
+		c.f.Seek(0, io.SeekStart)
+		c.written = 0
+	}
+	n, err := c.f.Write(p)
+	c.written += int64(n)
+	return n, err
+}
+
+// lastOutput reads what a delivered launcher wrote to ROOT/launcher.out: its last lines, and
+// how it ended as far as they tell. A Go crash's first line ("panic: …", "SIGABRT: abort")
+// heads a dump longer than the tail, so the whole file is read for it and it is kept first.
+func lastOutput(root string) (out, how string) {
+	f, err := os.Open(filepath.Join(root, outputName))
+	if err != nil {
+		return "", howUnknown
+	}
+	defer f.Close()
+	// The lines before a crash (what it was doing), then the crash's first lines (what and
+	// where); a register dump and the other goroutines are left out.
+	before := &tail{max: tailLines / 2}
+	after := &tail{max: tailLines / 2}
+	var crash, lastError string
+	sc := bufio.NewScanner(io.LimitReader(f, maxOutputFile+1<<10))
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
+	for sc.Scan() {
+		line := rollback.Redact(sc.Text())
+		switch {
+		case crash != "":
+			if len(after.lines()) < after.max {
+				after.add(line)
+			}
+		case strings.HasPrefix(line, "SIGABRT"), strings.HasPrefix(line, "panic:"), strings.HasPrefix(line, "fatal error:"):
+			crash = rollback.Cut(line, 256)
+			after.add(line)
+		default:
+			before.add(line)
+			if strings.Contains(line, "level=ERROR") {
+				lastError = rollback.Cut(line, 256)
+			}
+		}
+	}
+	out = strings.TrimPrefix(before.String()+"\n"+after.String(), "\n")
+	switch {
+	case strings.HasPrefix(crash, "SIGABRT"):
+		how = "it hung and the watchdog killed it (SIGABRT)"
+	case crash != "":
+		how = "it crashed: " + crash
+	case lastError != "":
+		how = "it failed: " + lastError
+	default:
+		how = howUnknown
+	}
+	return out, how
+}
+
+const howUnknown = "it crashed, exited, hung or was killed before it said why"
