@@ -333,8 +333,8 @@ func hostEnv(env []string) []string {
 // tail keeps the last max lines written, each cut to a length a record and a heartbeat can
 // carry, as valid UTF-8 (printing them safely is the reader's job: rollback.Printable).
 type tail struct {
-	mu    sync.Mutex
-	max   int
+	mu   sync.Mutex
+	max  int
 	kept []string
 }
 

@@ -34,10 +34,10 @@ type handover struct {
 	Trial bool   `json:"trial"` // the image exec'd is on trial
 	// The floor as the unit's start found it, and its file's identity then: a change to it is
 	// the package replacing the floor.
-	FloorPath    string `json:"floor_path"`
-	FloorVersion string `json:"floor_version"`
-	FloorID      string `json:"floor_id"`
-	LockFD       int    `json:"lock_fd"`
+	FloorPath    string      `json:"floor_path"`
+	FloorVersion string      `json:"floor_version"`
+	FloorID      string      `json:"floor_id"`
+	LockFD       int         `json:"lock_fd"`
 	Host         *handedHost `json:"host,omitempty"`
 	// ExecNS is the monotonic instant exec was called, as CLOCK_BOOTTIME nanoseconds: the new
 	// image measures how long nobody watched the host.
@@ -49,9 +49,9 @@ type handedHost struct {
 	PID       int      `json:"pid"`
 	Version   string   `json:"version"`
 	Start     int64    `json:"start"`
-	AgeNS     int64    `json:"age_ns"`    // how long it had been running
-	SilentNS  int64    `json:"silent_ns"` // since its last pulse; -1: it had shown none
-	Confirmed bool     `json:"confirmed"` // its version was confirmed when it started
+	AgeNS     int64    `json:"age_ns"`      // how long it had been running
+	SilentNS  int64    `json:"silent_ns"`   // since its last pulse; -1: it had shown none
+	Confirmed bool     `json:"confirmed"`   // its version was confirmed when it started
 	Deadline  int64    `json:"deadline_ns"` // what was left of its confirm deadline; -1: none
 	StderrFD  int      `json:"stderr_fd"`
 	AliveFD   int      `json:"alive_fd"`
