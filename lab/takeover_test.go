@@ -279,3 +279,39 @@ func rollbackMarkLauncherBad(root, v string) error {
 	defer r.Close()
 	return r.MarkLauncherBad(context.Background(), v, "marked bad by the test", "")
 }
+
+// The package replacing the floor (apt install of a newer mesh-host by hand, or a declaration
+// of the mesh-host package) is taken by exec too: no restart of the unit, the host kept.
+func TestReplacedFloorIsTakenByExecKeepingTheHost(t *testing.T) {
+	t.Parallel()
+	ctx := meshtest.Context(t, 90*time.Second)
+	n := newNode(t)
+	// The node's floor is its own copy, so replacing it touches no other test's.
+	floor := filepath.Join(t.TempDir(), "mesh-launcher")
+	if err := copyFile(n.Launcher, floor, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.Launcher = floor
+	place(t, n, "v1.0.0", PkgHost)
+	start(t, n, "--launcher-check", "50ms")
+	rep, err := n.WaitStatus(ctx, "v1.0.0 confirmed", runningConfirmed("v1.0.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	launcherPID, hostPID := n.PID(), rep.Running.PID
+	// As dpkg does: the new file written beside, then renamed over the old.
+	next := floor + ".dpkg-new"
+	if err := copyFile(launcherAt(t, "v9.2.0"), next, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, floor); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.Eventually(t, "the new floor v9.2.0 running", launcherIs(t, n.Root, "v9.2.0", rollback.LauncherFloor))
+	if n.PID() != launcherPID || syscall.Kill(hostPID, 0) != nil || parentOf(hostPID) != launcherPID {
+		t.Fatalf("launcher pid %d → %d, host %d's parent %d: the package's launcher must be taken without a restart", launcherPID, n.PID(), hostPID, parentOf(hostPID))
+	}
+	if cur := launcherRecords(t, n.Root); cur.FloorVersion != "v9.2.0" {
+		t.Errorf("floor version recorded %q, want v9.2.0", cur.FloorVersion)
+	}
+}
