@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -140,7 +141,7 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 	written := make(chan struct{})
 	sayDropped := func() {
 		if n := dropped.Swap(0); n > 0 {
-			fmt.Fprintf(out, "[mesh-launcher: %d %s dropped: the log could not keep up]\n", n, plural(int(n), "line of the host's output was", "lines of the host's output were"))
+			fmt.Fprintf(out, "[mesh-launcher: %d %s dropped: the log could not keep up]\n", n, txt.Plural(int(n), "line of the host's output was", "lines of the host's output were"))
 		}
 	}
 	go func() {
@@ -154,7 +155,7 @@ func relay(r io.Reader, out io.Writer, t *tail) {
 	emit := func(line []byte, cut int) {
 		// Redacted here, for the journal and the records alike, so a host of any version that
 		// prints a bus URL with its password leaves the password nowhere.
-		text := rollback.Redact(string(line))
+		text := txt.Redact(string(line))
 		if cut > 0 {
 			text += fmt.Sprintf(" …[line cut: %d more bytes]", cut)
 		}
@@ -251,7 +252,7 @@ func hostEnv(env []string) []string {
 }
 
 // tail keeps the last max lines written, each cut to a length a record and a heartbeat can
-// carry, as valid UTF-8 (printing them safely is the reader's job: rollback.Printable).
+// carry, as valid UTF-8 (printing them safely is the reader's job: text.Printable).
 type tail struct {
 	mu    sync.Mutex
 	max   int
@@ -259,7 +260,7 @@ type tail struct {
 }
 
 func (t *tail) add(line string) {
-	line = rollback.Cut(strings.ToValidUTF8(line, "\uFFFD"), 512)
+	line = txt.Cut(strings.ToValidUTF8(line, "\uFFFD"), 512)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.lines = append(t.lines, line)
