@@ -258,7 +258,7 @@ func reportedVersion(ctx context.Context, bin, name string) (string, error) {
 	for try := 0; ; try++ {
 		stdout.Reset()
 		stderr.Reset()
-		cmd := exec.CommandContext(ctx, bin, "version")
+		cmd := exec.CommandContext(ctx, bin, rollback.CmdVersion)
 		cmd.Stdout, cmd.Stderr = &limited{&stdout, 4 << 10}, &limited{&stderr, 4 << 10}
 		cmd.Dir = "/"
 		cmd.WaitDelay = time.Second

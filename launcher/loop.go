@@ -174,7 +174,7 @@ wait:
 // judgeExit is docs/design.md's "run what is on disk": a clean exit while Choose names another version
 // is standing aside; a clean exit while it still names this one, or any other exit, is a failure.
 func (l *Launcher) judgeExit(ctx context.Context, version string, end rollback.End) (rollback.Outcome, error) {
-	if end.ExitCode != 0 {
+	if end.ExitCode != rollback.HostExitClean {
 		return rollback.OutcomeFailed, nil
 	}
 	choice, err := l.records.Choose(ctx, l.cfg.Root)

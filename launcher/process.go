@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ const (
 	// host is never held up by the log.
 	relayQueue = 1024
 	// aliveFD is the descriptor the host's liveness pipe is given as (ExtraFiles[0]).
-	aliveFD = 3
+	aliveFD = rollback.AliveFD
 )
 
 // hostProcess is one running host.
@@ -56,13 +57,13 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(rollback.BinaryPath(l.cfg.Root, version), "run")
+	cmd := exec.Command(rollback.BinaryPath(l.cfg.Root, version), rollback.CmdRun)
 	cmd.Env = append(hostEnv(os.Environ()),
-		"MESH_HOST_ROOT="+l.cfg.Root,
-		"MESH_HOST_VERSION="+version,
-		"MESH_HOST_START_ID="+strconv.FormatInt(start, 10),
-		"MESH_HOST_ALIVE_FD="+strconv.Itoa(aliveFD),
-		"MESH_HOST_ALIVE_INTERVAL="+l.pulseInterval().String(),
+		rollback.EnvRoot+"="+l.cfg.Root,
+		rollback.EnvVersion+"="+version,
+		rollback.EnvStartID+"="+strconv.FormatInt(start, 10),
+		rollback.EnvAliveFD+"="+strconv.Itoa(aliveFD),
+		rollback.EnvAliveInterval+"="+l.pulseInterval().String(),
 	)
 	cmd.Stdout = l.cfg.Stdout
 	cmd.SysProcAttr = attr
@@ -242,8 +243,10 @@ func hostEnv(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
-			"MESH_HOST_ROOT", "MESH_HOST_VERSION", "MESH_HOST_START_ID", "MESH_HOST_ALIVE_FD", "MESH_HOST_ALIVE_INTERVAL":
+		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES":
+			continue
+		}
+		if slices.Contains(rollback.EnvContract, name) {
 			continue
 		}
 		out = append(out, kv)

@@ -52,7 +52,7 @@ func profileWith(args []string, stdout, stderr io.Writer, getenv func(string) st
 	}
 	root := *rootFlag
 	if root == "" {
-		root = getenv("MESH_HOST_ROOT")
+		root = getenv(rollback.EnvRoot)
 	}
 	if root == "" {
 		root = rollback.DefaultRoot
