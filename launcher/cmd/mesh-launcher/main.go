@@ -18,9 +18,6 @@ import (
 	"github.com/novox/mesh-host/rollback"
 )
 
-// version is stamped by `make build VERSION=…`.
-var version = "v0.0.0-dev"
-
 // prog answers --help, bad flags and stray arguments as every mesh command does; `status` uses
 // 1, 3 and 4 for what it finds.
 const (
@@ -32,7 +29,7 @@ func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv)) }
 
 // cli runs the command line args (without the program name) and returns the exit status.
 func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-launcher <command> --help` for a command's flags. ROOT is --root, else\nMESH_HOST_ROOT, else "+rollback.DefaultRoot+".", []cmdline.Command{
+	return prog.Dispatch(args, stdout, stderr, launcher.Version, "Run `mesh-launcher <command> --help` for a command's flags. ROOT is --root, else\nMESH_HOST_ROOT, else "+rollback.DefaultRoot+".", []cmdline.Command{
 		{Name: rollback.CmdRun, Summary: "run the newest good mesh-host under ROOT/versions (the systemd unit's command)",
 			Run: func(args []string) int { return run(args, stdout, stderr, getenv) }},
 		{Name: "install", Summary: "place a mesh-host binary under ROOT/versions as a version, checked and recorded",
@@ -70,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		fmt.Fprintln(stderr, "mesh-launcher run: --liveness-limit and --confirm-deadline must be positive")
 		return exitUsage
 	}
-	log := logkey.Text(stderr, nil).With("component", "launcher", "launcher_version", version)
+	log := logkey.Text(stderr, nil).With("component", "launcher", "launcher_version", launcher.Version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := launcher.Run(ctx, launcher.Config{
