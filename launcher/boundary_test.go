@@ -246,7 +246,9 @@ func sourcesSum(t *testing.T, root string, pkgs []listedPackage) sum {
 	if len(lines) == 0 {
 		t.Fatal("no source file of this module is linked into mesh-launcher; go list's output was not understood")
 	}
-	slices.SortFunc(lines, func(a, b string) int { return strings.Compare(a[strings.LastIndexByte(a, ' '):], b[strings.LastIndexByte(b, ' '):]) })
+	slices.SortFunc(lines, func(a, b string) int {
+		return strings.Compare(a[strings.LastIndexByte(a, ' '):], b[strings.LastIndexByte(b, ' '):])
+	})
 	mods := make([]string, 0, len(modules))
 	for m := range modules {
 		mods = append(mods, m)
