@@ -5,17 +5,25 @@ GO        ?= go
 VERSION   ?= $(shell ./scripts/version)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
+# The launcher has its own version (launcher.Version, launcher/version.go), not the host's: it is
+# not stamped, and -buildvcs=false leaves out the commit Go would stamp into it, so an unchanged
+# launcher builds to the same bytes in every release (lab/launcher_bytes_test.go checks).
+LAUNCHERBUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w'
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test lint demo bench package lab-systemd clean
+.PHONY: all build launcher test lint demo bench package lab-systemd clean
 
 all: build
 
-build:
-	$(GOBUILD) -o bin/mesh-launcher ./launcher/cmd/mesh-launcher
+build: launcher
 	$(GOBUILD) -o bin/mesh-host ./host/cmd/mesh-host
 	$(GOBUILD) -o bin/mesh-release ./release/cmd/mesh-release
 	$(GOBUILD) -o bin/mesh-lab ./lab/cmd/mesh-lab
+
+# mesh-launcher alone, into LAUNCHEROUT: its bytes depend on its code, never on VERSION.
+LAUNCHEROUT ?= bin/mesh-launcher
+launcher:
+	$(LAUNCHERBUILD) -o $(LAUNCHEROUT) ./launcher/cmd/mesh-launcher
 
 test:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
@@ -71,7 +79,7 @@ package: TARNAME = mesh-host-$(PKGVERSION)-linux-$(ARCH)
 package: STAGE = $(OUT)/.stage/$(TARNAME)
 package:
 	rm -rf $(OUT)/.stage && mkdir -p $(STAGE)
-	GOOS=linux GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKGVERSION)' -o $(STAGE)/mesh-launcher ./launcher/cmd/mesh-launcher
+	GOOS=linux GOARCH=$(ARCH) $(LAUNCHERBUILD) -o $(STAGE)/mesh-launcher ./launcher/cmd/mesh-launcher
 	GOOS=linux GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKGVERSION)' -o $(STAGE)/mesh-host ./host/cmd/mesh-host
 	install -m 0644 dist/mesh-launcher.service dist/tarball/README $(STAGE)/
 	install -m 0755 dist/tarball/install.sh $(STAGE)/

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/novox/mesh-host/launcher"
 )
 
 // needDpkgDeb skips a test that inspects the .deb the way an operator would, with dpkg-deb.
@@ -93,19 +95,21 @@ func TestDebCarriesTheMaintainerScriptsAndTheUnitFromDist(t *testing.T) {
 	}
 }
 
-func TestPackagedBinariesAreStampedWithThePackageVersion(t *testing.T) {
+// The host is stamped with the package's version (the launcher's install refuses a host whose
+// `version` differs from the version it is placed as); the launcher says its own version,
+// whatever the package's is (launcher.Version; CHANGELOG's "Launcher versions").
+func TestPackagedBinariesSayTheirVersions(t *testing.T) {
 	needDpkgDeb(t)
 	a := built(t)
 	tree := t.TempDir()
 	run(t, "dpkg-deb", "-x", a.deb, tree)
-	// The launcher's install refuses a host whose `version` differs from the version it is
-	// placed as; the package's version is the one both binaries must say.
-	for _, tc := range []struct{ binary, arg string }{
-		{"usr/share/mesh-host/mesh-host", "version"},
-		{"usr/bin/mesh-launcher", "--version"},
+	for _, tc := range []struct{ binary, arg, want string }{
+		{"usr/share/mesh-host/mesh-host", "version", testVersion},
+		{"usr/bin/mesh-launcher", "--version", launcher.Version},
+		{"usr/bin/mesh-launcher", "version", launcher.Version},
 	} {
-		if got := strings.TrimSpace(run(t, filepath.Join(tree, tc.binary), tc.arg)); got != testVersion {
-			t.Errorf("%s %s says %q, want %q", tc.binary, tc.arg, got, testVersion)
+		if got := strings.TrimSpace(run(t, filepath.Join(tree, tc.binary), tc.arg)); got != tc.want {
+			t.Errorf("%s %s says %q, want %q", tc.binary, tc.arg, got, tc.want)
 		}
 	}
 }

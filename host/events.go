@@ -5,7 +5,8 @@ import (
 	"fmt"
 
 	"github.com/novox/mesh-host/host/link"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -66,7 +67,7 @@ func (h *Host) declarationArrived(ctx context.Context, ev link.DeclarationArrive
 // refuse records a refused input and reports it in the next heartbeat. The reason quotes the
 // input, so it is bounded before it is logged, stored or sent.
 func (h *Host) refuse(ctx context.Context, what string, revision uint64, reason string) {
-	reason = rollback.Cut(reason, wire.MaxErrorBytes)
+	reason = text.Cut(reason, wire.MaxErrorBytes)
 	h.log.Warn("refused "+what, "revision", revision, "reason", reason)
 	if err := h.store.RecordRefusal(ctx, what, revision, reason); err != nil {
 		h.log.Error("could not record the refusal", "err", err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/link"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"golang.org/x/mod/semver"
@@ -91,7 +92,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	} else {
 		for _, rb := range rbs {
 			hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: rb.From, To: rb.To, At: rb.At.UTC(),
-				Reason: rollback.Cut(rb.Reason, wire.MaxReasonBytes), Output: rollback.Cut(rb.Output, wire.MaxOutputBytes)})
+				Reason: text.Cut(rb.Reason, wire.MaxReasonBytes), Output: text.Cut(rb.Output, wire.MaxOutputBytes)})
 		}
 	}
 	if _, rev, ok, err := h.store.Held(ctx); err != nil {
@@ -104,16 +105,16 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	} else if ok {
 		hb.LastReconcile = r.Wire()
 		// Bounded when recorded; cut again for rows an older host wrote.
-		hb.LastReconcile.Error = rollback.CutMiddle(hb.LastReconcile.Error, wire.MaxErrorBytes)
+		hb.LastReconcile.Error = text.CutMiddle(hb.LastReconcile.Error, wire.MaxErrorBytes)
 	}
 	if r, ok, err := h.store.LastRefusal(ctx); err != nil {
 		warn("the last refusal", err)
 	} else if ok {
 		hb.Refused = r.Wire()
-		hb.Refused.Error = rollback.CutMiddle(hb.Refused.Error, wire.MaxErrorBytes)
+		hb.Refused.Error = text.CutMiddle(hb.Refused.Error, wire.MaxErrorBytes)
 	}
 	if hb.Fetch != nil {
-		hb.Fetch.Error = rollback.CutMiddle(hb.Fetch.Error, wire.MaxErrorBytes)
+		hb.Fetch.Error = text.CutMiddle(hb.Fetch.Error, wire.MaxErrorBytes)
 	}
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)

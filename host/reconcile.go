@@ -8,7 +8,8 @@ import (
 
 	"github.com/novox/mesh-host/host/apply"
 	"github.com/novox/mesh-host/host/blobs"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -29,7 +30,7 @@ func (h *Host) reconcile(ctx context.Context, stop <-chan struct{}, trigger wire
 	// logged (the engine bounds each step's error; this bounds the whole).
 	errText := ""
 	if err != nil {
-		errText = rollback.CutMiddle(err.Error(), wire.MaxErrorBytes)
+		errText = text.CutMiddle(err.Error(), wire.MaxErrorBytes)
 	}
 	if id != 0 {
 		if rerr := h.store.EndReconcile(ctx, id, err == nil, errText); rerr != nil {

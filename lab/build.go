@@ -64,7 +64,10 @@ func NewBuilder(ctx context.Context, dir, out string) (*Builder, error) {
 	return &Builder{Src: filepath.Dir(gomod), Out: out, built: map[string]string{}}, nil
 }
 
-// Build returns the path of pkg built with version stamped into main.version.
+// Build returns the path of pkg built with version stamped into main.version. The launcher has
+// its own version (launcher.Version) and is built as `make build` builds it (BuildArgs): at
+// ToolVersion it is not stamped at all, so it says the version its code carries; at any other
+// version that is stamped into launcher.Version (a "newer launcher").
 func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error) {
 	key := pkg + "@" + version
 	b.mu.Lock()
@@ -76,7 +79,7 @@ func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error
 	if b.Progress != nil {
 		fmt.Fprintf(b.Progress, "  go build %s as %s …\n", pkg, version)
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", append(BuildArgs(pkg, version), "-o", out, pkg)...)
 	cmd.Dir = b.Src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var stderr bytes.Buffer
@@ -87,6 +90,24 @@ func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error
 	b.built[key] = out
 	return out, nil
 }
+
+// LauncherVersionVar is the variable holding the launcher's own version, for -ldflags -X.
+const LauncherVersionVar = "github.com/novox/mesh-host/launcher.Version"
+
+// BuildArgs are go's arguments (before -o) that build pkg as version. Every build leaves out
+// the commit (-buildvcs=false), so the same source gives the same bytes in any checkout.
+func BuildArgs(pkg, version string) []string {
+	args := []string{"build", "-trimpath", "-buildvcs=false"}
+	switch {
+	case pkg != PkgLauncher:
+		return append(args, "-ldflags", "-s -w -X main.version="+version)
+	case version == ToolVersion:
+		return append(args, "-ldflags", "-s -w")
+	default:
+		return append(args, "-ldflags", "-s -w -X "+LauncherVersionVar+"="+version)
+	}
+}
+
 
 // BuildX returns pkg built as name (a file name under Out), with each of x given to the
 // linker as -X (e.g. "github.com/novox/mesh-host/launcher.Version=v9.0.0"): a launcher of
@@ -116,7 +137,7 @@ func (b *Builder) BuildX(ctx context.Context, pkg, name string, x ...string) (st
 }
 
 // LauncherVersionX is the -X that stamps a launcher version into mesh-launcher.
-const LauncherVersionX = "github.com/novox/mesh-host/launcher.Version="
+const LauncherVersionX = LauncherVersionVar + "="
 
 // BuildStory builds what the demo and `mesh-lab up` run: the launcher and mesh-release, the
 // host as v1.0.0 (installed) and v1.1.0 (a good release), and crashrun as v1.2.0 (a broken one).

@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/release/rollout"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -388,7 +389,7 @@ func later(a, b time.Time) time.Time {
 // oneLine is the first line of a text from the bus, bounded and printable.
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	return rollback.Printable(rollback.Cut(s, 400))
+	return text.Printable(text.Cut(s, 400))
 }
 
 // syncWriter lets the narration and the watch's lines share one output.

@@ -26,7 +26,8 @@ var ScaledLauncherArgs = []string{
 	"--backoff-min", "200ms", "--backoff-max", "2s", "--stop-timeout", "10s",
 }
 
-// ToolVersion is the version the lab stamps into the launcher and mesh-release it builds.
+// ToolVersion is the version the lab stamps into mesh-release and the tools it builds; the launcher
+// built at ToolVersion is not stamped and says its own version (launcher.Version, BuildArgs).
 const ToolVersion = "v0.0.0-lab"
 
 // FleetOptions say what fleet StartFleet runs.

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/novox/mesh-host/internal/layout"
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -89,7 +90,7 @@ func Install(ctx context.Context, root, file, version string) (Installed, error)
 		in.Version = said
 	case said != version:
 		return in, fmt.Errorf("%s says it is %s (`%s version`), not %s as --version says; install it as %s, or build the right one with `make build VERSION=%s`",
-			file, rollback.Printable(said), file, version, rollback.Printable(said), version)
+			file, txt.Printable(said), file, version, txt.Printable(said), version)
 	}
 	in.Dir = rollback.VersionDir(root, in.Version)
 	prov := rollback.Provenance{Source: rollback.SourceInstalled, From: in.From}
@@ -132,7 +133,7 @@ func checkNotThere(ctx context.Context, r *rollback.Records, root string, in Ins
 	}
 	if known && rec.Bad {
 		return fmt.Errorf("%s is marked bad on this node (%s), so it would never run; install a fixed version under a new version",
-			in.Version, rollback.Printable(rec.BadReason))
+			in.Version, txt.Printable(rec.BadReason))
 	}
 	if known && rec.Digest != in.Digest {
 		return &rollback.DigestConflict{Version: in.Version, Recorded: rec.Digest, Got: in.Digest}
@@ -257,7 +258,7 @@ func reportedVersion(ctx context.Context, bin, name string) (string, error) {
 	for try := 0; ; try++ {
 		stdout.Reset()
 		stderr.Reset()
-		cmd := exec.CommandContext(ctx, bin, "version")
+		cmd := exec.CommandContext(ctx, bin, rollback.CmdVersion)
 		cmd.Stdout, cmd.Stderr = &limited{&stdout, 4 << 10}, &limited{&stderr, 4 << 10}
 		cmd.Dir = "/"
 		cmd.WaitDelay = time.Second
@@ -272,7 +273,7 @@ func reportedVersion(ctx context.Context, bin, name string) (string, error) {
 	}
 	said := ""
 	if s := strings.TrimSpace(stderr.String()); s != "" {
-		said = "; it said: " + rollback.Printable(s)
+		said = "; it said: " + txt.Printable(s)
 	}
 	switch {
 	case errors.Is(err, syscall.ENOEXEC):

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/coreos/go-systemd/v22/journal"
+
+	"github.com/novox/mesh-host/rollback"
 )
 
 // JournalFunc sends one entry to journald, as journal.Send does.
@@ -33,7 +35,7 @@ type journalLines struct {
 // hostFields names one host process; SYSLOG_PID makes journalctl print mesh-host[<host pid>].
 func hostFields(version string, pid int) map[string]string {
 	p := strconv.Itoa(pid)
-	return map[string]string{"SYSLOG_IDENTIFIER": "mesh-host", "SYSLOG_PID": p, "MESH_HOST_VERSION": version, "MESH_HOST_PID": p}
+	return map[string]string{"SYSLOG_IDENTIFIER": "mesh-host", "SYSLOG_PID": p, rollback.EnvVersion: version, "MESH_HOST_PID": p}
 }
 
 func (j journalLines) Write(p []byte) (int, error) {

@@ -21,11 +21,11 @@ import (
 // ExitFailed is the launcher's exit status when it stops in its failed state: the unit names
 // it in RestartPreventExitStatus= so systemd does not start it again and again. `status`
 // exits with it too.
-const ExitFailed = 3
+const ExitFailed = rollback.ExitFailed
 
 // ExitDegraded is `mesh-launcher status`'s exit status when the node is degraded: the host is
 // crash-looping, was killed as hung, or is not running.
-const ExitDegraded = 4
+const ExitDegraded = rollback.ExitDegraded
 
 // The launcher's defaults, for Config.Defaults and the command's flags alike.
 const (

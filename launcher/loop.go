@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -225,7 +226,7 @@ wait:
 // judgeExit is docs/design.md's "run what is on disk": a clean exit while Choose names another version
 // is standing aside; a clean exit while it still names this one, or any other exit, is a failure.
 func (l *Launcher) judgeExit(ctx context.Context, version string, end rollback.End) (rollback.Outcome, error) {
-	if end.ExitCode != 0 {
+	if end.ExitCode != rollback.HostExitClean {
 		return rollback.OutcomeFailed, nil
 	}
 	choice, err := l.records.Choose(ctx, l.cfg.Root)
@@ -257,9 +258,9 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		}
 		return nil
 	case rollback.RollBack:
-		reason := fmt.Sprintf("%s failed %d %s without confirming (last: %s)", version, s.Failures, plural(s.Failures, "time", "times"), why)
+		reason := fmt.Sprintf("%s failed %d %s without confirming (last: %s)", version, s.Failures, txt.Plural(s.Failures, "time", "times"), why)
 		if s.Deadline() {
-			reason = fmt.Sprintf("%s did not confirm within the confirm deadline (%s), its chance to prove itself (%d %s)", version, l.cfg.ConfirmDeadline, s.Failures, plural(s.Failures, "failure", "failures"))
+			reason = fmt.Sprintf("%s did not confirm within the confirm deadline (%s), its chance to prove itself (%d %s)", version, l.cfg.ConfirmDeadline, s.Failures, txt.Plural(s.Failures, "failure", "failures"))
 		}
 		if err := l.records.MarkBad(ctx, version, reason); err != nil {
 			return err
@@ -276,7 +277,7 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		l.cfg.Notifier.Notify(fmt.Sprintf("STATUS=rolling back from %s to %s: %s", version, choice.Version, text(reason)))
 		return nil
 	case rollback.StopRolledBack:
-		reason := fmt.Sprintf("%s, the version rolled back to, failed %d %s too (last: %s): the machine is the problem, not the release", version, s.Failures, plural(s.Failures, "time", "times"), why)
+		reason := fmt.Sprintf("%s, the version rolled back to, failed %d %s too (last: %s): the machine is the problem, not the release", version, s.Failures, txt.Plural(s.Failures, "time", "times"), why)
 		// What made the rollback target fail probably made the release it replaced fail as
 		// well: the machine or its input, which never marks a release bad (decision 0003).
 		if rbs, err := l.records.Rollbacks(ctx, 1); err != nil {
@@ -292,7 +293,7 @@ func (l *Launcher) afterFailure(ctx context.Context, version string, end rollbac
 		}
 		return errFailedState{reason: reason + "; fix the machine and restart mesh-launcher"}
 	default:
-		return errFailedState{reason: fmt.Sprintf("%s failed %d %s without ever confirming (last: %s) and there is no known-good version to roll back to; fix the machine or stage a working version, then restart mesh-launcher", version, s.Failures, plural(s.Failures, "time", "times"), why)}
+		return errFailedState{reason: fmt.Sprintf("%s failed %d %s without ever confirming (last: %s) and there is no known-good version to roll back to; fix the machine or stage a working version, then restart mesh-launcher", version, s.Failures, txt.Plural(s.Failures, "time", "times"), why)}
 	}
 }
 

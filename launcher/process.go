@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -27,7 +29,7 @@ const (
 	// host is never held up by the log.
 	relayQueue = 1024
 	// aliveFD is the descriptor the host's liveness pipe is given as (ExtraFiles[0]).
-	aliveFD = 3
+	aliveFD = rollback.AliveFD
 )
 
 // hostProcess is one running host: started by this launcher image, or adopted from the image
@@ -69,13 +71,13 @@ func (l *Launcher) startHost(version string, start int64) (*hostProcess, error) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(rollback.BinaryPath(l.cfg.Root, version), "run")
+	cmd := exec.Command(rollback.BinaryPath(l.cfg.Root, version), rollback.CmdRun)
 	cmd.Env = append(hostEnv(os.Environ()),
-		"MESH_HOST_ROOT="+l.cfg.Root,
-		"MESH_HOST_VERSION="+version,
-		"MESH_HOST_START_ID="+strconv.FormatInt(start, 10),
-		"MESH_HOST_ALIVE_FD="+strconv.Itoa(aliveFD),
-		"MESH_HOST_ALIVE_INTERVAL="+l.pulseInterval().String(),
+		rollback.EnvRoot+"="+l.cfg.Root,
+		rollback.EnvVersion+"="+version,
+		rollback.EnvStartID+"="+strconv.FormatInt(start, 10),
+		rollback.EnvAliveFD+"="+strconv.Itoa(aliveFD),
+		rollback.EnvAliveInterval+"="+l.pulseInterval().String(),
 	)
 	cmd.Stdout = l.cfg.Stdout
 	cmd.SysProcAttr = attr
@@ -212,7 +214,7 @@ func relay(r io.Reader, out io.Writer, t *tail, partial []byte) (rest []byte, er
 	written := make(chan struct{})
 	sayDropped := func() {
 		if n := dropped.Swap(0); n > 0 {
-			fmt.Fprintf(out, "[mesh-launcher: %d %s dropped: the log could not keep up]\n", n, plural(int(n), "line of the host's output was", "lines of the host's output were"))
+			fmt.Fprintf(out, "[mesh-launcher: %d %s dropped: the log could not keep up]\n", n, txt.Plural(int(n), "line of the host's output was", "lines of the host's output were"))
 		}
 	}
 	go func() {
@@ -226,7 +228,7 @@ func relay(r io.Reader, out io.Writer, t *tail, partial []byte) (rest []byte, er
 	emit := func(line []byte, cut int) {
 		// Redacted here, for the journal and the records alike, so a host of any version that
 		// prints a bus URL with its password leaves the password nowhere.
-		text := rollback.Redact(string(line))
+		text := txt.Redact(string(line))
 		if cut > 0 {
 			text += fmt.Sprintf(" …[line cut: %d more bytes]", cut)
 		}
@@ -321,8 +323,10 @@ func hostEnv(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
-			"MESH_HOST_ROOT", "MESH_HOST_VERSION", "MESH_HOST_START_ID", "MESH_HOST_ALIVE_FD", "MESH_HOST_ALIVE_INTERVAL":
+		case "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES":
+			continue
+		}
+		if slices.Contains(rollback.EnvContract, name) {
 			continue
 		}
 		out = append(out, kv)
@@ -331,7 +335,7 @@ func hostEnv(env []string) []string {
 }
 
 // tail keeps the last max lines written, each cut to a length a record and a heartbeat can
-// carry, as valid UTF-8 (printing them safely is the reader's job: rollback.Printable).
+// carry, as valid UTF-8 (printing them safely is the reader's job: text.Printable).
 type tail struct {
 	mu   sync.Mutex
 	max  int
@@ -339,7 +343,7 @@ type tail struct {
 }
 
 func (t *tail) add(line string) {
-	line = rollback.Cut(strings.ToValidUTF8(line, "\uFFFD"), 512)
+	line = txt.Cut(strings.ToValidUTF8(line, "\uFFFD"), 512)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.kept = append(t.kept, line)

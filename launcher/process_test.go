@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -100,7 +101,7 @@ func TestTailTruncatesLongLines(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines", len(lines))
 	}
-	if want := rollback.Cut(strings.Repeat("z", 600), 512); lines[0] != want {
+	if want := txt.Cut(strings.Repeat("z", 600), 512); lines[0] != want {
 		t.Errorf("long line kept as %q, want %q", lines[0], want)
 	}
 	if lines[1] != strings.Repeat("y", 512) {

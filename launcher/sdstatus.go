@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -27,7 +28,7 @@ func runningStatus(version string, s rollback.Standing, startConfirmed bool, las
 		line += fmt.Sprintf("; rolled back from %s at %s", last.From, clock(last.At, now))
 	}
 	if s.Confirmed && !s.RollbackTarget && s.Failures > 0 {
-		line += fmt.Sprintf("; degraded: %d %s recently (last: %s)", s.Failures, plural(s.Failures, "failure", "failures"), text(s.Last.Describe()))
+		line += fmt.Sprintf("; degraded: %d %s recently (last: %s)", s.Failures, txt.Plural(s.Failures, "failure", "failures"), text(s.Last.Describe()))
 	}
 	return line
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -37,7 +38,7 @@ func TestRunningStatusSaysTrialConfirmedRollbackAndDegraded(t *testing.T) {
 			"running v1.1.0 (confirmed); rolled back from v1.2.0 at 2026-11-28 10:42"},
 		{"output that would break the line is made printable", "v1.1.0",
 			rollback.Standing{Confirmed: true, Failures: 1, Last: rollback.Failure{End: rollback.End{ExitCode: 2, Output: "bad\x1b[2Jthing"}}}, true, nil,
-			"running v1.1.0 (confirmed); degraded: 1 failure recently (last: exited with status 2: " + rollback.Printable("bad\x1b[2Jthing") + ")"},
+			"running v1.1.0 (confirmed); degraded: 1 failure recently (last: exited with status 2: " + txt.Printable("bad\x1b[2Jthing") + ")"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := runningStatus(tc.version, tc.s, tc.startConfirmed, tc.last, p, now); got != tc.want {

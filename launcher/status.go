@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -96,24 +97,17 @@ func judgeState(rep Report) (state, reason string) {
 		return StateDegraded, "mesh-launcher is not running: nothing runs or watches the host (start the unit)"
 	case rep.Running == nil && failing != nil:
 		return StateDegraded, fmt.Sprintf("the host is not running: %s failed %d %s recently and waits to be restarted (last: %s)",
-			failing.Version, failing.Failures, plural(failing.Failures, "time", "times"), failing.LastFailure)
+			failing.Version, failing.Failures, txt.Plural(failing.Failures, "time", "times"), failing.LastFailure)
 	case rep.Running == nil:
 		return StateDegraded, "the host is not running"
 	case failing != nil && failing.Confirmed:
 		return StateDegraded, fmt.Sprintf("%s is restarting in a loop: %d %s recently (last: %s)",
-			failing.Version, failing.Failures, plural(failing.Failures, "failure", "failures"), failing.LastFailure)
+			failing.Version, failing.Failures, txt.Plural(failing.Failures, "failure", "failures"), failing.LastFailure)
 	case failing != nil:
 		return StateDegraded, fmt.Sprintf("%s is on trial and failing: %d %s (last: %s)",
-			failing.Version, failing.Failures, plural(failing.Failures, "failure", "failures"), failing.LastFailure)
+			failing.Version, failing.Failures, txt.Plural(failing.Failures, "failure", "failures"), failing.LastFailure)
 	}
 	return StateHealthy, ""
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 func statusErr(err error) error {
@@ -190,7 +184,7 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 			}
 		}
 		if n := len(rep.Rollbacks); n > 1 {
-			fmt.Fprintf(w, "  (%d earlier %s; --json lists them)\n", n-1, plural(n-1, "rollback", "rollbacks"))
+			fmt.Fprintf(w, "  (%d earlier %s; --json lists them)\n", n-1, txt.Plural(n-1, "rollback", "rollbacks"))
 		}
 	}
 	return nil
@@ -219,7 +213,7 @@ func versionState(v rollback.VersionStatus) string {
 
 // text makes what the records hold (a host's output, reasons built from it) safe to print: one
 // line, no escape sequences.
-func text(s string) string { return rollback.Printable(s) }
+func text(s string) string { return txt.Printable(s) }
 
 func shortDigest(d string) string {
 	if len(d) > 19 {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/novox/mesh-host/internal/layout"
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -111,14 +112,14 @@ func probeVersion(ctx context.Context, path string) (string, error) {
 	var out boundedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s version: %w (%s)", path, err, strings.TrimSpace(rollback.Cut(out.String(), 256)))
+		return "", fmt.Errorf("%s version: %w (%s)", path, err, strings.TrimSpace(txt.Cut(out.String(), 256)))
 	}
 	v := strings.TrimSpace(out.String())
 	if f := strings.Fields(v); len(f) > 0 {
 		v = f[len(f)-1]
 	}
 	if !layout.ValidVersion(v) {
-		return "", fmt.Errorf("%s version printed %q, not a launcher version", path, rollback.Cut(out.String(), 128))
+		return "", fmt.Errorf("%s version printed %q, not a launcher version", path, txt.Cut(out.String(), 128))
 	}
 	return v, nil
 }
@@ -363,7 +364,7 @@ func unexpectedFDs(h *handover) []string {
 			strings.HasPrefix(target, "/proc/") && strings.HasSuffix(target, "/fd") {
 			continue // the runtime's own (its poller, the cgroup CPU limit it follows), and the listing itself
 		}
-		leaked = append(leaked, fmt.Sprintf("%d→%s", fd, rollback.Cut(target, 128)))
+		leaked = append(leaked, fmt.Sprintf("%d→%s", fd, txt.Cut(target, 128)))
 		syscall.Close(fd)
 	}
 	return leaked

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -93,7 +94,7 @@ func (l *Launcher) judgeLastLauncher(ctx context.Context) error {
 		l.log.Warn("the launcher ended without stopping; running it again once", "launcher", cur.Version, "how", how)
 		return nil
 	}
-	reason := fmt.Sprintf("launcher %s, confirmed here, ended without stopping %d %s in a row: %s; the floor runs until a newer launcher arrives", cur.Version, n, plural(n, "time", "times"), how)
+	reason := fmt.Sprintf("launcher %s, confirmed here, ended without stopping %d %s in a row: %s; the floor runs until a newer launcher arrives", cur.Version, n, txt.Plural(n, "time", "times"), how)
 	if rolledBackTo {
 		reason = fmt.Sprintf("launcher %s, the launcher rolled back to, ended without stopping too: %s; the floor runs until a newer launcher arrives", cur.Version, how)
 	}
@@ -189,19 +190,19 @@ func lastOutput(root string) (out, how string) {
 	sc := bufio.NewScanner(io.LimitReader(f, maxOutputFile+1<<10))
 	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
 	for sc.Scan() {
-		line := rollback.Redact(sc.Text())
+		line := txt.Redact(sc.Text())
 		switch {
 		case crash != "":
 			if len(after.lines()) < after.max {
 				after.add(line)
 			}
 		case strings.HasPrefix(line, "SIGABRT"), strings.HasPrefix(line, "panic:"), strings.HasPrefix(line, "fatal error:"):
-			crash = rollback.Cut(line, 256)
+			crash = txt.Cut(line, 256)
 			after.add(line)
 		default:
 			before.add(line)
 			if strings.Contains(line, "level=ERROR") {
-				lastError = rollback.Cut(line, 256)
+				lastError = txt.Cut(line, 256)
 			}
 		}
 	}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/novox/mesh-host/internal/text"
 	"time"
 )
 
 // MarkBad records that version must never run again on this machine, and why.
 func (r *Records) MarkBad(ctx context.Context, version, reason string) error {
 	_, err := r.db.ExecContext(ctx, `UPDATE versions SET bad_at = COALESCE(bad_at, ?), bad_reason = COALESCE(bad_reason, ?) WHERE version = ?`,
-		us(r.now()), Cut(reason, maxReason), version)
+		us(r.now()), text.Cut(reason, maxReason), version)
 	return r.wrapIf("mark "+version+" bad", err)
 }
 
@@ -70,7 +71,7 @@ func (r *Records) RecordRollback(ctx context.Context, rb Rollback) error {
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO rollbacks (from_version, to_version, at, reason, output, after_start)
 		VALUES (?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM starts))`,
-		rb.From, rb.To, us(rb.At), Cut(rb.Reason, maxReason), Cut(rb.Output, maxOutput)); err != nil {
+		rb.From, rb.To, us(rb.At), text.Cut(rb.Reason, maxReason), text.Cut(rb.Output, maxOutput)); err != nil {
 		return r.wrap("record rollback", err)
 	}
 	if err := r.pruneRollbacks(ctx, tx); err != nil {
@@ -95,7 +96,7 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 		}
 		// Records written before output was redacted may hold a bus password, and rollbacks
 		// travel in every heartbeat: redact them on the way out too.
-		rb.At, rb.Reason, rb.Output = fromUS(at), Redact(rb.Reason), Redact(rb.Output)
+		rb.At, rb.Reason, rb.Output = fromUS(at), text.Redact(rb.Reason), text.Redact(rb.Output)
 		out = append(out, rb)
 	}
 	return out, r.wrapIf("read rollbacks", rows.Err())
@@ -103,7 +104,7 @@ func (r *Records) Rollbacks(ctx context.Context, limit int) ([]Rollback, error) 
 
 // SetFailed records that the launcher stopped in its failed state, and why.
 func (r *Records) SetFailed(ctx context.Context, reason string) error {
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, Cut(reason, maxReason), us(r.now()))
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET failed = 1, failed_reason = ?, failed_at = ? WHERE id = 1`, text.Cut(reason, maxReason), us(r.now()))
 	return r.wrapIf("record failed state", err)
 }
 

@@ -1,6 +1,7 @@
 package rollback
 
 import (
+	"github.com/novox/mesh-host/internal/text"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,7 @@ func TestDescribeSaysHowAStartEnded(t *testing.T) {
 		{"last output line appended", End{Outcome: OutcomeFailed, ExitCode: 1, Output: "starting\nloading\npanic: boom\n\n"}, "exited with status 1: panic: boom"},
 		{"deadline with output", End{Outcome: OutcomeDeadline, ExitCode: -1, Signal: "killed", Output: "waiting for the bus"}, "did not confirm within the confirm deadline: waiting for the bus"},
 		{"blank output adds nothing", End{Outcome: OutcomeFailed, ExitCode: 1, Output: " \n\t\n"}, "exited with status 1"},
-		{"long last line is cut", End{Outcome: OutcomeFailed, ExitCode: 1, Output: long}, "exited with status 1: " + Cut(long, maxDescribedLine)},
+		{"long last line is cut", End{Outcome: OutcomeFailed, ExitCode: 1, Output: long}, "exited with status 1: " + text.Cut(long, maxDescribedLine)},
 		{"hung", End{Outcome: OutcomeHung, ExitCode: -1, Signal: "killed"}, "showed no sign of life for the liveness limit (hung)"},
 	}
 	for _, tt := range tests {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/novox/mesh-host/internal/layout"
+	"github.com/novox/mesh-host/internal/text"
 )
 
 // Launcher versions delivered by the mesh live beside the host's, under ROOT/launchers/<v>/, and
@@ -114,7 +115,7 @@ func (r *Records) RecordLauncher(ctx context.Context, lv LauncherVersion) error 
 		return errNoLauncherSchema
 	}
 	if !layout.ValidVersion(lv.Version) {
-		return fmt.Errorf("record launcher %q: not %s", Cut(lv.Version, 64), layout.VersionRule)
+		return fmt.Errorf("record launcher %q: not %s", text.Cut(lv.Version, 64), layout.VersionRule)
 	}
 	if err := lv.Digest.Validate(); err != nil {
 		return fmt.Errorf("record digest of launcher %s: %w", lv.Version, err)
@@ -204,7 +205,7 @@ func (r *Records) launcherRows(ctx context.Context, where string, args ...any) (
 			return nil, r.wrap("read launchers", err)
 		}
 		l.FirstSeen, l.Confirmed, l.Bad = time.UnixMicro(first), fromUS(confirmed), fromUS(bad)
-		l.BadReason, l.BadOutput = Redact(l.BadReason), Redact(l.BadOutput)
+		l.BadReason, l.BadOutput = text.Redact(l.BadReason), text.Redact(l.BadOutput)
 		out = append(out, l)
 	}
 	return out, r.wrapIf("read launchers", rows.Err())
@@ -343,8 +344,7 @@ func (r *Records) UnitStarted(ctx context.Context, floorVersion, floorPath strin
 	if !r.HasLaunchers() {
 		return errNoLauncherSchema
 	}
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_version = ?, floor_path = ?, unit_started_at = ? WHERE id = 1`,
-		Cut(floorVersion, layout.MaxVersionBytes), Cut(floorPath, 4096), us(r.now()))
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_version = ?, floor_path = ?, unit_started_at = ? WHERE id = 1`, text.Cut(floorVersion, layout.MaxVersionBytes), text.Cut(floorPath, 4096), us(r.now()))
 	return r.wrapIf("record the unit's start", err)
 }
 
@@ -376,7 +376,7 @@ func (r *Records) PinFloor(ctx context.Context, why string) error {
 	if !r.HasLaunchers() {
 		return errNoLauncherSchema
 	}
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_pinned = ?, floor_pinned_upto = NULL WHERE id = 1`, nullable(Cut(why, maxReason)))
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_pinned = ?, floor_pinned_upto = NULL WHERE id = 1`, nullable(text.Cut(why, maxReason)))
 	if err != nil || why == "" {
 		return r.wrapIf("pin the floor", err)
 	}
@@ -401,7 +401,7 @@ func (r *Records) SetFloor(ctx context.Context, version, path string) error {
 		return nil
 	}
 	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_version = ?, floor_path = ? WHERE id = 1`,
-		Cut(version, layout.MaxVersionBytes), Cut(path, 4096))
+		text.Cut(version, layout.MaxVersionBytes), text.Cut(path, 4096))
 	return r.wrapIf("record the floor", err)
 }
 
@@ -436,7 +436,7 @@ func (r *Records) MarkLauncherBad(ctx context.Context, version, reason, output s
 	}
 	_, err := r.db.ExecContext(ctx, `UPDATE launchers SET bad_at = COALESCE(bad_at, ?), bad_reason = COALESCE(bad_reason, ?),
 		bad_output = COALESCE(bad_output, ?) WHERE version = ?`,
-		us(r.now()), Cut(reason, maxReason), nullable(Cut(output, maxLauncherOutput)), version)
+		us(r.now()), text.Cut(reason, maxReason), nullable(text.Cut(output, maxLauncherOutput)), version)
 	return r.wrapIf("mark launcher "+version+" bad", err)
 }
 
@@ -457,7 +457,7 @@ func (r *Records) IsLauncherBad(ctx context.Context, version string, d digest.Di
 	if err != nil {
 		return false, "", r.wrap("look up launcher "+version, err)
 	}
-	return true, Redact(reason), nil
+	return true, text.Redact(reason), nil
 }
 
 // RecordLauncherRollback records a launcher rollback, keeping the newest maxRollbacks.
@@ -471,7 +471,7 @@ func (r *Records) RecordLauncherRollback(ctx context.Context, rb LauncherRollbac
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO launcher_rollbacks (from_version, to_version, at, reason, output) VALUES (?, ?, ?, ?, ?)`,
-		rb.From, rb.To, us(r.now()), Cut(rb.Reason, maxReason), nullable(Cut(rb.Output, maxLauncherOutput))); err != nil {
+		rb.From, rb.To, us(r.now()), text.Cut(rb.Reason, maxReason), nullable(text.Cut(rb.Output, maxLauncherOutput))); err != nil {
 		return r.wrap("record launcher rollback", err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM launcher_rollbacks WHERE id NOT IN (SELECT id FROM launcher_rollbacks ORDER BY id DESC LIMIT ?)`, maxLauncherRollbacks); err != nil {
@@ -500,7 +500,7 @@ func (r *Records) LauncherRollbacks(ctx context.Context, limit int) ([]LauncherR
 		if err := rows.Scan(&rb.From, &rb.To, &at, &rb.Reason, &rb.Output); err != nil {
 			return nil, r.wrap("read launcher rollbacks", err)
 		}
-		rb.At, rb.Reason, rb.Output = time.UnixMicro(at), Redact(rb.Reason), Redact(rb.Output)
+		rb.At, rb.Reason, rb.Output = time.UnixMicro(at), text.Redact(rb.Reason), text.Redact(rb.Output)
 		out = append(out, rb)
 	}
 	return out, r.wrapIf("read launcher rollbacks", rows.Err())

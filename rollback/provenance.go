@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -115,7 +116,7 @@ func (r *Records) Lookup(ctx context.Context, version string) (rec Recorded, ok 
 	if err != nil {
 		return rec, false, r.wrap("look up "+version, err)
 	}
-	rec.Bad, rec.BadReason = badAt.Valid, Redact(reason.String)
+	rec.Bad, rec.BadReason = badAt.Valid, text.Redact(reason.String)
 	if r.schema >= provenanceSchema {
 		err = r.db.QueryRowContext(ctx, `SELECT COALESCE(source, ''), COALESCE(signed_by, ''), COALESCE(installed_from, '')
 			FROM versions WHERE version = ?`, version).Scan(&rec.Provenance.Source, &rec.Provenance.SignedBy, &rec.Provenance.From)

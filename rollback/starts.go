@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/novox/mesh-host/internal/text"
 	"strings"
 	"time"
 )
@@ -121,7 +122,7 @@ func (r *Records) endStart(ctx context.Context, db execer, start int64, e End) e
 	b := r.boot()
 	_, err := db.ExecContext(ctx, `UPDATE starts SET ended_at = ?, exit_code = ?, signal = ?, outcome = ?, output = ?,
 		ended_boot_ns = ?, boot_id = ? WHERE id = ?`,
-		us(e.At), e.ExitCode, sig, string(e.Outcome), Cut(e.Output, maxOutput), int64(b.Since), b.ID, start)
+		us(e.At), e.ExitCode, sig, string(e.Outcome), text.Cut(e.Output, maxOutput), int64(b.Since), b.ID, start)
 	return r.wrapIf("record end of start", err)
 }
 
@@ -179,7 +180,7 @@ func (e End) Describe() string {
 		out = out[i+1:]
 	}
 	if out != "" {
-		s += ": " + Cut(out, maxDescribedLine)
+		s += ": " + text.Cut(out, maxDescribedLine)
 	}
 	return s
 }
@@ -210,7 +211,7 @@ func (r *Records) failuresAfter(ctx context.Context, version string, after int64
 			return nil, r.wrap("read failures of "+version, err)
 		}
 		// Redacted as every output read back is: older records may name a bus password.
-		f.At, f.Outcome, f.Output = fromUS(at), Outcome(o), Redact(f.Output)
+		f.At, f.Outcome, f.Output = fromUS(at), Outcome(o), text.Redact(f.Output)
 		out = append(out, f)
 	}
 	return out, r.wrapIf("read failures of "+version, rows.Err())

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/novox/mesh-host/internal/text"
 	"golang.org/x/mod/semver"
 )
 
@@ -64,7 +65,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 	st.Failed, st.Note = failed, note.String
 	if failed {
 		// Redacted as Rollbacks are: older records may hold output that named a bus password.
-		st.FailedReason = Redact(reason.String)
+		st.FailedReason = text.Redact(reason.String)
 	}
 
 	var run Running
@@ -157,7 +158,7 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) (VersionStatus, error) {
 	vs := VersionStatus{
 		Version: v, Digest: rec.Digest, OnDisk: onDisk, Confirmed: rec.Confirmed, Bad: rec.Bad,
-		BadReason: Redact(rec.BadReason), Mismatch: mismatch, FailuresTotal: failures[v],
+		BadReason: text.Redact(rec.BadReason), Mismatch: mismatch, FailuresTotal: failures[v],
 		Running: run != nil && run.Version == v,
 	}
 	if vs.FailuresTotal > 0 {
@@ -172,7 +173,7 @@ func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec 
 	}
 	if rec.Bad {
 		out, _ := r.lastOutput(ctx, v)
-		vs.LastOutput = Redact(out)
+		vs.LastOutput = text.Redact(out)
 	}
 	return vs, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/novox/mesh-host/internal/text"
 	"reflect"
 	"strconv"
 	"strings"
@@ -132,9 +133,9 @@ func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) 
 	case env.Node == nil || *env.Node == "":
 		return Declaration{}, fmt.Errorf("declaration: no \"node\" (it must name the node it is for, here %q)", node)
 	case *env.Node != node && node == "":
-		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this host has no node id (set node in host.json or MESH_HOST_NODE, or leave \"node\" out of a bundle for any node)", Bound(*env.Node))
+		return Declaration{}, fmt.Errorf("declaration: addressed to node %q, but this host has no node id (set node in host.json or MESH_HOST_NODE, or leave \"node\" out of a bundle for any node)", text.Bound(*env.Node))
 	case *env.Node != node:
-		return Declaration{}, otherNode(fmt.Sprintf("declaration: addressed to node %q, but this is node %q", Bound(*env.Node), node))
+		return Declaration{}, otherNode(fmt.Sprintf("declaration: addressed to node %q, but this is node %q", text.Bound(*env.Node), node))
 	}
 	if env.Resources == nil {
 		return Declaration{}, fmt.Errorf("declaration: no \"resources\" list (use [] to declare nothing)")
@@ -153,7 +154,7 @@ func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) 
 		}
 		k := [2]string{r.Type, r.ID}
 		if j, dup := seen[k]; dup {
-			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %s %q is already declared at resources[%d]; ids are unique per type", i, r.Type, Bound(r.ID), j)
+			return Declaration{}, fmt.Errorf("declaration: resources[%d]: %s %q is already declared at resources[%d]; ids are unique per type", i, r.Type, text.Bound(r.ID), j)
 		}
 		seen[k] = i
 		d.Resources = append(d.Resources, r)
@@ -176,7 +177,7 @@ func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[r
 		if r.Type == "" {
 			return fail("no \"type\" (one of %s)", kindList())
 		}
-		return fail("unknown type %q (one of %s)", Bound(r.Type), kindList())
+		return fail("unknown type %q (one of %s)", text.Bound(r.Type), kindList())
 	}
 	if r.Type == KindAction && !trusted {
 		return fail("type %q is accepted only from a local bundle, never over the link", KindAction)
@@ -189,7 +190,7 @@ func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[r
 	}
 	for _, c := range r.ID {
 		if c < 0x20 || c == 0x7f {
-			return fail("%s id %q contains a control character", r.Type, Bound(r.ID))
+			return fail("%s id %q contains a control character", r.Type, text.Bound(r.ID))
 		}
 	}
 	spec := bytes.TrimSpace(r.Spec)
@@ -197,7 +198,7 @@ func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[r
 	case len(spec) == 0 || bytes.Equal(spec, []byte("null")):
 		r.Spec = json.RawMessage("{}")
 	case spec[0] != '{':
-		return fail("%s %q: \"spec\" must be a JSON object", r.Type, Bound(r.ID))
+		return fail("%s %q: \"spec\" must be a JSON object", r.Type, text.Bound(r.ID))
 	default:
 		r.Spec = append(json.RawMessage(nil), spec...)
 	}

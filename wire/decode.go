@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/novox/mesh-host/internal/text"
 	"io"
 	"reflect"
 	"strconv"
@@ -238,7 +239,7 @@ func (c *keyChecker) object(t reflect.Type) error {
 		c.space()
 		c.i++ // ':'
 		if !seen.add(key) {
-			return c.fail(fmt.Errorf("duplicate key %q", Bound(key)))
+			return c.fail(fmt.Errorf("duplicate key %q", text.Bound(key)))
 		}
 		var next reflect.Type
 		switch {
@@ -440,7 +441,7 @@ func renderPath(path []segment) string {
 		case !seg.isKey:
 			b.WriteString("[" + strconv.Itoa(seg.index) + "]")
 		case !plainKey(seg.key):
-			b.WriteString("[" + strconv.Quote(Bound(seg.key)) + "]")
+			b.WriteString("[" + strconv.Quote(text.Bound(seg.key)) + "]")
 		default:
 			if b.Len() > 0 {
 				b.WriteByte('.')

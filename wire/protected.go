@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"github.com/novox/mesh-host/internal/text"
 	"path"
 	"strings"
 )
@@ -58,11 +59,11 @@ func CheckManagedPath(p, root string) error {
 	}
 	for _, prot := range protectedList(root) {
 		if within(clean, prot) {
-			return fmt.Errorf("path %q is inside %s, which the installation owns, not the host", Bound(p), prot)
+			return fmt.Errorf("path %q is inside %s, which the installation owns, not the host", text.Bound(p), prot)
 		}
 	}
 	if unit := launcherUnitIn(clean); unit != "" {
-		return fmt.Errorf("path %q names %s, the launcher's own unit: the package owns it, never a declaration", Bound(p), unit)
+		return fmt.Errorf("path %q names %s, the launcher's own unit: the package owns it, never a declaration", text.Bound(p), unit)
 	}
 	return nil
 }
@@ -80,7 +81,7 @@ func CheckManagedTree(p, root string) error {
 	clean := path.Clean(p)
 	for _, prot := range protectedList(root) {
 		if within(prot, clean) {
-			return fmt.Errorf("path %q holds %s, which the installation owns: what is put under it could reach inside", Bound(p), prot)
+			return fmt.Errorf("path %q holds %s, which the installation owns: what is put under it could reach inside", text.Bound(p), prot)
 		}
 	}
 	return nil
@@ -89,14 +90,14 @@ func CheckManagedTree(p, root string) error {
 // cleanManaged returns p cleaned, refusing a relative path, a NUL byte and the filesystem root.
 func cleanManaged(p string) (string, error) {
 	if !path.IsAbs(p) {
-		return "", fmt.Errorf("path %q is not absolute", Bound(p))
+		return "", fmt.Errorf("path %q is not absolute", text.Bound(p))
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return "", fmt.Errorf("path %q contains a NUL byte", Bound(p))
+		return "", fmt.Errorf("path %q contains a NUL byte", text.Bound(p))
 	}
 	clean := path.Clean(p)
 	if clean == "/" {
-		return "", fmt.Errorf("path %q is the filesystem root", Bound(p))
+		return "", fmt.Errorf("path %q is the filesystem root", text.Bound(p))
 	}
 	return clean, nil
 }
@@ -165,13 +166,13 @@ func CheckManagedUnit(name string) error {
 		return fmt.Errorf("unit name is empty")
 	}
 	if strings.ContainsAny(name, "/\x00") {
-		return fmt.Errorf("unit %q: a unit name holds no '/' or NUL", Bound(name))
+		return fmt.Errorf("unit %q: a unit name holds no '/' or NUL", text.Bound(name))
 	}
 	if isLauncherUnit(name) {
 		if n := strings.TrimSuffix(name, ".d"); n == LauncherUnit || n == launcherUnitStem {
-			return fmt.Errorf("unit %q is the launcher's own unit: the package owns it, never a declaration", Bound(name))
+			return fmt.Errorf("unit %q is the launcher's own unit: the package owns it, never a declaration", text.Bound(name))
 		}
-		return fmt.Errorf("unit %q would start or change the launcher's own unit (%s): the package owns it, never a declaration", Bound(name), LauncherUnit)
+		return fmt.Errorf("unit %q would start or change the launcher's own unit (%s): the package owns it, never a declaration", text.Bound(name), LauncherUnit)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -112,7 +113,7 @@ func ParseSpec(typ, id string, spec []byte, root string) (any, error) {
 func parseSpec(typ, id string, spec []byte, root string, at []segment, fields map[reflect.Type]map[string]reflect.Type) (any, error) {
 	v := newSpec(typ)
 	if v == nil {
-		return nil, withPath(fmt.Errorf("unknown type %q (one of %s)", Bound(typ), kindList()), at)
+		return nil, withPath(fmt.Errorf("unknown type %q (one of %s)", text.Bound(typ), kindList()), at)
 	}
 	if len(spec) == 0 {
 		spec = []byte("{}")
@@ -155,7 +156,7 @@ func checkPath(kindName, p string, from []segment, root string, tree bool) *fiel
 	}
 	for _, el := range strings.Split(p, "/") {
 		if len(el) > maxElementBytes {
-			return at(fmt.Errorf("path %q has an element longer than %d bytes", Bound(p), maxElementBytes))
+			return at(fmt.Errorf("path %q has an element longer than %d bytes", text.Bound(p), maxElementBytes))
 		}
 	}
 	check := CheckManagedPath
@@ -175,7 +176,7 @@ func checkPath(kindName, p string, from []segment, root string, tree bool) *fiel
 // needs them belongs in a package.
 func ParseMode(s string) (fs.FileMode, error) {
 	if len(s) < 3 || len(s) > 4 || strings.Trim(s, "01234567") != "" {
-		return 0, fmt.Errorf("%q is not an octal mode like \"0644\"", Bound(s))
+		return 0, fmt.Errorf("%q is not an octal mode like \"0644\"", text.Bound(s))
 	}
 	v, _ := strconv.ParseUint(s, 8, 32) // digits checked above
 	switch {
@@ -217,9 +218,9 @@ func checkOwner(field, v string) *fieldErr {
 		if n, err := strconv.ParseUint(v, 10, 32); err == nil && n < 1<<32-1 {
 			return nil
 		}
-		return refuse("%q is not a valid numeric id (0 to 4294967294)", Bound(v))(key(field))
+		return refuse("%q is not a valid numeric id (0 to 4294967294)", text.Bound(v))(key(field))
 	}
-	return refuse("%q is not a name (lowercase letters, digits, '_' and '-', starting with a letter or '_', at most %d bytes) or a numeric id", Bound(v), maxUserBytes)(key(field))
+	return refuse("%q is not a name (lowercase letters, digits, '_' and '-', starting with a letter or '_', at most %d bytes) or a numeric id", text.Bound(v), maxUserBytes)(key(field))
 }
 
 func validUserName(v string) bool {
@@ -244,7 +245,7 @@ func validUserName(v string) bool {
 func CheckBlobDigest(s string) error {
 	d, err := digest.Parse(s)
 	if err != nil || d.Algorithm() != digest.SHA256 {
-		return fmt.Errorf("%q is not a digest like \"sha256:<64 lowercase hex digits>\"", Bound(s))
+		return fmt.Errorf("%q is not a digest like \"sha256:<64 lowercase hex digits>\"", text.Bound(s))
 	}
 	return nil
 }
@@ -365,7 +366,7 @@ func (s *ServiceSpec) check(id, root string) *fieldErr {
 	switch s.State {
 	case "", "running", "stopped":
 	default:
-		return refuse("%q is not a state: \"running\", \"stopped\", or leave it out to leave the unit as it is", Bound(s.State))(key("state"))
+		return refuse("%q is not a state: \"running\", \"stopped\", or leave it out to leave the unit as it is", text.Bound(s.State))(key("state"))
 	}
 	if s.UnitFile != nil {
 		switch {
@@ -402,20 +403,20 @@ func ValidUnitName(name string) error {
 		}
 	}
 	if suffix == "" {
-		return fmt.Errorf("unit %q has no unit suffix (%s)", Bound(name), strings.Join(unitSuffixes, " "))
+		return fmt.Errorf("unit %q has no unit suffix (%s)", text.Bound(name), strings.Join(unitSuffixes, " "))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(":-_.\\@", c) >= 0) {
-			return fmt.Errorf("unit %q contains %q; a unit name holds letters, digits and \":-_.\\@\"", Bound(name), string(rune(c)))
+			return fmt.Errorf("unit %q contains %q; a unit name holds letters, digits and \":-_.\\@\"", text.Bound(name), string(rune(c)))
 		}
 	}
 	stem := strings.TrimSuffix(name, suffix)
 	if strings.HasPrefix(stem, "-") || strings.HasPrefix(stem, ".") {
-		return fmt.Errorf("unit %q starts with %q", Bound(name), stem[:1])
+		return fmt.Errorf("unit %q starts with %q", text.Bound(name), stem[:1])
 	}
 	if strings.HasSuffix(stem, "@") {
-		return fmt.Errorf("unit %q is a template; name an instance of it, such as %s", Bound(name), Bound(stem+"name"+suffix))
+		return fmt.Errorf("unit %q is a template; name an instance of it, such as %s", text.Bound(name), text.Bound(stem+"name"+suffix))
 	}
 	return nil
 }
@@ -461,7 +462,7 @@ func ValidPackageName(name string) error {
 		}
 	}
 	if !ok {
-		return fmt.Errorf("%q is not a Debian package name (lowercase letters, digits, '+', '-' and '.', starting with a letter or digit, optionally \":arch\")", Bound(name))
+		return fmt.Errorf("%q is not a Debian package name (lowercase letters, digits, '+', '-' and '.', starting with a letter or digit, optionally \":arch\")", text.Bound(name))
 	}
 	return nil
 }
@@ -475,7 +476,7 @@ func isAlnum(c byte) bool      { return isLowerAlnum(c) || c >= 'A' && c <= 'Z' 
 // the revision letters, digits and "+.~".
 func ValidDebianVersion(v string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%q is not a Debian version ([epoch:]upstream[-revision]): %s", Bound(v), why)
+		return fmt.Errorf("%q is not a Debian version ([epoch:]upstream[-revision]): %s", text.Bound(v), why)
 	}
 	if len(v) > maxNameBytes {
 		return bad(fmt.Sprintf("longer than %d bytes", maxNameBytes))
@@ -516,7 +517,7 @@ func (s *ContainerSpec) check(id, root string) *fieldErr {
 		name, from = id, []segment{key("id")}
 	}
 	if !validContainerName(name) {
-		return &fieldErr{at: from, err: fmt.Errorf("%q is not a container name (letters, digits and \"_.-\", starting with a letter or digit, at most %d bytes)", Bound(name), maxNameBytes)}
+		return &fieldErr{at: from, err: fmt.Errorf("%q is not a container name (letters, digits and \"_.-\", starting with a letter or digit, at most %d bytes)", text.Bound(name), maxNameBytes)}
 	}
 	if err := CheckPinnedImage(s.Image); err != nil {
 		return refuse("%w", err)(key("image"))
@@ -533,7 +534,7 @@ func (s *ContainerSpec) check(id, root string) *fieldErr {
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		v := s.Env[k]
 		if !validEnvKey(k) {
-			return refuse("%q is not an environment variable name (letters, digits and '_', not starting with a digit)", Bound(k))(key("env"), key(k))
+			return refuse("%q is not an environment variable name (letters, digits and '_', not starting with a digit)", text.Bound(k))(key("env"), key(k))
 		}
 		if strings.IndexByte(v, 0) >= 0 {
 			return refuse("contains a NUL byte")(key("env"), key(k))
@@ -544,7 +545,7 @@ func (s *ContainerSpec) check(id, root string) *fieldErr {
 	}
 	for i, p := range s.Ports {
 		if !validPort(p) {
-			return refuse("%q is not a port mapping like \"8080:80\", \"127.0.0.1:8080:80/tcp\"", Bound(p))(key("ports"), index(i))
+			return refuse("%q is not a port mapping like \"8080:80\", \"127.0.0.1:8080:80/tcp\"", text.Bound(p))(key("ports"), index(i))
 		}
 	}
 	if len(s.Volumes) > maxListEntries {
@@ -558,12 +559,12 @@ func (s *ContainerSpec) check(id, root string) *fieldErr {
 	switch s.Restart {
 	case "", "no", "always", "unless-stopped", "on-failure":
 	default:
-		return refuse("%q is not a restart policy: \"no\", \"always\", \"unless-stopped\" or \"on-failure\"", Bound(s.Restart))(key("restart"))
+		return refuse("%q is not a restart policy: \"no\", \"always\", \"unless-stopped\" or \"on-failure\"", text.Bound(s.Restart))(key("restart"))
 	}
 	switch s.Runtime {
 	case "", "docker", "podman":
 	default:
-		return refuse("%q is not a runtime: \"docker\", \"podman\", or leave it out for the one the machine has working", Bound(s.Runtime))(key("runtime"))
+		return refuse("%q is not a runtime: \"docker\", \"podman\", or leave it out for the one the machine has working", text.Bound(s.Runtime))(key("runtime"))
 	}
 	return nil
 }
@@ -607,13 +608,13 @@ func CheckPinnedImage(image string) error {
 	}
 	name, dg, pinned := strings.Cut(image, "@")
 	if !pinned {
-		return fmt.Errorf("image %q must be pinned by digest (%s@sha256:<64 hex>): a tag can move", Bound(image), Bound(image))
+		return fmt.Errorf("image %q must be pinned by digest (%s@sha256:<64 hex>): a tag can move", text.Bound(image), text.Bound(image))
 	}
 	if err := CheckBlobDigest(dg); err != nil {
-		return fmt.Errorf("image %q: %w", Bound(image), err)
+		return fmt.Errorf("image %q: %w", text.Bound(image), err)
 	}
 	if !validImageName(name) {
-		return fmt.Errorf("image %q: %q is not an image name like registry.example:5000/team/app[:tag]", Bound(image), Bound(name))
+		return fmt.Errorf("image %q: %q is not an image name like registry.example:5000/team/app[:tag]", text.Bound(image), text.Bound(name))
 	}
 	return nil
 }
@@ -684,7 +685,7 @@ func portNumber(s string) bool {
 func checkVolume(v, root string) error {
 	parts := strings.Split(v, ":")
 	if len(parts) < 2 || len(parts) > 3 {
-		return fmt.Errorf("%q is not a volume like \"/srv/data:/data\" or \"name:/data:ro\"", Bound(v))
+		return fmt.Errorf("%q is not a volume like \"/srv/data:/data\" or \"name:/data:ro\"", text.Bound(v))
 	}
 	src, dst := parts[0], parts[1]
 	switch {
@@ -693,15 +694,15 @@ func checkVolume(v, root string) error {
 			return err
 		}
 	case !validContainerName(src):
-		return fmt.Errorf("%q: the source %q is neither an absolute host path nor a volume name", Bound(v), Bound(src))
+		return fmt.Errorf("%q: the source %q is neither an absolute host path nor a volume name", text.Bound(v), text.Bound(src))
 	}
 	if !path.IsAbs(dst) {
-		return fmt.Errorf("%q: the destination %q is not an absolute path in the container", Bound(v), Bound(dst))
+		return fmt.Errorf("%q: the destination %q is not an absolute path in the container", text.Bound(v), text.Bound(dst))
 	}
 	if len(parts) == 3 {
 		for _, o := range strings.Split(parts[2], ",") {
 			if o == "" || strings.Trim(o, "abcdefghijklmnopqrstuvwxyzZ") != "" {
-				return fmt.Errorf("%q: %q is not a volume option (ro, rw, z, Z, …)", Bound(v), Bound(o))
+				return fmt.Errorf("%q: %q is not a volume option (ro, rw, z, Z, …)", text.Bound(v), text.Bound(o))
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	txt "github.com/novox/mesh-host/internal/text"
 	"strconv"
 	"time"
 )
@@ -71,11 +72,11 @@ func (t Target) Validate() error {
 		return err
 	}
 	if _, err := time.Parse(time.RFC3339, t.Expires); err != nil {
-		return fmt.Errorf("target: expires %q is not an RFC 3339 time like 2026-12-06T12:00:00Z", Bound(t.Expires))
+		return fmt.Errorf("target: expires %q is not an RFC 3339 time like 2026-12-06T12:00:00Z", txt.Bound(t.Expires))
 	}
 	if t.KeyID != "" {
 		if !validKeyID(t.KeyID) {
-			return fmt.Errorf("target: key_id %q is not 16 hex digits", Bound(t.KeyID))
+			return fmt.Errorf("target: key_id %q is not 16 hex digits", txt.Bound(t.KeyID))
 		}
 	}
 	return nil
@@ -167,7 +168,7 @@ func verifySigned(what, name, keyID, signature string, text []byte, trusted []ed
 		return nil
 	}
 	return fmt.Errorf("%s %s: %w: key_id %q is not among the %d trusted target keys (trusted_target_keys, else trusted_keys)",
-		what, name, unknown, Bound(keyID), len(trusted))
+		what, name, unknown, txt.Bound(keyID), len(trusted))
 }
 
 // Marshal returns the target's JSON.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/novox/mesh-host/internal/text"
 	"slices"
 	"strconv"
 	"time"
@@ -83,14 +84,14 @@ func (w Withdrawals) Validate() error {
 	for i, e := range w.Withdrawn {
 		field := func(name string) string { return fmt.Sprintf("withdrawal list: withdrawn[%d].%s", i, name) }
 		if !ValidVersion(e.Version) {
-			return fmt.Errorf("%s %q is not %s", field("version"), Bound(e.Version), VersionRule)
+			return fmt.Errorf("%s %q is not %s", field("version"), text.Bound(e.Version), VersionRule)
 		}
 		if seen[e.Version] {
 			return fmt.Errorf("%s %s is withdrawn twice", field("version"), e.Version)
 		}
 		seen[e.Version] = true
 		if _, err := time.Parse(time.RFC3339, e.At); err != nil {
-			return fmt.Errorf("%s %q is not an RFC 3339 time", field("at"), Bound(e.At))
+			return fmt.Errorf("%s %q is not an RFC 3339 time", field("at"), text.Bound(e.At))
 		}
 		if err := validReason(e.Reason); err != nil {
 			return fmt.Errorf("%s: %w", field("reason"), err)
@@ -98,7 +99,7 @@ func (w Withdrawals) Validate() error {
 	}
 	if w.KeyID != "" {
 		if !validKeyID(w.KeyID) {
-			return fmt.Errorf("withdrawal list: key_id %q is not 16 hex digits", Bound(w.KeyID))
+			return fmt.Errorf("withdrawal list: key_id %q is not 16 hex digits", text.Bound(w.KeyID))
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -157,7 +158,7 @@ func (e *Engine) applyOne(ctx context.Context, rep *Report, r wire.Resource, byK
 	defer func() {
 		if err != nil {
 			step.Action, step.Error = ActionFailed, cut(err.Error(), maxErrorBytes)
-			e.log().Warn("step failed", "type", r.Type, "id", wire.Bound(r.ID), "err", step.Error)
+			e.log().Warn("step failed", "type", r.Type, "id", text.Bound(r.ID), "err", step.Error)
 		}
 		rep.add(step)
 		if drift != nil {
@@ -213,7 +214,7 @@ func (e *Engine) applyOne(ctx context.Context, rep *Report, r wire.Resource, byK
 	if created {
 		step.Action = ActionCreated
 	}
-	e.log().Info("applied", "type", r.Type, "id", wire.Bound(r.ID), "action", step.Action, "drifted", drift != nil, "diffs", step.Diffs)
+	e.log().Info("applied", "type", r.Type, "id", text.Bound(r.ID), "action", step.Action, "drifted", drift != nil, "diffs", step.Diffs)
 	return nil
 }
 
@@ -223,7 +224,7 @@ func (e *Engine) removeOne(ctx context.Context, rep *Report, o Owned) (err error
 	defer func() {
 		if err != nil {
 			step.Action, step.Error = ActionFailed, cut(err.Error(), maxErrorBytes)
-			e.log().Warn("removal failed", "type", o.Type, "id", wire.Bound(o.ID), "err", step.Error)
+			e.log().Warn("removal failed", "type", o.Type, "id", text.Bound(o.ID), "err", step.Error)
 		}
 		rep.add(step)
 	}()
@@ -231,7 +232,7 @@ func (e *Engine) removeOne(ctx context.Context, rep *Report, o Owned) (err error
 	switch {
 	case a == nil:
 		step.Action, step.Note = ActionKept, fmt.Sprintf("no longer declared, but this host has no applier for %q resources: kept as owned, not removed", o.Type)
-		e.log().Warn("kept an owned resource it cannot remove", "type", o.Type, "id", wire.Bound(o.ID))
+		e.log().Warn("kept an owned resource it cannot remove", "type", o.Type, "id", text.Bound(o.ID))
 		return nil
 	case !parse(&o):
 		step.Action, step.Note = ActionKept, "no longer declared, but the spec it was applied with no longer parses: kept as owned, not removed"
@@ -254,7 +255,7 @@ func (e *Engine) removeOne(ctx context.Context, rep *Report, o Owned) (err error
 	if err := e.Ledger.Drop(ctx, o.Type, o.ID); err != nil {
 		return fmt.Errorf("%s, but could not drop it from the ledger: %w", step.Action, err)
 	}
-	e.log().Info("no longer declared", "type", o.Type, "id", wire.Bound(o.ID), "action", step.Action, "note", step.Note)
+	e.log().Info("no longer declared", "type", o.Type, "id", text.Bound(o.ID), "action", step.Action, "note", step.Note)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -48,7 +49,7 @@ func (g Guard) Check(path string) error {
 	clean := filepath.Clean(path)
 	resolved, err := resolve(clean)
 	if err != nil {
-		return fmt.Errorf("path %q: resolving its symlinks: %w", wire.Bound(path), err)
+		return fmt.Errorf("path %q: resolving its symlinks: %w", text.Bound(path), err)
 	}
 	roots := g.roots
 	if roots == nil {
@@ -60,7 +61,7 @@ func (g Guard) Check(path string) error {
 	for _, root := range roots {
 		if err := wire.CheckManagedPath(resolved, root); err != nil {
 			return fmt.Errorf("path %q leads through a symlink to %q, which is refused: %w",
-				wire.Bound(path), wire.Bound(resolved), err)
+				text.Bound(path), text.Bound(resolved), err)
 		}
 	}
 	return nil

@@ -3,8 +3,7 @@ package apply
 import (
 	"bytes"
 	"fmt"
-
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/text"
 )
 
 // OutputMax is how much of a command's output (an action's, a container runtime's) a step's
@@ -42,5 +41,5 @@ func (h *Output) String() string {
 	} else {
 		s = string(bytes.TrimSpace(append(append([]byte(nil), h.head...), h.tail...)))
 	}
-	return rollback.Printable(s)
+	return text.Printable(s)
 }

@@ -31,7 +31,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/atomicfile"
-	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/internal/text"
 )
 
 // DefaultMaxSize is the largest blob a cache fetches unless told otherwise (MaxSize).
@@ -124,10 +124,10 @@ func New(dir string, src Source, opts ...Option) *Cache {
 func Parse(s string) (digest.Digest, error) {
 	d, err := digest.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%q: %w (want sha256:<64 lowercase hex digits>): %v", wire.Bound(s), ErrBadDigest, err)
+		return "", fmt.Errorf("%q: %w (want sha256:<64 lowercase hex digits>): %v", text.Bound(s), ErrBadDigest, err)
 	}
 	if d.Algorithm() != digest.SHA256 {
-		return "", fmt.Errorf("%q: %w: algorithm %s is not accepted, only sha256", wire.Bound(s), ErrBadDigest, wire.Bound(d.Algorithm().String()))
+		return "", fmt.Errorf("%q: %w: algorithm %s is not accepted, only sha256", text.Bound(s), ErrBadDigest, text.Bound(d.Algorithm().String()))
 	}
 	return d, nil
 }

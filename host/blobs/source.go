@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/ctxio"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -62,7 +63,7 @@ func (b busSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int
 		return 0, fmt.Errorf("get it from object store %s: %w", b.bucket, err)
 	}
 	if want, _ := wire.ObjectStoreDigest(d); info.Digest != want {
-		return 0, fmt.Errorf("%w: object store %s holds other bytes under that name (the store's digest of them is %s, the name's %s); it was not put by `mesh-release blob put` — put the file again", ErrDigestMismatch, b.bucket, wire.Bound(info.Digest), want)
+		return 0, fmt.Errorf("%w: object store %s holds other bytes under that name (the store's digest of them is %s, the name's %s); it was not put by `mesh-release blob put` — put the file again", ErrDigestMismatch, b.bucket, text.Bound(info.Digest), want)
 	}
 	if l, ok := w.(limiter); ok && int64(info.Size) > l.Limit() {
 		return 0, fmt.Errorf("%w: object store %s holds it as %d bytes", ErrTooLarge, b.bucket, info.Size)

@@ -20,6 +20,7 @@ import (
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/host/store"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -251,10 +252,10 @@ func load(root, cfgPath, path string) (config.Config, wire.Declaration, error) {
 	}
 	if errors.Is(err, wire.ErrOtherNode) {
 		// Where the id came from is what the operator has to change.
-		return cfg, wire.Declaration{}, fmt.Errorf("%s: %s (%s)", path, err, rollback.Cut(cfg.NodeFrom, wire.MaxErrorBytes))
+		return cfg, wire.Declaration{}, fmt.Errorf("%s: %s (%s)", path, err, text.Cut(cfg.NodeFrom, wire.MaxErrorBytes))
 	}
 	if err != nil {
-		return cfg, wire.Declaration{}, fmt.Errorf("%s: %s", path, rollback.Cut(err.Error(), wire.MaxErrorBytes))
+		return cfg, wire.Declaration{}, fmt.Errorf("%s: %s", path, text.Cut(err.Error(), wire.MaxErrorBytes))
 	}
 	return cfg, d, nil
 }

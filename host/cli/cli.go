@@ -39,9 +39,9 @@ func Main(version string, args []string) int {
 
 func command(version string, args []string, stdout, stderr io.Writer) int {
 	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-host <command> --help` for a command's flags. Every host.json setting is also a\nMESH_HOST_* variable (MESH_HOST_ROOT, MESH_HOST_NODE, MESH_HOST_NATS_URL, …).", []cmdline.Command{
-		{Name: "run", Summary: "hold this node in its declared state (started by mesh-launcher, never by hand)",
+		{Name: rollback.CmdRun, Summary: "hold this node in its declared state (started by mesh-launcher, never by hand)",
 			Run: func(args []string) int { return run(version, args, stdout, stderr) }},
-		{Name: "preflight", Summary: "print the version, then check this binary can read the node's config and records",
+		{Name: rollback.CmdPreflight, Summary: "print the version, then check this binary can read the node's config and records",
 			Run: func(args []string) int { return preflight(version, args, stdout, stderr) }},
 		{Name: "enrol", Summary: "join the mesh with a one-time token: make this node's key, get it signed, write host.json",
 			Run: func(args []string) int { return enrolCmd(args, os.Stdin, stdout, stderr, os.Getenv) }},
@@ -64,14 +64,14 @@ func rootFlags(fs *flag.FlagSet) (root, cfgPath *string) {
 }
 
 func run(version string, args []string, stdout, stderr io.Writer) int {
-	fs := prog.NewFlagSet("run", "Hold this node in its declared state: link to the bus, reconcile, heartbeat, and stand aside\nfor a newer version. Started by mesh-launcher, which sets MESH_HOST_VERSION; it refuses to run\nwithout it. The node id is host.json's \"node\" or MESH_HOST_NODE, else the short hostname\n(up to the first dot).")
+	fs := prog.NewFlagSet(rollback.CmdRun, "Hold this node in its declared state: link to the bus, reconcile, heartbeat, and stand aside\nfor a newer version. Started by mesh-launcher, which sets MESH_HOST_VERSION; it refuses to run\nwithout it. The node id is host.json's \"node\" or MESH_HOST_NODE, else the short hostname\n(up to the first dot).")
 	rootFlag, cfgFlag := rootFlags(fs)
 	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
 	root, cfgPath := *rootFlag, *cfgFlag
 	log := logkey.Text(stderr, nil).With("component", "host")
-	if want := os.Getenv("MESH_HOST_VERSION"); want != version {
+	if want := os.Getenv(rollback.EnvVersion); want != version {
 		// The versions lead: the launcher keeps this line as the reason a version failed, and
 		// status shows its start.
 		log.Error(fmt.Sprintf("refusing to run: this binary is %s but was started as %s; a binary placed by hand must be stamped with its directory's version (make build VERSION=%s), and mesh-host runs under mesh-launcher, which sets MESH_HOST_VERSION",
@@ -84,9 +84,9 @@ func run(version string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	var start int64
-	if s := os.Getenv("MESH_HOST_START_ID"); s != "" {
+	if s := os.Getenv(rollback.EnvStartID); s != "" {
 		if start, err = strconv.ParseInt(s, 10, 64); err != nil {
-			log.Error("cannot start: MESH_HOST_START_ID is not a number", "value", s)
+			log.Error("cannot start: "+rollback.EnvStartID+" is not a number", "value", s)
 			return 1
 		}
 	}
@@ -115,13 +115,13 @@ func run(version string, args []string, stdout, stderr io.Writer) int {
 	if res.StoodAsideFor != "" {
 		log.Info("stood aside; the launcher runs the chosen version next", "for", res.StoodAsideFor)
 	}
-	return 0
+	return rollback.HostExitClean
 }
 
 // preflight prints the version first, then checks that this binary can read the node's
 // config and records; the stager compares the printed version with the manifest's.
 func preflight(version string, args []string, stdout, stderr io.Writer) int {
-	fs := prog.NewFlagSet("preflight", "Print this binary's version, then check that it can read the node's config, records and\nstore. A host runs it on a staged version before standing aside for it; exit 0 means it can run.")
+	fs := prog.NewFlagSet(rollback.CmdPreflight, "Print this binary's version, then check that it can read the node's config, records and\nstore. A host runs it on a staged version before standing aside for it; exit 0 means it can run.")
 	rootFlag, cfgFlag := rootFlags(fs)
 	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
@@ -170,21 +170,22 @@ func preflight(version string, args []string, stdout, stderr io.Writer) int {
 // alivePipe opens the liveness pipe the launcher handed over (MESH_HOST_ALIVE_FD, pulsed every
 // MESH_HOST_ALIVE_INTERVAL); nil when there is none.
 func alivePipe(getenv func(string) string) (io.Writer, time.Duration, error) {
-	fdText := getenv("MESH_HOST_ALIVE_FD")
+	fdText := getenv(rollback.EnvAliveFD)
 	if fdText == "" {
 		return nil, 0, nil
 	}
 	fd, err := strconv.Atoi(fdText)
 	if err != nil || fd < 3 {
-		return nil, 0, fmt.Errorf("MESH_HOST_ALIVE_FD=%q is not a descriptor number above 2", fdText)
+		return nil, 0, fmt.Errorf("%s=%q is not a descriptor number above 2", rollback.EnvAliveFD, fdText)
 	}
-	every, err := time.ParseDuration(getenv("MESH_HOST_ALIVE_INTERVAL"))
+	everyText := getenv(rollback.EnvAliveInterval)
+	every, err := time.ParseDuration(everyText)
 	if err != nil || every <= 0 {
-		return nil, 0, fmt.Errorf("MESH_HOST_ALIVE_INTERVAL=%q is not a positive duration", getenv("MESH_HOST_ALIVE_INTERVAL"))
+		return nil, 0, fmt.Errorf("%s=%q is not a positive duration", rollback.EnvAliveInterval, everyText)
 	}
 	f := os.NewFile(uintptr(fd), "liveness pipe")
 	if f == nil {
-		return nil, 0, fmt.Errorf("MESH_HOST_ALIVE_FD=%d is not open", fd)
+		return nil, 0, fmt.Errorf("%s=%d is not open", rollback.EnvAliveFD, fd)
 	}
 	return f, every, nil
 }

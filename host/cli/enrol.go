@@ -44,7 +44,7 @@ func enrolCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 		token = string(b)
 	}
 	if *root == "" {
-		*root = getenv("MESH_HOST_ROOT")
+		*root = getenv(rollback.EnvRoot)
 	}
 	if *root == "" {
 		*root = rollback.DefaultRoot

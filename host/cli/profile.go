@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/profile"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -51,7 +52,7 @@ func profileWith(args []string, stdout, stderr io.Writer, getenv func(string) st
 	}
 	root := *rootFlag
 	if root == "" {
-		root = getenv("MESH_HOST_ROOT")
+		root = getenv(rollback.EnvRoot)
 	}
 	if root == "" {
 		root = rollback.DefaultRoot
@@ -98,14 +99,14 @@ func writeProfile(w io.Writer, d profileDoc) {
 		if s == "" {
 			return none
 		}
-		return rollback.Printable(s)
+		return text.Printable(s)
 	}
 	systemd := p.Systemd
 	if p.SystemdVersion != "" {
-		systemd += " (" + rollback.Printable(p.SystemdVersion) + ")"
+		systemd += " (" + text.Printable(p.SystemdVersion) + ")"
 	}
 	if p.SystemdError != "" {
-		systemd += ": " + rollback.Printable(p.SystemdError)
+		systemd += ": " + text.Printable(p.SystemdError)
 	}
 	lines := []kv{
 		{"arch", or(p.Arch, "unknown")},
@@ -121,11 +122,11 @@ func writeProfile(w io.Writer, d profileDoc) {
 		lines = append(lines, kv{"runtime", "none found on PATH"})
 	}
 	for _, r := range p.ContainerRuntimes {
-		v := rollback.Printable(r.Name)
+		v := text.Printable(r.Name)
 		if r.Version != "" {
-			v += " " + rollback.Printable(r.Version)
+			v += " " + text.Printable(r.Version)
 		}
-		v += " at " + rollback.Printable(r.Path)
+		v += " at " + text.Printable(r.Path)
 		if r.Working {
 			v += ": working"
 		} else {
@@ -141,7 +142,7 @@ func writeProfile(w io.Writer, d profileDoc) {
 		kv{"memory", bytesIEC(inv.MemoryBytes)},
 	)
 	for _, dk := range inv.Disks {
-		lines = append(lines, kv{"disk", fmt.Sprintf("%s %s free of %s", rollback.Printable(dk.Path), bytesIEC(dk.FreeBytes), bytesIEC(dk.TotalBytes))})
+		lines = append(lines, kv{"disk", fmt.Sprintf("%s %s free of %s", text.Printable(dk.Path), bytesIEC(dk.FreeBytes), bytesIEC(dk.TotalBytes))})
 	}
 	width := 0
 	for _, l := range lines {

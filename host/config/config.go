@@ -91,7 +91,7 @@ func Load(root, path string, getenv Env) (Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	if v := getenv("MESH_HOST_ROOT"); v != "" && root == "" {
+	if v := getenv(rollback.EnvRoot); v != "" && root == "" {
 		root = v
 	}
 	if root == "" {

@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
@@ -259,7 +260,7 @@ func (d *Deliverer) withdrawn(version string) error {
 		return nil
 	}
 	if reason, ok := d.cfg.Withdrawn(version); ok {
-		return refuse(version, KindWithdrawn, "it is withdrawn from the fleet (%s); a withdrawn version is never fetched — publish a fixed version", rollback.Cut(reason, wire.MaxWithdrawalReason))
+		return refuse(version, KindWithdrawn, "it is withdrawn from the fleet (%s); a withdrawn version is never fetched — publish a fixed version", text.Cut(reason, wire.MaxWithdrawalReason))
 	}
 	return nil
 }

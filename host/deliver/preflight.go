@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/novox/mesh-host/rollback"
 )
 
 // preflight runs `BIN preflight [args…]` with MESH_HOST_ROOT=root and the host's environment
@@ -21,7 +23,7 @@ import (
 func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.PreflightTimeout)
 	defer cancel()
-	args := append([]string{"preflight"}, d.cfg.PreflightArgs...)
+	args := append([]string{rollback.CmdPreflight}, d.cfg.PreflightArgs...)
 	var stdout, stderr capped
 	stdout.max, stderr.max = 64<<10, 4<<10
 	var (
@@ -30,7 +32,7 @@ func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
 	)
 	for try := 0; ; try++ {
 		cmd = exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(append(os.Environ(), d.cfg.PreflightEnv...), "MESH_HOST_ROOT="+d.cfg.Root)
+		cmd.Env = append(append(os.Environ(), d.cfg.PreflightEnv...), rollback.EnvRoot+"="+d.cfg.Root)
 		cmd.Dir = d.cfg.Root
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		cmd.WaitDelay = 2 * time.Second

@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/novox/mesh-host/internal/atomicfile"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -210,7 +211,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	for _, u := range tok.URLs {
 		reply, err = ask(ctx, u, tok, o, req, tokenJWT, string(tokenSeed), tokenPub)
 		if err == nil {
-			used = rollback.Redact(u)
+			used = text.Redact(u)
 			break
 		}
 		var refused *RefusedError
@@ -249,7 +250,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 // ask sends the request through the bus at u: TLS pinned to the token's CA, as the token's user,
 // its inbox under the prefix that user may receive on.
 func ask(ctx context.Context, u string, tok wire.EnrolToken, o Options, req []byte, tokenJWT, tokenSeed, tokenPub string) (wire.EnrolReply, error) {
-	shown := rollback.Redact(u)
+	shown := text.Redact(u)
 	parsed, err := url.Parse(u)
 	if err != nil {
 		return wire.EnrolReply{}, fmt.Errorf("%s: %w", shown, err)
@@ -291,9 +292,9 @@ func ask(ctx context.Context, u string, tok wire.EnrolToken, o Options, req []by
 			return wire.EnrolReply{}, pinErr
 		}
 		if authRefused(err) {
-			return wire.EnrolReply{}, &authError{shown: shown, err: rollback.RedactError(err)}
+			return wire.EnrolReply{}, &authError{shown: shown, err: text.RedactError(err)}
 		}
-		return wire.EnrolReply{}, fmt.Errorf("connect to %s: %w", shown, rollback.RedactError(err))
+		return wire.EnrolReply{}, fmt.Errorf("connect to %s: %w", shown, text.RedactError(err))
 	}
 	defer nc.Close()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
@@ -306,8 +307,8 @@ func ask(ctx context.Context, u string, tok wire.EnrolToken, o Options, req []by
 		return wire.EnrolReply{}, fmt.Errorf("%s: ask the enrolment service: %w", shown, err)
 	}
 	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return wire.EnrolReply{}, &RefusedError{Code: rollback.Cut(rollback.Printable(code), 8),
-			Reason: rollback.Cut(rollback.Printable(m.Header.Get("Nats-Service-Error")), 1024)}
+		return wire.EnrolReply{}, &RefusedError{Code: text.Cut(text.Printable(code), 8),
+			Reason: text.Cut(text.Printable(m.Header.Get("Nats-Service-Error")), 1024)}
 	}
 	reply, err := wire.ParseEnrolReply(m.Data)
 	if err != nil {
@@ -367,7 +368,7 @@ func verifyPinned(certs []*x509.Certificate, pin, host, shown string) error {
 			ca = c
 		}
 		if i < maxChainShown {
-			seen = append(seen, fmt.Sprintf("%s (%s)", h, rollback.Cut(rollback.Printable(c.Subject.CommonName), 64)))
+			seen = append(seen, fmt.Sprintf("%s (%s)", h, text.Cut(text.Printable(c.Subject.CommonName), 64)))
 		}
 	}
 	if len(certs) > maxChainShown {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/novox/mesh-host/rollback"
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -65,7 +65,7 @@ func (f *failures) attemptFailed(err error) {
 	f.mu.Lock()
 	f.streak++
 	attempts := f.streak
-	f.last = &wire.LinkFailure{LastError: rollback.Cut(reason+": "+text, maxFailureText), At: f.now().UTC(), Attempts: attempts}
+	f.last = &wire.LinkFailure{LastError: txt.Cut(reason+": "+text, maxFailureText), At: f.now().UTC(), Attempts: attempts}
 	// On its first pass nats.go turns "connection refused" into ErrNoServers, which names no
 	// cause; the next attempt, a ReconnectWait later, does, so that one is logged instead.
 	quiet := attempts == 1 && errors.Is(err, nats.ErrNoServers)
@@ -92,13 +92,13 @@ func (f *failures) lost(err error) {
 	reason, text := describe(err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.last = &wire.LinkFailure{LastError: rollback.Cut("lost the bus: "+reason+": "+text, maxFailureText), At: f.now().UTC(), Attempts: f.streak}
+	f.last = &wire.LinkFailure{LastError: txt.Cut("lost the bus: "+reason+": "+text, maxFailureText), At: f.now().UTC(), Attempts: f.streak}
 }
 
 // asyncError logs an error the server reported outside a connection attempt (a permission
 // violation, a slow consumer), rate-limited like failures but not counted as one.
 func (f *failures) asyncError(err error) {
-	text := rollback.Redact(err.Error())
+	text := txt.Redact(err.Error())
 	f.mu.Lock()
 	suppressed, ok := f.admit("async" + text)
 	f.mu.Unlock()
@@ -180,7 +180,7 @@ func sameWords(text string) string {
 // describe says which side refused and why, when that can be known, and gives the error's text
 // with any credentials in URLs redacted.
 func describe(err error) (reason, text string) {
-	text = rollback.Redact(err.Error())
+	text = txt.Redact(err.Error())
 	var (
 		dns     *net.DNSError
 		unknown x509.UnknownAuthorityError

@@ -3,7 +3,7 @@ package link
 import (
 	"fmt"
 
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -34,7 +34,7 @@ func fitSteps() []fitStep {
 		// cut drift whats to 64 bytes
 		func(hb *wire.Heartbeat) bool {
 			for i := range hb.Drift {
-				hb.Drift[i].What = rollback.Cut(hb.Drift[i].What, fitDriftWhat)
+				hb.Drift[i].What = text.Cut(hb.Drift[i].What, fitDriftWhat)
 			}
 			return false
 		},
@@ -56,7 +56,7 @@ func fitSteps() []fitStep {
 		// cut rollback outputs to 512 bytes
 		func(hb *wire.Heartbeat) bool {
 			for i := range hb.Rollbacks {
-				hb.Rollbacks[i].Output = rollback.Cut(hb.Rollbacks[i].Output, fitOutputBytes)
+				hb.Rollbacks[i].Output = text.Cut(hb.Rollbacks[i].Output, fitOutputBytes)
 			}
 			return false
 		},
@@ -70,7 +70,7 @@ func fitSteps() []fitStep {
 		// cut rollback reasons to 256 bytes
 		func(hb *wire.Heartbeat) bool {
 			for i := range hb.Rollbacks {
-				hb.Rollbacks[i].Reason = rollback.Cut(hb.Rollbacks[i].Reason, fitReasonBytes)
+				hb.Rollbacks[i].Reason = text.Cut(hb.Rollbacks[i].Reason, fitReasonBytes)
 			}
 			return false
 		},
@@ -124,13 +124,13 @@ func fitSteps() []fitStep {
 
 func cutErrors(hb *wire.Heartbeat, max int) {
 	if hb.LastReconcile != nil {
-		hb.LastReconcile.Error = rollback.CutMiddle(hb.LastReconcile.Error, max)
+		hb.LastReconcile.Error = text.CutMiddle(hb.LastReconcile.Error, max)
 	}
 	if hb.Refused != nil {
-		hb.Refused.Error = rollback.CutMiddle(hb.Refused.Error, max)
+		hb.Refused.Error = text.CutMiddle(hb.Refused.Error, max)
 	}
 	if hb.Fetch != nil {
-		hb.Fetch.Error = rollback.CutMiddle(hb.Fetch.Error, max)
+		hb.Fetch.Error = text.CutMiddle(hb.Fetch.Error, max)
 	}
 }
 

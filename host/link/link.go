@@ -22,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -181,8 +181,8 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	l := &Link{
 		opts: o,
 		// The URLs may carry a password or a token: they are logged and put in errors
-		// redacted, always (rollback.Redact).
-		log:    o.Logger.With("bus", rollback.Redact(servers)),
+		// redacted, always (text.Redact).
+		log:    o.Logger.With("bus", text.Redact(servers)),
 		events: make(chan Event, 16),
 		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -190,7 +190,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	l.fail = newFailures(l.log)
 	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
 		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
-			"plaintext", rollback.Redact(strings.Join(plain, ",")))
+			"plaintext", text.Redact(strings.Join(plain, ",")))
 	}
 	nopts, err := l.natsOptions()
 	if err != nil {
@@ -201,7 +201,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	}
 	nc, err := nats.Connect(servers, nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("link: connect to %s: %w", rollback.Redact(servers), rollback.RedactError(err))
+		return nil, fmt.Errorf("link: connect to %s: %w", text.Redact(servers), text.RedactError(err))
 	}
 	js, err := newJetStream(nc, o.JSAPIPrefix)
 	if err != nil {
@@ -234,7 +234,7 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectHandler(func(*nats.Conn) { l.reconnects.Add(1); l.poke() }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				err = rollback.RedactError(err)
+				err = text.RedactError(err)
 				l.lastErr.Store(err)
 				l.fail.lost(err)
 			}
@@ -330,7 +330,7 @@ func CheckPlaintext(urls []string, ca string, insecure bool) error {
 		return nil
 	}
 	return fmt.Errorf("link: this node refuses the plaintext bus URL %s: it is not TLS and not on this machine, so the node's credentials, declarations and heartbeats would cross the network unencrypted; use a tls:// URL (with nats_ca), or allow it with \"insecure_plaintext\": true in host.json (MESH_HOST_INSECURE_PLAINTEXT=1)",
-		rollback.Redact(strings.Join(plain, ",")))
+		text.Redact(strings.Join(plain, ",")))
 }
 
 // refusedConsumerDelete reports whether err is the server refusing this node a consumer delete.
@@ -482,7 +482,7 @@ func (l *Link) run(ctx context.Context) {
 			stopSess = func() {}
 			seenRC = rc
 			// Not ConnectedUrlRedacted: it leaves a token (nats://token@host) in place.
-			server := rollback.Redact(l.nc.ConnectedUrl())
+			server := text.Redact(l.nc.ConnectedUrl())
 			var ev Event = Connected{URL: server}
 			msg := "link: connected"
 			if ever {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/novox/mesh-host/host/apply"
 	"github.com/novox/mesh-host/internal/sqlitefile"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -78,7 +79,7 @@ func (s *Store) Record(ctx context.Context, r wire.Resource, created bool, at ti
 		ON CONFLICT (type, id) DO UPDATE SET spec = excluded.spec, applied_at = excluded.applied_at`,
 		r.Type, r.ID, []byte(spec), created, at.UnixMilli())
 	if err != nil {
-		return s.wrap(fmt.Sprintf("record %s %q as owned", r.Type, wire.Bound(r.ID)), err)
+		return s.wrap(fmt.Sprintf("record %s %q as owned", r.Type, text.Bound(r.ID)), err)
 	}
 	return nil
 }
@@ -86,7 +87,7 @@ func (s *Store) Record(ctx context.Context, r wire.Resource, created bool, at ti
 // Drop forgets an owned resource (removed or forgotten); one not owned is no error.
 func (s *Store) Drop(ctx context.Context, typ, id string) error {
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM owned WHERE type = ? AND id = ?`, typ, id); err != nil {
-		return s.wrap(fmt.Sprintf("drop %s %q from owned", typ, wire.Bound(id)), err)
+		return s.wrap(fmt.Sprintf("drop %s %q from owned", typ, text.Bound(id)), err)
 	}
 	return nil
 }

@@ -10,8 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/text"
 )
 
 // DefaultURL is where commands look for the bus when --nats is not given: `mesh-release serve`'s
@@ -45,11 +44,11 @@ func Lasting(log *slog.Logger) ConnectOption {
 			*opts = append(*opts,
 				nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 					if err != nil {
-						log.Warn("lost the bus; reconnecting", "err", rollback.RedactError(err))
+						log.Warn("lost the bus; reconnecting", "err", text.RedactError(err))
 					}
 				}),
 				nats.ReconnectHandler(func(nc *nats.Conn) {
-					log.Warn("back on the bus", "server", rollback.Redact(nc.ConnectedUrlRedacted()))
+					log.Warn("back on the bus", "server", text.Redact(nc.ConnectedUrlRedacted()))
 				}))
 		}
 	}
@@ -96,12 +95,12 @@ func Connect(ctx context.Context, url, creds string, options ...ConnectOption) (
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		// The URL may carry a password, and NATS and net/url errors may quote it.
-		return nil, fmt.Errorf("connect to the bus at %s: %w", rollback.Redact(url), rollback.RedactError(err))
+		return nil, fmt.Errorf("connect to the bus at %s: %w", text.Redact(url), text.RedactError(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", rollback.Redact(url), rollback.RedactError(err))
+		return nil, fmt.Errorf("jetstream on %s: %w", text.Redact(url), text.RedactError(err))
 	}
 	return &Conn{NC: nc, JS: js}, nil
 }

@@ -32,7 +32,7 @@ func LastHeard(ctx context.Context, js jetstream.JetStream, n wire.Names, node s
 }
 
 // Heard returns the id of every node the stream holds a heartbeat for, sorted. The ids come
-// from subjects anyone allowed to publish could have made: print them with rollback.Printable.
+// from subjects anyone allowed to publish could have made: print them with text.Printable.
 func Heard(ctx context.Context, js jetstream.JetStream, n wire.Names) ([]string, error) {
 	st, err := heartbeatStream(ctx, js, n)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -248,18 +248,18 @@ const (
 )
 
 // cell is s as one bounded, printable table cell: runs of white space (newlines and tabs too)
-// joined into one space, other control characters escaped (rollback.Printable), cut to max
-// bytes (rollback.Cut).
+// joined into one space, other control characters escaped (text.Printable), cut to max
+// bytes (text.Cut).
 func cell(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	return rollback.Cut(rollback.Printable(s), max)
+	return text.Cut(text.Printable(s), max)
 }
 
 // cellMiddle is cell, keeping the head and the tail of s when it is too long
-// (rollback.CutMiddle): an error says what failed first and what to do last.
+// (text.CutMiddle): an error says what failed first and what to do last.
 func cellMiddle(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	return rollback.CutMiddle(rollback.Printable(s), max)
+	return text.CutMiddle(text.Printable(s), max)
 }
 
 func dash(s string) string {
@@ -284,13 +284,13 @@ func ago(d time.Duration) string {
 }
 
 // WriteJSON writes rows as one indented JSON array. The values are what the nodes sent, but no
-// character a terminal could act on is written raw (rollback.PrintableJSON).
+// character a terminal could act on is written raw (text.PrintableJSON).
 func WriteJSON(w io.Writer, rows []Row) error {
 	b, err := json.MarshalIndent(rows, "", "  ")
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
+	_, err = w.Write(append(text.PrintableJSON(b), '\n'))
 	return err
 }
 
@@ -300,6 +300,6 @@ func WriteJSONLine(w io.Writer, rows []Row) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
+	_, err = w.Write(append(text.PrintableJSON(b), '\n'))
 	return err
 }

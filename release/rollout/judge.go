@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/release/fleet"
-	"github.com/novox/mesh-host/rollback"
+
+	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -185,18 +186,18 @@ func lastWord(e fleet.Entry) string {
 }
 
 // text is a short bus-borne string made printable and bounded, for messages.
-func text(s string) string { return rollback.Cut(rollback.Printable(s), maxFieldBytes) }
+func text(s string) string { return txt.Cut(txt.Printable(s), maxFieldBytes) }
 
 func field(s string) string { return text(strings.Join(strings.Fields(s), " ")) }
 
-func detail(s string) string { return rollback.Cut(rollback.Printable(s), maxDetailBytes) }
+func detail(s string) string { return txt.Cut(txt.Printable(s), maxDetailBytes) }
 
 // output keeps the failed version's output lines, each made printable, within
 // wire.MaxOutputBytes; its last lines matter most, so the head is what is cut.
 func output(s string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i, l := range lines {
-		lines[i] = rollback.Printable(l)
+		lines[i] = txt.Printable(l)
 	}
 	out := strings.Join(lines, "\n")
 	if len(out) <= wire.MaxOutputBytes {

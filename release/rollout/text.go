@@ -3,20 +3,19 @@ package rollout
 import (
 	"encoding/json"
 	"fmt"
+	txt "github.com/novox/mesh-host/internal/text"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/novox/mesh-host/rollback"
 )
 
 // What a person reads of a rollout: its events as lines (--follow, and the milestones every
 // controller prints), its state as `rollout status` shows it, and the one line `mesh-release
 // fleet` puts on top. Node ids, details and output lines came from the bus, where anyone allowed
-// to publish could have written them: every text is made printable (rollback.Printable) and
-// bounded (rollback.Cut) here, so no escape sequence reaches a terminal and one node stays one
+// to publish could have written them: every text is made printable (text.Printable) and
+// bounded (text.Cut) here, so no escape sequence reaches a terminal and one node stays one
 // line, and a long list is cut to a few with a count of the rest.
 const (
 	maxIDText      = 64   // a node id, a version, a rollout id, a holder
@@ -45,13 +44,13 @@ func WriteEvent(w io.Writer, e Event) error {
 	return err
 }
 
-// WriteEventJSON writes e as one JSON object on one line, terminal-safe (rollback.PrintableJSON).
+// WriteEventJSON writes e as one JSON object on one line, terminal-safe (text.PrintableJSON).
 func WriteEventJSON(w io.Writer, e Event) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
+	_, err = w.Write(append(txt.PrintableJSON(b), '\n'))
 	return err
 }
 
@@ -61,7 +60,7 @@ func WriteStatusJSON(w io.Writer, st State) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(rollback.PrintableJSON(b), '\n'))
+	_, err = w.Write(append(txt.PrintableJSON(b), '\n'))
 	return err
 }
 
@@ -119,7 +118,7 @@ func outputLines(out string) []string {
 		lines = lines[len(lines)-maxOutputLines:]
 	}
 	for i, l := range lines {
-		lines[i] = rollback.Cut(rollback.Printable(strings.TrimRight(l, " \t")), maxOutputLine)
+		lines[i] = txt.Cut(txt.Printable(strings.TrimRight(l, " \t")), maxOutputLine)
 	}
 	return lines
 }
@@ -214,7 +213,7 @@ const MaxSummaryBytes = 240
 
 // Summary is st in one line of at most MaxSummaryBytes, for the top of `mesh-release fleet`.
 func Summary(st State, now time.Time) string {
-	return rollback.Cut(summary(st, now), MaxSummaryBytes)
+	return txt.Cut(summary(st, now), MaxSummaryBytes)
 }
 
 func summary(st State, now time.Time) string {
@@ -391,7 +390,7 @@ func endedAt(st State) time.Time {
 // oneLine is s as one printable line of at most max bytes: runs of white space joined into one
 // space, other control characters escaped.
 func oneLine(s string, max int) string {
-	return rollback.Cut(rollback.Printable(strings.Join(strings.Fields(s), " ")), max)
+	return txt.Cut(txt.Printable(strings.Join(strings.Fields(s), " ")), max)
 }
 
 // clockAt is t's time of day in ref's zone, with the date when it is not ref's day.

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	txt "github.com/novox/mesh-host/internal/text"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/novox/mesh-host/rollback"
 )
 
 // at is a time on the day the samples happen, in UTC.
@@ -242,7 +241,7 @@ func TestRenderersWriteNoControlCharactersAndBoundEveryLine(t *testing.T) {
 	}
 	text.WriteString(sum + "\n")
 	for _, l := range strings.Split(strings.TrimSuffix(text.String(), "\n"), "\n") {
-		if rollback.Printable(l) != l {
+		if txt.Printable(l) != l {
 			t.Fatalf("a line carries a control character: %q", l)
 		}
 		if len(l) > maxLineText+100 {
@@ -265,7 +264,7 @@ func TestRenderersWriteNoControlCharactersAndBoundEveryLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, r := range strings.TrimSuffix(b.String(), "\n") {
-			if r != '\n' && rollback.Printable(string(r)) != string(r) {
+			if r != '\n' && txt.Printable(string(r)) != string(r) {
 				t.Fatalf("JSON carries %U raw", r)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -78,7 +79,7 @@ func Withdraw(ctx context.Context, js jetstream.JetStream, names wire.Names, ver
 		return Withdrawal{}, fmt.Errorf("--key: %w", ErrNoKey)
 	}
 	if !wire.ValidVersion(version) {
-		return Withdrawal{}, fmt.Errorf("version %q is not %s", wire.Bound(version), wire.VersionRule)
+		return Withdrawal{}, fmt.Errorf("version %q is not %s", text.Bound(version), wire.VersionRule)
 	}
 	kv, err := withdrawalsKV(ctx, js, names)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -166,7 +167,7 @@ func (a applier) run(parent context.Context, what string, argv []string) (result
 	}
 }
 
-func quoted(argv []string) string { return fmt.Sprintf("%q", wire.Bound(argv[0])) }
+func quoted(argv []string) string { return fmt.Sprintf("%q", text.Bound(argv[0])) }
 
 func orNoOutput(h *apply.Output) string {
 	if s := h.String(); s != "" {

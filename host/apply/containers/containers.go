@@ -24,7 +24,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/apply"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -224,7 +225,7 @@ func (a applier) desired(r wire.Resource) (desired, error) {
 		return desired{}, errNoRuntime
 	case "docker", "podman":
 	default:
-		return desired{}, fmt.Errorf("container runtime %q: not docker or podman", wire.Bound(rt))
+		return desired{}, fmt.Errorf("container runtime %q: not docker or podman", text.Bound(rt))
 	}
 	exe := a.o.Commands[rt]
 	if exe == "" {
@@ -240,15 +241,15 @@ func (a applier) desired(r wire.Resource) (desired, error) {
 func check(d desired) error {
 	switch {
 	case !nameRE.MatchString(d.name):
-		return fmt.Errorf("name %q: want letters, digits, '_', '.', '-', beginning with a letter or digit", wire.Bound(d.name))
+		return fmt.Errorf("name %q: want letters, digits, '_', '.', '-', beginning with a letter or digit", text.Bound(d.name))
 	case wire.CheckPinnedImage(d.spec.Image) != nil:
 		return wire.CheckPinnedImage(d.spec.Image) // the parser's rule, so what declare accepts runs
 	case !restartRE.MatchString(d.restart):
-		return fmt.Errorf("restart %q: want no, always, unless-stopped or on-failure[:N]", wire.Bound(d.restart))
+		return fmt.Errorf("restart %q: want no, always, unless-stopped or on-failure[:N]", text.Bound(d.restart))
 	}
 	for k := range d.spec.Env {
 		if !envKeyRE.MatchString(k) {
-			return fmt.Errorf("env key %q: empty or holds '='", wire.Bound(k))
+			return fmt.Errorf("env key %q: empty or holds '='", text.Bound(k))
 		}
 	}
 	return nil
@@ -355,7 +356,7 @@ func (s *state) notRunning() string {
 	if s.State.Status == "created" {
 		return "not running (created, never started)"
 	}
-	return fmt.Sprintf("not running (%s, exit code %d)", rollback.Printable(wire.Bound(s.State.Status)), s.State.ExitCode)
+	return fmt.Sprintf("not running (%s, exit code %d)", text.Printable(text.Bound(s.State.Status)), s.State.ExitCode)
 }
 
 // orNone quotes a label read from the runtime: bounded, but long enough for a whole digest.
@@ -363,7 +364,7 @@ func orNone(s string) string {
 	if s == "" {
 		return "none"
 	}
-	return rollback.Printable(rollback.Cut(s, 100))
+	return text.Printable(text.Cut(s, 100))
 }
 
 // runtime is one runtime's client.
@@ -462,7 +463,7 @@ func (rt runtime) run(parent context.Context, limit time.Duration, args ...strin
 		}
 		return nil, &failure{rt: rt.name, verb: verb, status: status, output: out}
 	default:
-		return nil, fmt.Errorf("%s %s could not be run (%s): %w", rt.name, verb, wire.Bound(rt.exe), err)
+		return nil, fmt.Errorf("%s %s could not be run (%s): %w", rt.name, verb, text.Bound(rt.exe), err)
 	}
 }
 

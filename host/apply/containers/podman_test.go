@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/apply"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -107,7 +108,7 @@ func newPodman(t *testing.T) *podman {
 		t.Fatalf("the imported image's repo digest %q: %v", p.image, err)
 	}
 	if out, err := p.try("run", "--rm", p.image, "/hello", "probe"); err != nil {
-		t.Skipf("skipped: podman is installed but cannot run a container here: %v: %s", err, rollback.Printable(rollback.Cut(out, 400)))
+		t.Skipf("skipped: podman is installed but cannot run a container here: %v: %s", err, text.Printable(text.Cut(out, 400)))
 	}
 	return p
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -69,23 +70,23 @@ type pkg struct {
 func resolve(r wire.Resource) (pkg, error) {
 	spec, ok := r.Parsed.(*wire.PackageSpec)
 	if !ok || spec == nil {
-		return pkg{}, fmt.Errorf("package %s: spec is %T, not a package spec", wire.Bound(r.ID), r.Parsed)
+		return pkg{}, fmt.Errorf("package %s: spec is %T, not a package spec", text.Bound(r.ID), r.Parsed)
 	}
 	name := spec.Name
 	if name == "" {
 		name = r.ID
 	}
 	if !nameRE.MatchString(name) {
-		return pkg{}, fmt.Errorf("package %q: not a Debian package name (lower-case letters, digits, + - .; two or more; optionally :arch)", wire.Bound(name))
+		return pkg{}, fmt.Errorf("package %q: not a Debian package name (lower-case letters, digits, + - .; two or more; optionally :arch)", text.Bound(name))
 	}
 	if base, _, _ := strings.Cut(name, ":"); base == installation {
 		return pkg{}, fmt.Errorf("package %q is the installation of this host and its launcher: the installation owns the host, never a declaration", name)
 	}
 	if spec.Version != "" && !versionRE.MatchString(spec.Version) {
-		return pkg{}, fmt.Errorf("package %s: version %q is not a Debian version", name, wire.Bound(spec.Version))
+		return pkg{}, fmt.Errorf("package %s: version %q is not a Debian version", name, text.Bound(spec.Version))
 	}
 	if spec.Source != "" && !digestRE.MatchString(spec.Source) {
-		return pkg{}, fmt.Errorf("package %s: source %q is not a digest (sha256:<64 hex>)", name, wire.Bound(spec.Source))
+		return pkg{}, fmt.Errorf("package %s: source %q is not a digest (sha256:<64 hex>)", name, text.Bound(spec.Source))
 	}
 	return pkg{name: name, spec: spec}, nil
 }
@@ -105,11 +106,11 @@ func (s status) installed() bool {
 func parseStatus(out []byte) (status, error) {
 	line := strings.TrimSpace(string(out))
 	if strings.ContainsRune(line, '\n') {
-		return status{}, fmt.Errorf("dpkg-query answered more than one package: %q", wire.Bound(line))
+		return status{}, fmt.Errorf("dpkg-query answered more than one package: %q", text.Bound(line))
 	}
 	state, version, _ := strings.Cut(line, " ")
 	if state == "" {
-		return status{}, fmt.Errorf("dpkg-query answered no status: %q", wire.Bound(line))
+		return status{}, fmt.Errorf("dpkg-query answered no status: %q", text.Bound(line))
 	}
 	return status{state: state, version: version}, nil
 }
@@ -199,13 +200,13 @@ func (p *Packages) installDeb(ctx context.Context, pk pkg) error {
 	name, version, arch := control(fields)
 	base, wantArch, qualified := strings.Cut(pk.name, ":")
 	if name != base {
-		return fmt.Errorf("package %s: %s is the package %q, not %s: refused", pk.name, pk.spec.Source, wire.Bound(name), base)
+		return fmt.Errorf("package %s: %s is the package %q, not %s: refused", pk.name, pk.spec.Source, text.Bound(name), base)
 	}
 	if qualified && arch != wantArch && arch != "all" {
-		return fmt.Errorf("package %s: %s is for architecture %q, not %s: refused", pk.name, pk.spec.Source, wire.Bound(arch), wantArch)
+		return fmt.Errorf("package %s: %s is for architecture %q, not %s: refused", pk.name, pk.spec.Source, text.Bound(arch), wantArch)
 	}
 	if pk.spec.Version != "" && version != pk.spec.Version {
-		return fmt.Errorf("package %s: %s is version %q, declared %s: refused", pk.name, pk.spec.Source, wire.Bound(version), pk.spec.Version)
+		return fmt.Errorf("package %s: %s is version %q, declared %s: refused", pk.name, pk.spec.Source, text.Bound(version), pk.spec.Version)
 	}
 	if out, err := p.combined(ctx, p.Dpkg, "--force-confdef", "--force-confold", "-i", deb); err != nil {
 		return fmt.Errorf("package %s: dpkg -i %s (%s): %w%s", pk.name, pk.spec.Source, version, err, tail(out))

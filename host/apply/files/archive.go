@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
@@ -106,7 +107,7 @@ func (a archiveApplier) loadManifest(id string) (*manifest, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the record of archive %q: %w", wire.Bound(id), err)
+		return nil, fmt.Errorf("reading the record of archive %q: %w", text.Bound(id), err)
 	}
 	var m manifest
 	if err := json.Unmarshal(b, &m); err != nil || m.Version != manifestVersion || m.ID != id {
@@ -118,7 +119,7 @@ func (a archiveApplier) loadManifest(id string) (*manifest, error) {
 func (a archiveApplier) saveManifest(m *manifest) error {
 	p := a.manifestPath(m.ID)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("recording archive %q: %w", wire.Bound(m.ID), err)
+		return fmt.Errorf("recording archive %q: %w", text.Bound(m.ID), err)
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -190,7 +191,7 @@ func (a archiveApplier) compare(w archiveWant, ents []manifestEntry) ([]string, 
 	}
 	for _, e := range ents {
 		p := filepath.Join(w.path, filepath.FromSlash(e.Name))
-		name := wire.Bound(e.Name)
+		name := text.Bound(e.Name)
 		s, err := lstat(p)
 		if err != nil {
 			return nil, err
@@ -298,7 +299,7 @@ func (a archiveApplier) Apply(ctx context.Context, r wire.Resource) (bool, error
 	// unit: every entry's place is checked like a declared path, symlinks included.
 	for _, e := range ents {
 		if err := a.g.Check(filepath.Join(w.path, filepath.FromSlash(e.Name))); err != nil {
-			return false, fmt.Errorf("archive entry %q: %w", wire.Bound(e.Name), err)
+			return false, fmt.Errorf("archive entry %q: %w", text.Bound(e.Name), err)
 		}
 	}
 	m := &manifest{Version: manifestVersion, ID: r.ID, Path: w.path, Source: string(w.source), Created: !s.exists}
@@ -585,7 +586,7 @@ func (a archiveApplier) Remove(ctx context.Context, o apply.Owned) (string, erro
 func (a archiveApplier) dropManifest(id string) error {
 	p := a.manifestPath(id)
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("dropping the record of archive %q: %w", wire.Bound(id), err)
+		return fmt.Errorf("dropping the record of archive %q: %w", text.Bound(id), err)
 	}
 	if err := syncDir(filepath.Dir(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err

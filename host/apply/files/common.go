@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -31,7 +32,7 @@ func specOf[T any](r wire.Resource) (*T, error) {
 	}
 	var s T
 	if err := wire.DecodeStrict(r.Spec, &s); err != nil {
-		return nil, fmt.Errorf("%s %q: spec: %w", r.Type, wire.Bound(r.ID), err)
+		return nil, fmt.Errorf("%s %q: spec: %w", r.Type, text.Bound(r.ID), err)
 	}
 	return &s, nil
 }
@@ -55,7 +56,7 @@ func parseMode(s string, def uint32) (uint32, error) {
 	}
 	m, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || m > 0o7777 {
-		return 0, fmt.Errorf("mode %q is not an octal file mode such as \"0644\"", wire.Bound(s))
+		return 0, fmt.Errorf("mode %q is not an octal file mode such as \"0644\"", text.Bound(s))
 	}
 	return uint32(m), nil
 }
@@ -90,10 +91,10 @@ func lookupIDs(owner, group string) (ids, error) {
 		} else {
 			u, err := user.Lookup(owner)
 			if err != nil {
-				return out, fmt.Errorf("owner %q: no such user on this machine: %w", wire.Bound(owner), err)
+				return out, fmt.Errorf("owner %q: no such user on this machine: %w", text.Bound(owner), err)
 			}
 			if out.uid, err = strconv.Atoi(u.Uid); err != nil {
-				return out, fmt.Errorf("owner %q: uid %q is not a number", wire.Bound(owner), u.Uid)
+				return out, fmt.Errorf("owner %q: uid %q is not a number", text.Bound(owner), u.Uid)
 			}
 		}
 	}
@@ -103,10 +104,10 @@ func lookupIDs(owner, group string) (ids, error) {
 		} else {
 			g, err := user.LookupGroup(group)
 			if err != nil {
-				return out, fmt.Errorf("group %q: no such group on this machine: %w", wire.Bound(group), err)
+				return out, fmt.Errorf("group %q: no such group on this machine: %w", text.Bound(group), err)
 			}
 			if out.gid, err = strconv.Atoi(g.Gid); err != nil {
-				return out, fmt.Errorf("group %q: gid %q is not a number", wire.Bound(group), g.Gid)
+				return out, fmt.Errorf("group %q: gid %q is not a number", text.Bound(group), g.Gid)
 			}
 		}
 	}
@@ -173,10 +174,10 @@ func attrDiffs(prefix string, s stat, mode uint32, id ids) []string {
 		out = append(out, fmt.Sprintf("%smode is %04o, declared %04o", prefix, s.mode, mode))
 	}
 	if id.uid >= 0 && s.uid != id.uid {
-		out = append(out, fmt.Sprintf("%sowner is %d, declared %s", prefix, s.uid, wire.Bound(id.owner)))
+		out = append(out, fmt.Sprintf("%sowner is %d, declared %s", prefix, s.uid, text.Bound(id.owner)))
 	}
 	if id.gid >= 0 && s.gid != id.gid {
-		out = append(out, fmt.Sprintf("%sgroup is %d, declared %s", prefix, s.gid, wire.Bound(id.group)))
+		out = append(out, fmt.Sprintf("%sgroup is %d, declared %s", prefix, s.gid, text.Bound(id.group)))
 	}
 	return out
 }

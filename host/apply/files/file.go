@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -68,7 +69,7 @@ func (a file) want(r wire.Resource) (fileWant, error) {
 func parseSource(s string) (digest.Digest, error) {
 	d, err := digest.Parse(s)
 	if err != nil || d.Algorithm() != digest.SHA256 {
-		return "", fmt.Errorf("source %q is not a sha256:<64 hex> digest", wire.Bound(s))
+		return "", fmt.Errorf("source %q is not a sha256:<64 hex> digest", text.Bound(s))
 	}
 	return d, nil
 }

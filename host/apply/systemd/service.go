@@ -16,6 +16,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -62,7 +63,7 @@ var unitTypes = []string{".service", ".socket", ".timer", ".target", ".path", ".
 func (u *Units) resolve(r wire.Resource) (unit, error) {
 	spec, ok := r.Parsed.(*wire.ServiceSpec)
 	if !ok || spec == nil {
-		return unit{}, fmt.Errorf("service %s: spec is %T, not a service spec", wire.Bound(r.ID), r.Parsed)
+		return unit{}, fmt.Errorf("service %s: spec is %T, not a service spec", text.Bound(r.ID), r.Parsed)
 	}
 	name := spec.Unit
 	if name == "" {
@@ -72,7 +73,7 @@ func (u *Units) resolve(r wire.Resource) (unit, error) {
 		return unit{}, err
 	}
 	if len(name) > 255 {
-		return unit{}, fmt.Errorf("unit %q: longer than systemd's 255 bytes", wire.Bound(name))
+		return unit{}, fmt.Errorf("unit %q: longer than systemd's 255 bytes", text.Bound(name))
 	}
 	if !hasUnitType(name) {
 		name += ".service"
@@ -85,7 +86,7 @@ func (u *Units) resolve(r wire.Resource) (unit, error) {
 	switch spec.State {
 	case "", "running", "stopped":
 	default:
-		return unit{}, fmt.Errorf("unit %s: state %q is not \"running\", \"stopped\" or empty", name, wire.Bound(spec.State))
+		return unit{}, fmt.Errorf("unit %s: state %q is not \"running\", \"stopped\" or empty", name, text.Bound(spec.State))
 	}
 	got := unit{name: name, spec: spec, file: filepath.Join(u.Dir, name)}
 	if spec.UnitFile != nil {

@@ -19,9 +19,6 @@ import (
 	"github.com/novox/mesh-host/rollback"
 )
 
-// version is stamped by `make build VERSION=…`.
-var version = "v0.0.0-dev"
-
 // prog answers --help, bad flags and stray arguments as every mesh command does; `status` uses
 // 1, 3 and 4 for what it finds.
 const (
@@ -38,8 +35,8 @@ func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr, os.Getenv)) }
 
 // cli runs the command line args (without the program name) and returns the exit status.
 func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-launcher <command> --help` for a command's flags. ROOT is --root, else\nMESH_HOST_ROOT, else "+rollback.DefaultRoot+".", []cmdline.Command{
-		{Name: "run", Summary: "run the newest good mesh-host under ROOT/versions (the systemd unit's command)",
+	return prog.Dispatch(args, stdout, stderr, launcher.Version, "Run `mesh-launcher <command> --help` for a command's flags. ROOT is --root, else\nMESH_HOST_ROOT, else "+rollback.DefaultRoot+".", []cmdline.Command{
+		{Name: rollback.CmdRun, Summary: "run the newest good mesh-host under ROOT/versions (the systemd unit's command)",
 			Run: func(args []string) int { return run(args, stdout, stderr, getenv) }},
 		{Name: "install", Summary: "place a mesh-host binary under ROOT/versions as a version, checked and recorded",
 			Run: func(args []string) int { return install(args, stdout, stderr, getenv) }},
@@ -49,14 +46,14 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 }
 
 func defaultRoot(getenv func(string) string) string {
-	if v := getenv("MESH_HOST_ROOT"); v != "" {
+	if v := getenv(rollback.EnvRoot); v != "" {
 		return v
 	}
 	return rollback.DefaultRoot
 }
 
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	fs := prog.NewFlagSet("run", "Run the newest good version of mesh-host under ROOT/versions, judge how each run ends, and roll\nback once to the known-good predecessor. Exit 3 is the failed state (the unit's\nRestartPreventExitStatus).")
+	fs := prog.NewFlagSet(rollback.CmdRun, "Run the newest good version of mesh-host under ROOT/versions, judge how each run ends, and roll\nback once to the known-good predecessor. Exit 3 is the failed state (the unit's\nRestartPreventExitStatus).")
 	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
 	limit := fs.Int("failure-limit", rollback.DefaultPolicy.Limit, "failures that judge a version")
 	interval := fs.Duration("failure-interval", rollback.DefaultPolicy.Interval, "window in which a confirmed version's failures count toward its backoff")

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/novox/mesh-host/launcher"
 )
 
 // One way for every command: help on stdout with exit 0, a bad flag said once with exit 2,
@@ -22,8 +24,8 @@ func TestTheCommandLineAnswersLikeEveryMeshCommand(t *testing.T) {
 		{[]string{"run", "-h"}, 0, "usage: mesh-launcher run [flags]", ""},
 		{[]string{"status", "--help"}, 0, "usage: mesh-launcher status [flags]", ""},
 		{[]string{"version", "--help"}, 0, "usage: mesh-launcher version\n", ""},
-		{[]string{"--version"}, 0, version + "\n", ""},
-		{[]string{"version"}, 0, version + "\n", ""},
+		{[]string{"--version"}, 0, launcher.Version + "\n", ""},
+		{[]string{"version"}, 0, launcher.Version + "\n", ""},
 		{nil, 2, "", "usage: mesh-launcher <command>"},
 		{[]string{"start"}, 2, "", "mesh-launcher: unknown command \"start\"\nrun `mesh-launcher --help` for the commands\n"},
 		{[]string{"run", "--bogus"}, 2, "", "mesh-launcher run: flag provided but not defined: -bogus\nrun `mesh-launcher run --help` for usage\n"},

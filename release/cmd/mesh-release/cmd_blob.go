@@ -8,8 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/blobs"
-	"github.com/novox/mesh-host/rollback"
 )
 
 const blobArgs = "(put FILE… | ls) [flags]"
@@ -130,4 +130,4 @@ func blobLsCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 }
 
 // shownPath is a path as given on the command line, made printable and bounded.
-func shownPath(p string) string { return rollback.Cut(rollback.Printable(p), 256) }
+func shownPath(p string) string { return text.Cut(text.Printable(p), 256) }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -31,7 +31,7 @@ func declareCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 		return err
 	}
 	if len(pos) != 2 {
-		return usagef("want NODE and FILE, got %d %s", len(pos), plural(len(pos), "argument", "arguments"))
+		return usagef("want NODE and FILE, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
 	}
 	if *maxBytes <= 0 {
 		return usagef("--max-bytes is %d; it must be a positive number of bytes", *maxBytes)
@@ -59,7 +59,7 @@ func declareCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 	if _, err := wire.ParseDeclaration(data, node); err != nil {
 		// The error names the place (resources[3].spec.mode: …) and is bounded, so a huge key
 		// does not flood the terminal.
-		return fmt.Errorf("%s: %s (nothing was put)", file, rollback.Cut(err.Error(), wire.MaxErrorBytes))
+		return fmt.Errorf("%s: %s (nothing was put)", file, text.Cut(err.Error(), wire.MaxErrorBytes))
 	}
 	c, err := b.connect(ctx)
 	if err != nil {

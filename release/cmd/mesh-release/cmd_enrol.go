@@ -21,7 +21,8 @@ import (
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/enrol"
 	"github.com/novox/mesh-host/release/trust"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -159,9 +160,9 @@ func enrolTokenCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []strin
 	if iss.Node != "" {
 		who = "node " + iss.Node
 	}
-	fmt.Fprintf(s.err, "token %s: good once, for %s, until %s; nodes dial %s\n", iss.ID, who, iss.Expires.Format(time.RFC3339), rollback.Redact(strings.Join(urls, ",")))
+	fmt.Fprintf(s.err, "token %s: good once, for %s, until %s; nodes dial %s\n", iss.ID, who, iss.Expires.Format(time.RFC3339), text.Redact(strings.Join(urls, ",")))
 	if allLoopback(urls) {
-		fmt.Fprintf(s.err, "note: %s is this machine only; a node elsewhere needs --url tls://HOST:PORT with an address it reaches (and in the server's certificate: serve --tls-name)\n", rollback.Redact(strings.Join(urls, ",")))
+		fmt.Fprintf(s.err, "note: %s is this machine only; a node elsewhere needs --url tls://HOST:PORT with an address it reaches (and in the server's certificate: serve --tls-name)\n", text.Redact(strings.Join(urls, ",")))
 	}
 	return nil
 }
@@ -260,7 +261,7 @@ func nodeCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 	case len(pos) == 0:
 		return usagef("want revoke ID")
 	case pos[0] != "revoke":
-		return usagef("unknown node command %q; the one there is: revoke ID", rollback.Cut(rollback.Printable(pos[0]), 32))
+		return usagef("unknown node command %q; the one there is: revoke ID", text.Cut(text.Printable(pos[0]), 32))
 	case len(pos) != 2:
 		return usagef("want revoke ID, one node id")
 	}
@@ -288,7 +289,7 @@ func nodeCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 		return fmt.Errorf("ask the enrolment service to revoke %s: %w", id, err)
 	}
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return fmt.Errorf("the enrolment service refused (%s): %s", rollback.Cut(rollback.Printable(code), 8), rollback.Cut(rollback.Printable(m.Header.Get(micro.ErrorHeader)), 1024))
+		return fmt.Errorf("the enrolment service refused (%s): %s", text.Cut(text.Printable(code), 8), text.Cut(text.Printable(m.Header.Get(micro.ErrorHeader)), 1024))
 	}
 	r, err := wire.ParseRevokeReply(m.Data)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/publish"
 )
 
@@ -15,7 +16,7 @@ func publishCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("want DIR (the -o directory of `mesh-release build`), got %d %s", len(pos), plural(len(pos), "argument", "arguments"))
+		return usagef("want DIR (the -o directory of `mesh-release build`), got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
 	}
 	c, err := b.connect(ctx)
 	if err != nil {

@@ -13,7 +13,8 @@ import (
 	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/rollout"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -176,7 +177,7 @@ func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 	switch o.Policy {
 	case rollout.PolicyCanary, rollout.PolicyImmediate:
 	default:
-		return o, usagef("--policy %q: want canary or immediate", rollback.Cut(rollback.Printable(f.policy), 40))
+		return o, usagef("--policy %q: want canary or immediate", text.Cut(text.Printable(f.policy), 40))
 	}
 	steps, err := rollout.ParseSteps(f.steps)
 	if err != nil {
@@ -254,10 +255,10 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("want VERSION, got %d %s", len(pos), plural(len(pos), "argument", "arguments"))
+		return usagef("want VERSION, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
 	}
 	if !wire.ValidVersion(pos[0]) {
-		return usagef("%q is not a version; want vX.Y.Z", rollback.Cut(rollback.Printable(pos[0]), 64))
+		return usagef("%q is not a version; want vX.Y.Z", text.Cut(text.Printable(pos[0]), 64))
 	}
 	o, err := f.options(pos[0])
 	if err != nil {
@@ -414,7 +415,7 @@ func setBack(st rollout.State) string {
 	return fmt.Sprintf("The targets of batch %d/%d (%s) %s: %s.", i+1, len(st.Batches), printable(st.Batches[i].Name), verb, strings.Join(parts, ", "))
 }
 
-func printable(s string) string { return rollback.Cut(rollback.Printable(s), shownNodeBytes) }
+func printable(s string) string { return text.Cut(text.Printable(s), shownNodeBytes) }
 
 func orNone(v string) string {
 	if v == "" {

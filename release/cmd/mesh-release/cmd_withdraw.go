@@ -18,7 +18,8 @@ import (
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/release/targets"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -62,9 +63,9 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 	case *asJSON:
 		return usagef("--json goes with --list")
 	case len(pos) != 1:
-		return usagef("want VERSION, got %d %s", len(pos), plural(len(pos), "argument", "arguments"))
+		return usagef("want VERSION, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
 	case !wire.ValidVersion(pos[0]):
-		return usagef("%q is not a version; want vX.Y.Z", rollback.Cut(rollback.Printable(pos[0]), 64))
+		return usagef("%q is not a version; want vX.Y.Z", text.Cut(text.Printable(pos[0]), 64))
 	}
 	version := pos[0]
 	check := wire.Withdrawals{Seq: 1, Withdrawn: []wire.Withdrawn{{Version: version, Reason: *reason, At: time.Now().UTC().Format(time.RFC3339)}}}
@@ -208,7 +209,7 @@ func listWithdrawals(ctx context.Context, s *stdio, b busFlags, asJSON bool) err
 		if err != nil {
 			return err
 		}
-		_, err = s.out.Write(append(rollback.PrintableJSON(out), '\n'))
+		_, err = s.out.Write(append(text.PrintableJSON(out), '\n'))
 		return err
 	}
 	if len(list.Withdrawn) == 0 {
@@ -222,7 +223,7 @@ func listWithdrawals(ctx context.Context, s *stdio, b busFlags, asJSON bool) err
 		if e.Reason != "" {
 			reason = fmt.Sprintf("%q", e.Reason)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", printable(e.Version), printable(e.At), rollback.Printable(reason))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", printable(e.Version), printable(e.At), text.Printable(reason))
 	}
 	return tw.Flush()
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
-	"github.com/novox/mesh-host/rollback"
 )
 
 // A command that cannot reach the bus says what to change, as the host's link does
@@ -76,7 +76,7 @@ func (d dial) explain(err error) error {
 			url = bus.DefaultURL
 		}
 		hint = fmt.Sprintf("nothing answers at %s: is `mesh-release serve` running, and is that its URL (--nats, else $%s; serve's first line says where it serves)?",
-			rollback.Cut(rollback.Redact(url), maxHintURL), envNATSURL)
+			text.Cut(text.Redact(url), maxHintURL), envNATSURL)
 	default:
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
 )
@@ -105,15 +106,7 @@ func noArgs(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if len(pos) != 0 {
-		return usagef("unexpected %s %q; this command takes flags only", plural(len(pos), "argument", "arguments"), pos)
+		return usagef("unexpected %s %q; this command takes flags only", text.Plural(len(pos), "argument", "arguments"), pos)
 	}
 	return nil
-}
-
-// plural is one when n is 1, else many.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

@@ -10,7 +10,8 @@ import (
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
-	"github.com/novox/mesh-host/rollback"
+
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -64,7 +65,7 @@ func neverHeardError(ctx context.Context, js jetstream.JetStream, n wire.Names, 
 	case len(heard) == 0:
 		b.WriteString("No node has heartbeated on this bus yet.\n")
 	default:
-		fmt.Fprintf(&b, "Heard from %d %s: %s", len(heard), plural(len(heard), "node", "nodes"), listNodes(nearest(heard, never[0])))
+		fmt.Fprintf(&b, "Heard from %d %s: %s", len(heard), text.Plural(len(heard), "node", "nodes"), listNodes(nearest(heard, never[0])))
 		if len(heard) > shownNodes {
 			fmt.Fprintf(&b, " and %d more (`mesh-release fleet` lists them all)", len(heard)-shownNodes)
 		}
@@ -96,7 +97,7 @@ func listNodes(nodes []string) string {
 	}
 	shown := make([]string, len(nodes))
 	for i, node := range nodes {
-		shown[i] = rollback.Cut(rollback.Printable(node), shownNodeBytes)
+		shown[i] = text.Cut(text.Printable(node), shownNodeBytes)
 	}
 	return strings.Join(shown, ", ")
 }

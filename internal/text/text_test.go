@@ -1,4 +1,4 @@
-package rollback
+package text
 
 import (
 	"encoding/json"

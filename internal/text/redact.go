@@ -1,4 +1,4 @@
-package rollback
+package text
 
 import (
 	"strings"
@@ -7,8 +7,7 @@ import (
 
 // Bus URLs may carry credentials (nats://user:password@host, or nats://token@host), and a URL
 // finds its way into log lines, errors, the output the launcher keeps and the heartbeats that
-// carry it off the machine. Redact is the one rule for all of them; it lives here because the
-// launcher, the host and the release side all use this package.
+// carry it off the machine. Redact is the one rule for all of them.
 
 // redacted replaces a URL's password, or its whole user part when there is no password (for
 // NATS that is a token).

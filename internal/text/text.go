@@ -1,4 +1,4 @@
-package rollback
+package text
 
 import (
 	"fmt"
@@ -8,8 +8,7 @@ import (
 
 // Text that comes from outside a process — a host's output kept in the records, a heartbeat
 // field, an error built from a declaration — is bounded before it is stored or sent, and made
-// printable before it is shown. The launcher, the host and the release side all use these two,
-// so there is one rule for both.
+// printable before it is shown.
 
 // Cut returns s if it is at most max bytes long; otherwise its head, cut on a UTF-8 boundary,
 // and a marker saying how many bytes were cut, the whole at most max bytes. A max smaller than

@@ -1,4 +1,4 @@
-package wire
+package text
 
 import "unicode/utf8"
 
