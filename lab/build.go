@@ -108,7 +108,6 @@ func BuildArgs(pkg, version string) []string {
 	}
 }
 
-
 // BuildX returns pkg built as name (a file name under Out), with each of x given to the
 // linker as -X (e.g. "github.com/novox/mesh-host/launcher.Version=v9.0.0"): a launcher of
 // another launcher version, or a fixture's mode.
