@@ -48,7 +48,7 @@ demo:
 # The figures the issues name; each benchmark reports its own units (ms, %, MB, ratio).
 BENCH := CGO_ENABLED=0 $(GO) test -run '^$$' -count 1 -timeout 30m
 bench:
-	$(BENCH) -bench 'StandAsideGap|CrashOnStart|LauncherFootprint' -benchtime 20x ./lab/
+	$(BENCH) -bench 'StandAsideGap|CrashOnStart|LauncherFootprint|LauncherTakeover' -benchtime 20x ./lab/
 	$(BENCH) -bench DeclarationToAppliedHeartbeat -benchtime 500x ./host/
 	$(BENCH) -bench Reconcile200 -benchtime 200x ./host/apply/
 	$(BENCH) -bench . -benchtime 2000x ./host/link/

@@ -196,3 +196,63 @@ func goLines(b *testing.B, dir string) int {
 	})
 	return total
 }
+
+// BenchmarkLauncherTakeover measures a launcher taking a new launcher by exec while its host
+// runs: the time nobody watches the host (the old image's exec to the host adopted by the new
+// one, CLOCK_BOOTTIME across the exec), and the host's downtime, which must be 0 — the same
+// host pid after every takeover, never restarted. Each op replaces the floor, as the package
+// does (two builds alternated: every copy is a new file).
+func BenchmarkLauncherTakeover(b *testing.B) {
+	n := benchNode(b, "200ms")
+	floor := filepath.Join(b.TempDir(), "mesh-launcher")
+	builds := []string{launcherAt(b, "v9.0.0"), launcherAt(b, "v9.0.1")}
+	if err := copyFile(n.Launcher, floor, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	n.Launcher = floor
+	if err := n.PlaceVersion("v1.0.0", build(b, PkgHost, "v1.0.0")); err != nil {
+		b.Fatal(err)
+	}
+	if err := n.Start("--launcher-check", "20ms"); err != nil {
+		b.Fatal(err)
+	}
+	hostPID := waitRunning(b, n, "v1.0.0").Running.PID
+	var unwatched []time.Duration
+	restarts := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		before := strings.Count(n.Log(), "took over as launcher")
+		next := floor + ".new"
+		if err := copyFile(builds[i%2], next, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Rename(next, floor); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for strings.Count(n.Log(), "took over as launcher") == before {
+			if time.Now().After(deadline) {
+				b.Fatalf("no takeover within 30s:\n%s", n.Log())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if syscall.Kill(hostPID, 0) != nil || parentOf(hostPID) != n.PID() {
+			restarts++
+		}
+	}
+	b.StopTimer()
+	for _, line := range strings.Split(n.Log(), "\n") {
+		if _, v, ok := strings.Cut(line, " unwatched="); ok && strings.Contains(line, "took over as launcher") {
+			if d, err := time.ParseDuration(strings.Fields(v)[0]); err == nil {
+				unwatched = append(unwatched, d)
+			}
+		}
+	}
+	if len(unwatched) < b.N {
+		b.Fatalf("%d takeovers logged their unwatched time, want %d", len(unwatched), b.N)
+	}
+	b.ReportMetric(quantile(unwatched, 0.5), "unwatched-median-ms")
+	b.ReportMetric(quantile(unwatched, 0.99), "unwatched-p99-ms")
+	b.ReportMetric(float64(restarts), "host-restarts")
+	b.ReportMetric(0, "ns/op")
+}

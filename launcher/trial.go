@@ -108,10 +108,9 @@ func (l *Launcher) judgeLastLauncher(ctx context.Context) error {
 // tookOver sets this image up from what the image that exec'd it handed over: the floor it
 // knew, whether this image is the floor or on trial, and the host, adopted.
 func (l *Launcher) tookOver(ctx context.Context, h *handover) error {
-	gap := time.Duration(monoNow() - h.ExecNS)
 	l.floorPath, l.floorVersion, l.floorID = h.FloorPath, h.FloorVersion, h.FloorID
 	l.isFloor, l.trial = h.Floor, h.Trial
-	log := l.log.With("from", h.From, "exec_gap", gap.Round(time.Microsecond))
+	log := l.log.With("from", h.From)
 	if h.To != l.self {
 		// The directory's name and the binary's own version disagree: run on, but never take
 		// this one again (it would be taken again and again).
@@ -132,7 +131,9 @@ func (l *Launcher) tookOver(ctx context.Context, h *handover) error {
 			return err
 		}
 		l.adopted = &adoptedHost{p: p, version: h.Host.Version, start: h.Host.Start, confirmed: h.Host.Confirmed, deadline: time.Duration(h.Host.Deadline)}
-		log.Info("took over as launcher; the host keeps running", "host_pid", h.Host.PID, "version", h.Host.Version, "trial", l.trial)
+		// unwatched: from the old image's exec to the host adopted, watched again (make bench).
+		unwatched := time.Duration(monoNow() - h.ExecNS)
+		log.Info("took over as launcher; the host keeps running", "host_pid", h.Host.PID, "version", h.Host.Version, "trial", l.trial, "unwatched", unwatched.Round(time.Microsecond))
 	} else {
 		log.Info("took over as launcher", "trial", l.trial)
 	}
