@@ -342,14 +342,15 @@ func (n *Node) WaitRunning(ctx context.Context) (SystemState, error) {
 	}
 }
 
-// Reboot runs `systemctl reboot` inside the node and waits until the lab has started it again
-// and its boot has finished, as WaitRunning says; PID is then the new PID 1.
-func (n *Node) Reboot(ctx context.Context) (SystemState, error) {
+// Reboot runs `systemctl reboot` inside the node — with flags, such as -ff (reboot(2) at once,
+// nothing stopped) — and waits until the lab has started it again and its boot has finished, as
+// WaitRunning says; PID is then the new PID 1.
+func (n *Node) Reboot(ctx context.Context, flags ...string) (SystemState, error) {
 	if n.PID() == 0 {
 		return SystemState{}, fmt.Errorf("node %s: not running (or already rebooting), so not rebooted", n.Name)
 	}
 	before := n.Reboots()
-	n.Systemctl(ctx, "reboot") // the nsenter'd systemctl may go down with the system: its error says nothing
+	n.Systemctl(ctx, append([]string{"reboot"}, flags...)...) // the nsenter'd systemctl may go down with the system: its error says nothing
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for n.Reboots() == before {
