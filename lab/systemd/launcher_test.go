@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,15 +138,16 @@ func launcherIs(t *testing.T, ctx context.Context, n *Node, v, state string) fun
 	}
 }
 
-// hostConfirmedUnder waits until n's unit is active with the packaged host confirmed, the
-// launcher records name v in state, and exactly one host runs, a child of MainPID; it returns
-// the unit's properties.
-func hostConfirmedUnder(t *testing.T, ctx context.Context, n *Node, v, state string) map[string]string {
+// hostConfirmedUnder waits until n's unit is active with the packaged host confirmed after
+// restarts automatic restarts (NRestarts; "" for any), the launcher records name v in state, and
+// exactly one host runs, a child of MainPID; it returns the unit's properties.
+func hostConfirmedUnder(t *testing.T, ctx context.Context, n *Node, restarts, v, state string) map[string]string {
 	t.Helper()
 	var p map[string]string
-	eventually(t, ctx, n, "the host confirmed under launcher "+v+" ("+state+")", func() bool {
+	eventually(t, ctx, n, "the host confirmed under launcher "+v+" ("+state+") after NRestarts="+restarts, func() bool {
 		var err error
-		if p, err = showProps(ctx, n); err != nil || p["ActiveState"] != "active" || p["StatusText"] != "running "+packaged+" (confirmed)" {
+		if p, err = showProps(ctx, n); err != nil || p["ActiveState"] != "active" || p["StatusText"] != "running "+packaged+" (confirmed)" ||
+			restarts != "" && p["NRestarts"] != restarts {
 			return false
 		}
 		hosts := hostPIDs(t, ctx, n)
@@ -164,6 +166,26 @@ func hostNotBad(t *testing.T, ctx context.Context, n *Node) {
 	if outs := hostStarts(t, ctx, n, packaged); slices.Contains(outs, string(rollback.OutcomeFailed)) {
 		t.Errorf("host %s's starts %q: a start whose launcher died is recorded failed", packaged, outs)
 	}
+}
+
+// lastJournal is when the unit's journal last logged a line containing msg.
+func lastJournal(t *testing.T, ctx context.Context, n *Node, msg string) time.Time {
+	t.Helper()
+	out, err := n.Exec(ctx, "journalctl", "--no-pager", "-u", "mesh-launcher", "-o", "short-unix", "--grep", msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at time.Time
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		stamp, _, _ := strings.Cut(line, " ")
+		if sec, err := strconv.ParseFloat(stamp, 64); err == nil {
+			at = time.Unix(0, int64(sec*1e9))
+		}
+	}
+	if at.IsZero() {
+		t.Fatalf("the journal has no %q:\n%s", msg, out)
+	}
+	return at
 }
 
 // dropIn is a drop-in for the unit, as install's files take it.
@@ -264,9 +286,11 @@ func TestLauncherUnderSystemd(t *testing.T) {
 		crash := bad(t, "v9.1.0", "crash")
 		staged := time.Now()
 		stageIn(t, ctx, n, "v9.1.0", crash)
-		p := hostConfirmedUnder(t, ctx, n, "v9.0.0", rollback.LauncherConfirmed)
-		back := time.Since(staged)
-		t.Logf("figure: a crashing launcher → the previous one running the host again, under systemd: %s from staging (--launcher-check 5s, RestartSec=5s)", back.Round(time.Millisecond))
+		p := hostConfirmedUnder(t, ctx, n, "1", "v9.0.0", rollback.LauncherConfirmed)
+		back := time.Now()
+		execd := lastJournal(t, ctx, n, "taking the new launcher by exec.* to=v9.1.0 ")
+		t.Logf("figure: a crashing launcher → the previous one running the host again, under systemd: %s from staging (--launcher-check 5s), %s from its exec (RestartSec=5s)",
+			back.Sub(staged).Round(time.Millisecond), back.Sub(execd).Round(time.Millisecond))
 		if p["NRestarts"] != "1" || p["MainPID"] == before["MainPID"] {
 			t.Errorf("after the crash %v, want NRestarts=1 and a new MainPID (was %s)", p, before["MainPID"])
 		}
@@ -302,7 +326,7 @@ func TestLauncherUnderSystemd(t *testing.T) {
 			p, err := showProps(ctx, n)
 			return err == nil && p["NRestarts"] == "1"
 		})
-		p := hostConfirmedUnder(t, ctx, n, launcher.Version, rollback.LauncherFloor)
+		p := hostConfirmedUnder(t, ctx, n, "1", launcher.Version, rollback.LauncherFloor)
 		if exe := exeOf(ctx, n, p["MainPID"]); exe != "/usr/bin/mesh-launcher" {
 			t.Errorf("MainPID %s runs %q, want the floor", p["MainPID"], exe)
 		}
@@ -313,8 +337,9 @@ func TestLauncherUnderSystemd(t *testing.T) {
 		if len(rep.Rollbacks) != 1 || rep.Rollbacks[0].From != "v9.2.0" || rep.Rollbacks[0].To != launcher.Version {
 			t.Errorf("launcher rollbacks %+v, want one from v9.2.0 to the floor %s", rep.Rollbacks, launcher.Version)
 		}
-		if j, err := n.Exec(ctx, "journalctl", "--no-pager", "-u", "mesh-launcher", "--grep", "Watchdog timeout"); err != nil || !strings.Contains(string(j), "killing") {
-			t.Errorf("systemd's journal does not say the watchdog killed the launcher: %v\n%s", err, j)
+		j, err := n.Exec(ctx, "journalctl", "--no-pager", "-u", "mesh-launcher", "--grep", "Watchdog timeout|with signal SIGABRT")
+		if err != nil || !strings.Contains(string(j), "Watchdog timeout (limit 10s)") || !strings.Contains(string(j), "(mesh-launcher) with signal SIGABRT") {
+			t.Errorf("systemd's journal does not say its watchdog killed the launcher with SIGABRT: %v\n%s", err, j)
 		}
 		hostNotBad(t, ctx, n)
 	})
@@ -358,7 +383,7 @@ func TestLauncherUnderSystemd(t *testing.T) {
 			if n.PID() == old {
 				t.Fatalf("the node's PID 1 is %d as before the reboot", old)
 			}
-			hostConfirmedUnder(t, ctx, n, "v9.0.0", rollback.LauncherConfirmed)
+			hostConfirmedUnder(t, ctx, n, "0", "v9.0.0", rollback.LauncherConfirmed)
 			rep := launcherOf(t, ctx, n)
 			if v, ok := launcherVersion(rep, "v9.0.0"); !ok || !v.Bad.IsZero() {
 				t.Errorf("launcher v9.0.0 after the reboot: %+v, want it not bad", v)
@@ -400,7 +425,7 @@ func TestLauncherUnderSystemd(t *testing.T) {
 			if err := <-killed; err != nil {
 				t.Fatal(err)
 			}
-			p := hostConfirmedUnder(t, ctx, n, "v9.0.0", rollback.LauncherConfirmed)
+			p := hostConfirmedUnder(t, ctx, n, "1", "v9.0.0", rollback.LauncherConfirmed)
 			if p["NRestarts"] != "1" || p["MainPID"] == pid {
 				t.Errorf("after SIGKILL %v, want NRestarts=1 and a new MainPID (was %s)", p, pid)
 			}
@@ -494,7 +519,7 @@ func TestLauncherUnderSystemd(t *testing.T) {
 		if out, err := n.Systemctl(ctx, "restart", "mesh-launcher"); err != nil {
 			t.Fatalf("systemctl restart: %v\n%s", err, out)
 		}
-		hostConfirmedUnder(t, ctx, n, "v9.0.0", rollback.LauncherConfirmed)
+		hostConfirmedUnder(t, ctx, n, "", "v9.0.0", rollback.LauncherConfirmed)
 		rep := launcherOf(t, ctx, n)
 		if v, ok := launcherVersion(rep, "v9.0.0"); !ok || v.Confirmed.IsZero() || !v.Bad.IsZero() {
 			t.Errorf("launcher v9.0.0 %+v, want it confirmed, not bad, as the current launcher left it", v)
