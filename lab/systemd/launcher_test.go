@@ -384,6 +384,12 @@ func TestLauncherUnderSystemd(t *testing.T) {
 				t.Fatalf("the node's PID 1 is %d as before the reboot", old)
 			}
 			hostConfirmedUnder(t, ctx, n, "0", "v9.0.0", rollback.LauncherConfirmed)
+			// Forced, the launcher on trial never said it ended: the floor saw it left so on
+			// the boot before (the node's boot_id is new) and did not judge it.
+			j, _ := n.Exec(ctx, "journalctl", "--no-pager", "-b", "-u", "mesh-launcher")
+			if said := strings.Contains(string(j), "ended with it; not judged"); said != (tc.how == "-ff") {
+				t.Errorf("after %s the floor said it did not judge the launcher of the boot before: %v, want %v\n%s", tc.name, said, tc.how == "-ff", j)
+			}
 			rep := launcherOf(t, ctx, n)
 			if v, ok := launcherVersion(rep, "v9.0.0"); !ok || !v.Bad.IsZero() {
 				t.Errorf("launcher v9.0.0 after the reboot: %+v, want it not bad", v)
@@ -395,16 +401,20 @@ func TestLauncherUnderSystemd(t *testing.T) {
 		})
 	}
 
-	// 4b. SIGKILL of the launcher (MainPID) around its exec: before it (right after staging, while
-	// the floor still runs) and just after it (the new image adopting the host). systemd starts
-	// the unit again, exactly one host runs, the node converges on v9.0.0, and nothing is marked
-	// bad.
-	for _, tc := range []struct{ name, when string }{
-		{"right after staging", "before"},
-		{"just after the exec", "after"},
+	// 4b. SIGKILL of the launcher (MainPID) around its exec. Right after staging, while the floor
+	// still runs (it looks every 5s): systemd starts the unit again, the floor is not judged (it
+	// is the floor), execs v9.0.0 before it starts a host, and v9.0.0 confirms; nothing is bad.
+	// Just after the exec (the new image adopting the host), the kill ends v9.0.0's trial, and
+	// the floor cannot tell a SIGKILL from outside from an image that died without a word: as
+	// decision 0018 has it, v9.0.0 is marked bad ("… or was killed before it said why") and the
+	// floor runs the host. Either way exactly one host runs and the host release is not judged.
+	for _, tc := range []struct{ name, when, v, state string }{
+		{"right after staging", "before", "v9.0.0", rollback.LauncherConfirmed},
+		{"just after the exec", "after", launcher.Version, rollback.LauncherFloor},
 	} {
 		t.Run("SIGKILL of the launcher/"+tc.name, func(t *testing.T) {
 			n := w.install(t, ctx, "lkill"+tc.when, nil)
+			next := good(t, "v9.0.0")
 			before := show(t, ctx, n)
 			pid := before["MainPID"]
 			killed := make(chan error, 1)
@@ -417,7 +427,7 @@ func TestLauncherUnderSystemd(t *testing.T) {
 					killed <- err
 				}()
 			}
-			stageIn(t, ctx, n, "v9.0.0", good(t, "v9.0.0"))
+			stageIn(t, ctx, n, "v9.0.0", next)
 			if tc.when == "before" {
 				_, err := n.Exec(ctx, "kill", "-KILL", pid)
 				killed <- err
@@ -425,9 +435,9 @@ func TestLauncherUnderSystemd(t *testing.T) {
 			if err := <-killed; err != nil {
 				t.Fatal(err)
 			}
-			p := hostConfirmedUnder(t, ctx, n, "1", "v9.0.0", rollback.LauncherConfirmed)
-			if p["NRestarts"] != "1" || p["MainPID"] == pid {
-				t.Errorf("after SIGKILL %v, want NRestarts=1 and a new MainPID (was %s)", p, pid)
+			p := hostConfirmedUnder(t, ctx, n, "1", tc.v, tc.state)
+			if p["MainPID"] == pid {
+				t.Errorf("after SIGKILL %v, want a new MainPID (was %s)", p, pid)
 			}
 			// Watch a few heartbeat intervals: a stray host from before would still be there.
 			for range 3 {
@@ -437,13 +447,17 @@ func TestLauncherUnderSystemd(t *testing.T) {
 				}
 			}
 			rep := launcherOf(t, ctx, n)
-			for _, v := range rep.Versions {
-				if !v.Bad.IsZero() {
-					t.Errorf("launcher %s marked bad after a SIGKILL from outside: %s", v.Version, v.BadReason)
+			v, _ := launcherVersion(rep, "v9.0.0")
+			switch tc.when {
+			case "before":
+				if !v.Bad.IsZero() || len(rep.Rollbacks) != 0 {
+					t.Errorf("launcher v9.0.0 %+v, rollbacks %+v after the floor was killed: want it not bad, no rollback", v, rep.Rollbacks)
 				}
-			}
-			if len(rep.Rollbacks) != 0 {
-				t.Errorf("launcher rollbacks %+v after a SIGKILL from outside, want none", rep.Rollbacks)
+			case "after":
+				if v.Bad.IsZero() || !strings.Contains(v.BadReason, "ended on trial without confirming") ||
+					len(rep.Rollbacks) != 1 || rep.Rollbacks[0].From != "v9.0.0" || rep.Rollbacks[0].To != launcher.Version {
+					t.Errorf("launcher v9.0.0 %+v, rollbacks %+v: want it judged for its trial's end, rolled back to the floor", v, rep.Rollbacks)
+				}
 			}
 			hostNotBad(t, ctx, n)
 		})
