@@ -143,6 +143,18 @@ func (e errFailedState) Error() string { return e.reason }
 // reaches its failed state (exit ExitFailed, reason recorded). Other errors (the root cannot be
 // locked, the records cannot be opened) return a non-nil error and exit 1.
 func Run(ctx context.Context, cfg Config) (int, error) {
+	// The caller logs the error that ends Run to the journal; a delivered image also leaves it
+	// in launcher.out, where the floor judging it reads why it ended ("cannot open records.db").
+	var captured slog.Handler
+	code, err := run(ctx, cfg, &captured)
+	if err != nil && captured != nil {
+		slog.New(captured).Error("mesh-launcher cannot run", "err", err)
+	}
+	return code, err
+}
+
+// run is Run; a delivered image's launcher.out handler, once opened, is put in *captured.
+func run(ctx context.Context, cfg Config, captured *slog.Handler) (int, error) {
 	cfg = cfg.Defaults()
 	log := cfg.Logger.With("root", cfg.Root)
 	h, err := readHandover()
@@ -159,7 +171,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			log.Error("descriptors the launcher before did not hand over were open after exec; closed them", "fds", strings.Join(leaked, " "))
 		}
 		if !h.Floor {
-			log = CaptureOutput(cfg.Root, log)
+			log, *captured = captureOutput(cfg.Root, log)
 		}
 	}
 	var lock *rollback.Lock

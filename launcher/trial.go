@@ -144,16 +144,24 @@ func (l *Launcher) tookOver(ctx context.Context, h *handover) error {
 // dies, to ROOT/launcher.out, for the floor to keep if this image ends without saying so. It
 // runs before records.db is opened: an image that cannot open it is judged by what it said.
 func CaptureOutput(root string, log *slog.Logger) *slog.Logger {
+	l, _ := captureOutput(root, log)
+	return l
+}
+
+// captureOutput is CaptureOutput, also returning the handler writing launcher.out alone (nil
+// when it could not be opened).
+func captureOutput(root string, log *slog.Logger) (*slog.Logger, slog.Handler) {
 	f, err := os.OpenFile(filepath.Join(root, outputName), os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		log.Warn("could not keep this launcher's output for its judge", "err", err)
-		return log
+		return log, nil
 	}
 	if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
 		log.Warn("could not keep this launcher's crash output for its judge", "err", err)
 	}
 	// f stays open for the life of the image: the runtime writes to it as the image dies.
-	return slog.New(slog.NewMultiHandler(log.Handler(), slog.NewTextHandler(&cappedFile{f: f, max: maxOutputFile}, nil)))
+	out := slog.NewTextHandler(&cappedFile{f: f, max: maxOutputFile}, nil)
+	return slog.New(slog.NewMultiHandler(log.Handler(), out)), out
 }
 
 // cappedFile writes to f until it holds max bytes, then starts it again.
