@@ -508,8 +508,8 @@ func (r *Records) LauncherRollbacks(ctx context.Context, limit int) ([]LauncherR
 
 // LauncherReport is the launcher as a heartbeat and `mesh-launcher status` say it.
 type LauncherReport struct {
-	Version        string             `json:"version"`          // the image running (or last run)
-	Digest         digest.Digest      `json:"digest,omitempty"` // its digest, when it is a delivered version
+	Version        string             `json:"version"` // the image running (or last run)
+	Digest         digest.Digest      `json:"digest"`  // its digest when it is a delivered version, else ""
 	FloorVersion   string             `json:"floor_version"`
 	State          string             `json:"state"` // LauncherConfirmed, LauncherTrial or LauncherFloor
 	RolledBackFrom string             `json:"rolled_back_from,omitempty"`
