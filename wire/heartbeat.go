@@ -173,6 +173,11 @@ type Fetch struct {
 	StalledS int64     `json:"stalled_s,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	RetryAt  time.Time `json:"retry_at,omitzero"`
+	// LauncherNote is, with "staged", what became of the mesh-launcher the release carried
+	// (at most 256 bytes): "launcher v0.3.0 staged", or why it was not staged — which never
+	// keeps the host version from being staged. Absent when the release carried none or the
+	// node had it already.
+	LauncherNote string `json:"launcher_note,omitempty"`
 }
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []
