@@ -420,9 +420,16 @@ func (r *Records) ConfirmLauncher(ctx context.Context, version string) error {
 		return r.wrap("confirm launcher "+version, err)
 	}
 	// A launcher newer than every one the floor was pinned below confirmed: the pin is lifted.
+	// Newer by semver, which SQL cannot compare: one at or below the pin leaves it (a pin with
+	// nothing recorded below it is lifted by any).
+	var upTo string
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(floor_pinned_upto, '') FROM launcher WHERE id = 1`).Scan(&upTo); err != nil {
+		return r.wrap("confirm launcher "+version, err)
+	}
+	lift := semver.Compare(version, upTo) > 0
 	if _, err := tx.ExecContext(ctx, `UPDATE launcher SET current_trial = 0, current_failures = 0,
-		floor_pinned = CASE WHEN floor_pinned_upto IS NOT NULL AND ? != floor_pinned_upto THEN NULL ELSE floor_pinned END
-		WHERE id = 1 AND current_version = ?`, version, version); err != nil {
+		floor_pinned = CASE WHEN ? THEN NULL ELSE floor_pinned END
+		WHERE id = 1 AND current_version = ?`, lift, version); err != nil {
 		return r.wrap("confirm launcher "+version, err)
 	}
 	return r.wrapIf("confirm launcher "+version, tx.Commit())
