@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -460,7 +461,7 @@ func TestPinnedFloorPassesOverWhatWasRecordedUntilANewerLauncherConfirms(t *test
 	}
 }
 
-func TestCurrentLauncherFailuresCarryOverForTheSameVersionOnly(t *testing.T) {
+func TestCurrentLauncherFailuresCarryOverForTheSameVersionAndAcrossTheFloorOnly(t *testing.T) {
 	ctx := context.Background()
 	root := newRoot(t)
 	r, c := openRecords(t, root)
@@ -477,6 +478,7 @@ func TestCurrentLauncherFailuresCarryOverForTheSameVersionOnly(t *testing.T) {
 		floorPinned     bool
 		unitStartedSeen bool
 	}
+	var tookOver time.Time
 	for _, step := range []struct {
 		name string
 		do   func() error
@@ -504,8 +506,18 @@ func TestCurrentLauncherFailuresCarryOverForTheSameVersionOnly(t *testing.T) {
 		}, want{version: "v1.2.0", unitStartedSeen: true}},
 		{"counted after confirming", func() error { _, err := r.CountLauncherFailure(ctx); return err },
 			want{version: "v1.2.0", ended: true, failures: 1, unitStartedSeen: true}},
-		{"another version starts at 0", func() error { return r.SetCurrentLauncher(ctx, "v1.3.0", false, true) },
-			want{version: "v1.3.0", trial: true, unitStartedSeen: true}},
+		{"the floor judging it keeps the count", func() error { return r.SetCurrentLauncher(ctx, "v1.1.0", true, false) },
+			want{version: "v1.1.0", floor: true, failures: 1, unitStartedSeen: true}},
+		{"and the launcher it runs again keeps it", func() error { return r.SetCurrentLauncher(ctx, "v1.2.0", false, false) },
+			want{version: "v1.2.0", failures: 1, unitStartedSeen: true}},
+		{"an end as a launcher should starts the count again", func() error { return r.EndCurrentLauncher(ctx) },
+			want{version: "v1.2.0", ended: true, unitStartedSeen: true}},
+		{"counted once more", func() error { _, err := r.CountLauncherFailure(ctx); return err },
+			want{version: "v1.2.0", ended: true, failures: 1, unitStartedSeen: true}},
+		{"another version taking over from it starts at 0", func() error {
+			tookOver = c.now()
+			return r.SetCurrentLauncher(ctx, "v1.3.0", false, true)
+		}, want{version: "v1.3.0", trial: true, unitStartedSeen: true}},
 		{"confirming another version leaves the one running on trial", func() error { return r.ConfirmLauncher(ctx, "v1.2.0") },
 			want{version: "v1.3.0", trial: true, unitStartedSeen: true}},
 		{"an end as a launcher should is not a failure", func() error { return r.EndCurrentLauncher(ctx) },
@@ -525,8 +537,8 @@ func TestCurrentLauncherFailuresCarryOverForTheSameVersionOnly(t *testing.T) {
 		}
 	}
 	// Since is when the image took over, not when it was counted or ended.
-	if cur := current(t, r); !cur.Since.Equal(t0.Add(8e9)) {
-		t.Errorf("since %v, want %v (when v1.3.0 took over)", cur.Since, t0.Add(8e9))
+	if cur := current(t, r); !cur.Since.Equal(tookOver) {
+		t.Errorf("since %v, want %v (when v1.3.0 took over)", cur.Since, tookOver)
 	}
 	if rec, _, _ := r.LookupLauncher(ctx, "v1.3.0"); !rec.Confirmed.IsZero() {
 		t.Errorf("v1.3.0 confirmed at %v by another version's confirmation", rec.Confirmed)
