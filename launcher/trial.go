@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -186,10 +187,13 @@ func lastOutput(root string) (out, how string) {
 	before := &tail{max: tailLines / 2}
 	after := &tail{max: tailLines / 2}
 	var crash, lastError string
-	sc := bufio.NewScanner(io.LimitReader(f, maxOutputFile+1<<10))
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
-	for sc.Scan() {
-		line := rollback.Redact(sc.Text())
+	br := bufio.NewReaderSize(io.LimitReader(f, maxOutputFile+1<<10), 64<<10)
+	for {
+		raw, err := readCutLine(br)
+		if raw == "" && err != nil {
+			break
+		}
+		line := rollback.Redact(raw)
 		switch {
 		case crash != "":
 			if len(after.lines()) < after.max {
@@ -204,8 +208,11 @@ func lastOutput(root string) (out, how string) {
 				lastError = rollback.Cut(line, 256)
 			}
 		}
+		if err != nil {
+			break
+		}
 	}
-	out = strings.TrimPrefix(before.String()+"\n"+after.String(), "\n")
+	out = strings.Trim(before.String()+"\n"+after.String(), "\n")
 	switch {
 	case strings.HasPrefix(crash, "SIGABRT"):
 		how = "it hung and the watchdog killed it (SIGABRT)"
@@ -217,6 +224,17 @@ func lastOutput(root string) (out, how string) {
 		how = howUnknown
 	}
 	return out, how
+}
+
+// readCutLine reads one line without its newline, keeping at most the reader's buffer of it: a
+// longer line is cut, not an end of reading (a crash after it must still be found).
+func readCutLine(br *bufio.Reader) (string, error) {
+	b, err := br.ReadSlice('\n')
+	line := strings.TrimSuffix(string(b), "\n")
+	for errors.Is(err, bufio.ErrBufferFull) {
+		_, err = br.ReadSlice('\n')
+	}
+	return line, err
 }
 
 const howUnknown = "it crashed, exited, hung or was killed before it said why"
