@@ -155,7 +155,8 @@ func CaptureOutput(root string, log *slog.Logger) *slog.Logger {
 	return slog.New(slog.NewMultiHandler(log.Handler(), slog.NewTextHandler(&cappedFile{f: f, max: maxOutputFile}, nil)))
 }
 
-// cappedFile writes to f until it holds max bytes, then starts it again.
+// cappedFile writes to f until it holds max bytes, then starts it again. A record longer than
+// max is cut to its beginning (its level and message), so the file never holds more.
 type cappedFile struct {
 	f       *os.File
 	max     int64
@@ -163,14 +164,21 @@ type cappedFile struct {
 }
 
 func (c *cappedFile) Write(p []byte) (int, error) {
+	n := len(p)
+	if int64(len(p)) > c.max {
+		p = append(p[:c.max-1:c.max-1], '\n')
+	}
 	if c.written+int64(len(p)) > c.max {
 		c.f.Truncate(0)
 		c.f.Seek(0, io.SeekStart)
 		c.written = 0
 	}
-	n, err := c.f.Write(p)
-	c.written += int64(n)
-	return n, err
+	m, err := c.f.Write(p)
+	c.written += int64(m)
+	if err != nil {
+		return m, err
+	}
+	return n, nil
 }
 
 // lastOutput reads what a delivered launcher wrote to ROOT/launcher.out: its last lines, and
