@@ -648,3 +648,53 @@ func TestCleanStagingRemovesLauncherLeftoversAndKeepsOneUnderWay(t *testing.T) {
 		t.Errorf("CleanStaging after the commit = %q, %v", removed, err)
 	}
 }
+
+func TestLauncherStatusSaysTheStateAndWhatItRolledBackFrom(t *testing.T) {
+	ctx := context.Background()
+	root := newRoot(t)
+	r, _ := openRecords(t, root)
+	d2 := recordLauncher(t, r, root, "v1.2.0")
+	recordLauncher(t, r, root, "v1.3.0")
+	placeLauncher(t, root, "v1.4.0", "") // copied by hand
+	for _, step := range []struct {
+		name           string
+		do             func() error
+		state, digest  string
+		rolledBackFrom string
+	}{
+		{"nothing has run", func() error { return nil }, "", "", ""},
+		{"the floor", func() error {
+			if err := r.UnitStarted(ctx, "v1.1.0", DefaultFloor); err != nil {
+				return err
+			}
+			return r.SetCurrentLauncher(ctx, "v1.1.0", true, false)
+		}, LauncherFloor, "", ""},
+		{"a launcher on trial", func() error { return r.SetCurrentLauncher(ctx, "v1.2.0", false, true) }, LauncherTrial, d2.String(), ""},
+		{"confirmed", func() error { return r.ConfirmLauncher(ctx, "v1.2.0") }, LauncherConfirmed, d2.String(), ""},
+		{"rolled back to from v1.3.0", func() error {
+			return r.RecordLauncherRollback(ctx, LauncherRollback{From: "v1.3.0", To: "v1.2.0", Reason: "it crashed"})
+		}, LauncherConfirmed, d2.String(), "v1.3.0"},
+		{"the floor, after a rollback to another", func() error { return r.SetCurrentLauncher(ctx, "v1.1.0", true, false) }, LauncherFloor, "", ""},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		rep, err := r.LauncherStatus(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.State != step.state || rep.Digest.String() != step.digest || rep.RolledBackFrom != step.rolledBackFrom {
+			t.Errorf("%s: state %q, digest %q, rolled back from %q; want %q, %q, %q", step.name, rep.State, rep.Digest, rep.RolledBackFrom, step.state, step.digest, step.rolledBackFrom)
+		}
+		var versions []string
+		for _, v := range rep.Versions {
+			versions = append(versions, v.Version+":"+v.Provenance.Source)
+		}
+		if want := []string{"v1.4.0:found", "v1.3.0:delivered", "v1.2.0:delivered"}; !slices.Equal(versions, want) {
+			t.Errorf("%s: versions %v, want %v", step.name, versions, want)
+		}
+		if rep.Rollbacks == nil || rep.Versions == nil {
+			t.Errorf("%s: nil lists would be JSON null", step.name)
+		}
+	}
+}
