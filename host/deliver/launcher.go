@@ -165,8 +165,8 @@ func (d *Deliverer) launcherPreflight(ctx context.Context, bin, version string) 
 	for try := 0; ; try++ {
 		stdout.buf.Reset()
 		stderr.buf.Reset()
-		cmd = exec.CommandContext(ctx, bin, "version")
-		cmd.Env = append(os.Environ(), "MESH_HOST_ROOT="+d.cfg.Root)
+		cmd = exec.CommandContext(ctx, bin, rollback.CmdVersion)
+		cmd.Env = append(os.Environ(), rollback.EnvRoot+"="+d.cfg.Root)
 		cmd.Dir = d.cfg.Root
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		cmd.WaitDelay = 2 * time.Second
