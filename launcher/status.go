@@ -24,6 +24,8 @@ type Report struct {
 	State          string `json:"state"`
 	Degraded       bool   `json:"degraded"`
 	DegradedReason string `json:"degraded_reason"`
+	// UnitFileChanged: the unit file was written after the unit's last start (UnitFileChangedNote).
+	UnitFileChanged bool `json:"unit_file_changed"`
 	rollback.Status
 }
 
@@ -73,6 +75,7 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 		st.Running = nil
 	}
 	rep.Status = st
+	rep.UnitFileChanged = rep.LauncherPID != 0 && unitFileChanged(ctx, r, FindUnitFile)
 	rep.State, rep.DegradedReason = judgeState(rep)
 	rep.Degraded = rep.State == StateDegraded
 	return rep, nil
@@ -160,6 +163,9 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 	}
 	if rep.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", text(rep.Note))
+	}
+	if rep.UnitFileChanged {
+		fmt.Fprintf(tw, "unit\t%s\n", UnitFileChangedNote)
 	}
 	tw.Flush()
 
