@@ -35,7 +35,7 @@ func TestPackageUpgradeNeverStopsTheHost(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(n.Root(), "root", filepath.Base(deb)), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := n.Exec(ctx, "apt-get", "install", "-y", "--no-download", "/root/"+filepath.Base(deb))
+		out, err := n.Exec(ctx, "apt-get", "install", "-y", "/root/"+filepath.Base(deb))
 		if err != nil {
 			t.Fatalf("apt-get install: %v\n%s", err, out)
 		}
