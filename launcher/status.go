@@ -25,6 +25,8 @@ type Report struct {
 	State          string `json:"state"`
 	Degraded       bool   `json:"degraded"`
 	DegradedReason string `json:"degraded_reason"`
+	// UnitFileChanged: the unit file was written after the unit's last start (UnitFileChangedNote).
+	UnitFileChanged bool `json:"unit_file_changed"`
 	rollback.Status
 	// Launcher is the launcher image the unit runs (or ran last), the floor's version, the
 	// launcher versions under ROOT/launchers and the launcher rollbacks, newest first.
@@ -84,6 +86,7 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 		return rep, statusErr(err)
 	}
 	rep.launcherUnknown = !r.HasLaunchers()
+	rep.UnitFileChanged = rep.LauncherPID != 0 && unitFileChanged(ctx, r, FindUnitFile)
 	rep.State, rep.DegradedReason = judgeState(rep)
 	rep.Degraded = rep.State == StateDegraded
 	return rep, nil
@@ -164,6 +167,9 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 	}
 	if rep.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", text(rep.Note))
+	}
+	if rep.UnitFileChanged {
+		fmt.Fprintf(tw, "unit\t%s\n", UnitFileChangedNote)
 	}
 	tw.Flush()
 
