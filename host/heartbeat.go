@@ -116,9 +116,36 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	if hb.Fetch != nil {
 		hb.Fetch.Error = text.CutMiddle(hb.Fetch.Error, wire.MaxErrorBytes)
 	}
+	if hb.Launcher, err = h.launcher(ctx); err != nil {
+		warn("the launcher", err)
+	}
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb
+}
+
+// launcher is the launcher running this host as the records say it, each text cut to its
+// bound (docs/wire.md, "Heartbeat size"); nil when the records are older than launcher versions
+// (the launcher running predates them) or say nothing of the launcher yet.
+func (h *Host) launcher(ctx context.Context) (*wire.Launcher, error) {
+	if !h.records.HasLaunchers() {
+		return nil, nil
+	}
+	rep, err := h.records.LauncherStatus(ctx, h.root)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Version == "" && rep.FloorVersion == "" {
+		return nil, nil
+	}
+	l := &wire.Launcher{Version: text.Cut(rep.Version, wire.MaxLauncherVersionBytes),
+		Floor: text.Cut(rep.FloorVersion, wire.MaxLauncherVersionBytes), State: rep.State}
+	if rep.RolledBackFrom != "" && len(rep.Rollbacks) > 0 {
+		rb := rep.Rollbacks[0] // the newest, the one RolledBackFrom names
+		l.RolledBackFrom = text.Cut(rep.RolledBackFrom, wire.MaxLauncherVersionBytes)
+		l.RolledBackAt, l.RollbackReason = rb.At.UTC(), text.Cut(rb.Reason, wire.MaxReasonBytes)
+	}
+	return l, nil
 }
 
 // staged lists the versions on disk newer than this one and not marked bad, newest first.

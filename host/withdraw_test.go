@@ -196,7 +196,7 @@ func TestAWithdrawnReleaseStepsRealNodesDownToTheVersionBefore(t *testing.T) {
 	// v1.1.0 is released and targeted; both nodes fetch it, stand aside for it and confirm it.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rel, err := build.Build(ctx, build.Options{Version: "v1.1.0", Key: meshtest.ReleaseKey.Private, OutDir: filepath.Join(t.TempDir(), "v1.1.0"), Binary: v110})
+	rel, err := build.Build(ctx, build.Options{Version: "v1.1.0", Key: meshtest.ReleaseKey.Private, OutDir: filepath.Join(t.TempDir(), "v1.1.0"), Binary: v110, NoLauncher: true})
 	if err != nil {
 		t.Fatal(err)
 	}

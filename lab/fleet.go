@@ -128,7 +128,7 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 	if f.Reads, err = CountArchiveReads(f.observer, f.Bus.Names); err != nil {
 		return f, err
 	}
-	f.Release = &Release{Bin: releaseBin, KeyDir: filepath.Join(o.Dir, "keys"), Out: filepath.Join(o.Dir, "releases"), NATS: f.Bus.URL()}
+	f.Release = &Release{Bin: releaseBin, KeyDir: filepath.Join(o.Dir, "keys"), Out: filepath.Join(o.Dir, "releases"), NATS: f.Bus.URL(), Launcher: launcherBin}
 	if f.Key, err = f.Release.Keygen(ctx); err != nil {
 		return f, err
 	}

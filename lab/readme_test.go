@@ -334,17 +334,24 @@ func sampleShape(sample, real string) string {
 		header  string
 		rows    [][]string
 		section []string
+		// the launcher versions' table, after the host's (issue 19)
+		launcherHeader []string
+		launcherRows   [][]string
 	}
 	read := func(text string) shape {
 		var sh shape
-		inTable := false
+		inTable, inLaunchers := false, false
 		for _, line := range strings.Split(text, "\n") {
 			switch {
 			case strings.TrimSpace(line) == "":
-				inTable = false
+				inTable, inLaunchers = false, false
 			case strings.HasPrefix(line, "VERSION "):
 				sh.header, inTable = strings.Join(cells(line), " "), true
+			case strings.HasPrefix(line, "LAUNCHER VERSION "):
+				sh.launcherHeader, inLaunchers = cells(line), true
 			case strings.HasPrefix(line, " "):
+			case inLaunchers:
+				sh.launcherRows = append(sh.launcherRows, cells(line))
 			case inTable:
 				sh.rows = append(sh.rows, cells(line))
 			case strings.HasPrefix(line, "last rollback:"):
@@ -374,6 +381,13 @@ func sampleShape(sample, real string) string {
 		return fmt.Sprintf("its table header is %q, the real one %q", s.header, r.header)
 	case !slices.Equal(s.section, r.section):
 		return fmt.Sprintf("its sections are %q, the real ones %q", s.section, r.section)
+	case !slices.Equal(s.launcherHeader, r.launcherHeader):
+		return fmt.Sprintf("its launcher table's header is %q, the real one %q", s.launcherHeader, r.launcherHeader)
+	}
+	for _, row := range s.launcherRows {
+		if len(row) != len(s.launcherHeader) {
+			return fmt.Sprintf("its launcher row %q has %d cells, the header %d", row, len(row), len(s.launcherHeader))
+		}
 	}
 	for _, row := range s.rows {
 		if len(row) != len(strings.Fields(s.header)) {
@@ -591,12 +605,17 @@ func TestREADMESubstitutionListIsReadFromItsMarker(t *testing.T) {
 // A sample of `mesh-launcher status` matches real output by its labels, its table's header and
 // the cells of each row, not by what differs between machines.
 func TestLauncherStatusSampleShapeIsComparedWithTheRealOutput(t *testing.T) {
-	real := "root         /r\nstate        healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  installed by hand\n\nlast rollback: v1 -> v0\n"
+	real := "root         /r\nstate        healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  installed by hand\n\nlast rollback: v1 -> v0\n" +
+		"\nLAUNCHER VERSION  DIGEST  STATE  PROVENANCE\nv1.0.0            -       floor  the package's\n"
+	launchers := "\nLAUNCHER VERSION  DIGEST  STATE  PROVENANCE\nv1.1.0  sha256:3…  running, trial  delivered with v1.2.0\nv1.0.0  -  floor  the package's: /usr/bin/mesh-launcher\n"
 	for _, tc := range []struct {
 		name, sample string
 		ok           bool
 	}{
-		{"the same shape, another machine", "root         /var/lib/mesh-host   ← a note\nstate        degraded: x\n\nVERSION  DIGEST  PROVENANCE\nv1.1.0   sha256:2…  delivered, signed by key k\n\nlast rollback: v2 -> v1 at T\n", true},
+		{"the same shape, another machine", "root         /var/lib/mesh-host   ← a note\nstate        degraded: x\n\nVERSION  DIGEST  PROVENANCE\nv1.1.0   sha256:2…  delivered, signed by key k\n\nlast rollback: v2 -> v1 at T\n" + launchers, true},
+		{"no launcher table", "root  /r\nstate  healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  x\n\nlast rollback: v1 -> v0\n", false},
+		{"a launcher row without a cell", "root  /r\nstate  healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  x\n\nlast rollback: v1 -> v0\n" +
+			"\nLAUNCHER VERSION  DIGEST  STATE  PROVENANCE\nv1.0.0  -  floor\n", false},
 		{"a column missing", "root  /r\nstate  healthy\n\nVERSION  DIGEST\nv1.0.0   sha256:1…\n\nlast rollback: v1 -> v0\n", false},
 		{"a row without the new column", "root  /r\nstate  healthy\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…\n\nlast rollback: v1 -> v0\n", false},
 		{"a summary line missing", "root  /r\n\nVERSION  DIGEST  PROVENANCE\nv1.0.0   sha256:1…  x\n\nlast rollback: v1 -> v0\n", false},

@@ -16,6 +16,9 @@ type Release struct {
 	KeyDir string // where keygen wrote release.key and release.pub
 	Out    string // where builds go, one directory per version
 	NATS   string
+	// Launcher is the mesh-launcher each release carries (the one the lab's nodes run); ""
+	// builds releases without one (--no-launcher, schema 1), as for hosts older than schema 2.
+	Launcher string
 }
 
 // Run runs one mesh-release command and returns its output.
@@ -51,11 +54,17 @@ func (r *Release) Ship(ctx context.Context, version, binary string) error {
 // lab's hosts trust it as their target key, trusted_target_keys being empty).
 func (r *Release) KeyPath() string { return filepath.Join(r.KeyDir, "release.key") }
 
-// Build packs and signs binary as version into Out/<version> and returns that directory, ready
-// for `mesh-release publish`.
+// Build packs and signs binary as version, with Launcher beside it, into Out/<version> and
+// returns that directory, ready for `mesh-release publish`.
 func (r *Release) Build(ctx context.Context, version, binary string) (string, error) {
 	dir := filepath.Join(r.Out, version)
-	_, err := r.Run(ctx, "build", "--version", version, "--binary", binary, "--key", r.KeyPath(), "-o", dir)
+	args := []string{"build", "--version", version, "--binary", binary, "--key", r.KeyPath(), "-o", dir}
+	if r.Launcher != "" {
+		args = append(args, "--launcher", r.Launcher)
+	} else {
+		args = append(args, "--no-launcher")
+	}
+	_, err := r.Run(ctx, args...)
 	return dir, err
 }
 

@@ -315,3 +315,33 @@ func TestReplacedFloorIsTakenByExecKeepingTheHost(t *testing.T) {
 		t.Errorf("floor version recorded %q, want v9.2.0", cur.FloorVersion)
 	}
 }
+
+// A rollout of a release carrying a newer launcher: every node stages it beside the host
+// version, takes it by exec (the launcher's pid unchanged: no restart of the unit), confirms
+// it, and its heartbeat names it — the fleet's LAUNCHER column says v9.0.0.
+func TestARolloutOfAReleaseCarryingANewLauncherIsTakenWithoutARestart(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 120*time.Second, FleetOptions{Nodes: 3, LauncherArgs: append(append([]string{}, ScaledLauncherArgs...), "--launcher-check", "200ms")})
+	pids := map[string]int{}
+	for _, name := range s.f.Names() {
+		pids[name] = s.f.Node(name).PID()
+	}
+	s.f.Release.Launcher = launcherAt(t, "v9.0.0")
+	s.ship("v1.1.0", PkgHost)
+	c := s.rollout(append([]string{"start", "v1.1.0", "--json"}, rolloutFlags(30*time.Second, 2*time.Second)...)...)
+	if code := s.exit(c); code != 0 {
+		t.Fatalf("rollout start exited %d, want 0 (completed):\n%s", code, c.Output())
+	}
+	s.allOn(s.f.Names(), "v1.1.0")
+	for _, name := range s.f.Names() {
+		n := s.f.Node(name)
+		meshtest.Eventually(t, name+" on launcher v9.0.0, confirmed", launcherIs(t, n.Root, "v9.0.0", rollback.LauncherConfirmed))
+		if n.PID() != pids[name] || !n.Alive() {
+			t.Errorf("%s's launcher pid %d → %d: taking the release's launcher must not restart it", name, pids[name], n.PID())
+		}
+	}
+	meshtest.Eventually(t, "the fleet's LAUNCHER column naming v9.0.0 for every node", func() bool {
+		table, err := s.f.FleetTable(s.ctx)
+		return err == nil && strings.Count(table, "v9.0.0") >= len(s.f.Names())
+	})
+}

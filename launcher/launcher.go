@@ -117,6 +117,8 @@ type Launcher struct {
 	self    string
 	isFloor bool
 	trial   bool
+	// confirmedThisImage: this image has seen a host pulse and said so in the records.
+	confirmedThisImage bool
 	// The floor as the unit's start found it (version, path, file identity).
 	floorPath, floorVersion, floorID string
 	// adopted is the host the image before this one handed over, until the loop takes it.

@@ -141,10 +141,11 @@ func (l *Launcher) runOnce(ctx context.Context, version string, pending **rollba
 	defer liveness.Stop()
 	takeover := time.NewTicker(l.cfg.TakeoverCheck)
 	defer takeover.Stop()
-	// A launcher on trial confirms once it has seen this host pulse after it took the host on.
+	// A delivered launcher confirms once it has seen this host pulse after it took the host on:
+	// on trial that ends the trial; confirmed before, it clears the count of its failed ends.
 	var trialCheck <-chan time.Time
 	pulseAtTakeOn := p.lastAlive.Load()
-	if l.trial {
+	if !l.isFloor && !l.confirmedThisImage {
 		t := time.NewTicker(max(l.pulseInterval()/2, 10*time.Millisecond))
 		defer t.Stop()
 		trialCheck = t.C
@@ -178,8 +179,10 @@ wait:
 					log.Error("could not confirm this launcher", "err", err)
 					continue
 				}
-				log.Info("this launcher confirmed: it runs the host and sees it pulse", "launcher", l.self)
-				l.trial, trialCheck = false, nil
+				if l.trial {
+					log.Info("this launcher confirmed: it runs the host and sees it pulse", "launcher", l.self)
+				}
+				l.trial, l.confirmedThisImage, trialCheck = false, true, nil
 			}
 		case <-takeover.C:
 			if t := l.takeoverTarget(ctx); t != nil {

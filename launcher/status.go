@@ -25,7 +25,15 @@ type Report struct {
 	State          string `json:"state"`
 	Degraded       bool   `json:"degraded"`
 	DegradedReason string `json:"degraded_reason"`
+	// UnitFileChanged: the unit file was written after the unit's last start (UnitFileChangedNote).
+	UnitFileChanged bool `json:"unit_file_changed"`
 	rollback.Status
+	// Launcher is the launcher image the unit runs (or ran last), the floor's version, the
+	// launcher versions under ROOT/launchers and the launcher rollbacks, newest first.
+	Launcher rollback.LauncherReport `json:"launcher"`
+	// launcherUnknown: the records predate launcher versions (schema 6), so Launcher is empty
+	// for want of records, not of launchers.
+	launcherUnknown bool
 }
 
 // The node's states, and `status`'s exit status for each: 0, ExitDegraded, ExitFailed.
@@ -74,6 +82,11 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 		st.Running = nil
 	}
 	rep.Status = st
+	if rep.Launcher, err = r.LauncherStatus(ctx, root); err != nil {
+		return rep, statusErr(err)
+	}
+	rep.launcherUnknown = !r.HasLaunchers()
+	rep.UnitFileChanged = rep.LauncherPID != 0 && unitFileChanged(ctx, r, FindUnitFile)
 	rep.State, rep.DegradedReason = judgeState(rep)
 	rep.Degraded = rep.State == StateDegraded
 	return rep, nil
@@ -155,6 +168,9 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 	if rep.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", text(rep.Note))
 	}
+	if rep.UnitFileChanged {
+		fmt.Fprintf(tw, "unit\t%s\n", UnitFileChangedNote)
+	}
 	tw.Flush()
 
 	fmt.Fprintln(w)
@@ -173,6 +189,13 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 		}
 	}
 
+	rep.writeRollback(w, now)
+	rep.writeLaunchers(w, now)
+	return nil
+}
+
+// writeRollback writes the last host rollback, with the failing version's output.
+func (rep Report) writeRollback(w io.Writer, now time.Time) {
 	if len(rep.Rollbacks) > 0 {
 		rb := rep.Rollbacks[0]
 		fmt.Fprintf(w, "\nlast rollback: %s -> %s at %s (%s ago)\n  %s\n", rb.From, rb.To,
@@ -187,7 +210,6 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 			fmt.Fprintf(w, "  (%d earlier %s; --json lists them)\n", n-1, txt.Plural(n-1, "rollback", "rollbacks"))
 		}
 	}
-	return nil
 }
 
 func versionState(v rollback.VersionStatus) string {
@@ -227,4 +249,100 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// Bounds of the launcher section's cells: what the records hold was cut when recorded, but a
+// table row stays short.
+const (
+	maxBadCell    = 60 // a bad launcher's reason in its STATE cell (--json has it whole)
+	maxOutputLine = 200
+)
+
+// writeLaunchers writes the launcher section: each launcher version under ROOT/launchers and
+// the floor (the package's launcher), which runs, and the last launcher rollback with the
+// output of the launcher it left.
+func (rep Report) writeLaunchers(w io.Writer, now time.Time) {
+	l := rep.Launcher
+	fmt.Fprintln(w)
+	if rep.launcherUnknown {
+		fmt.Fprintln(w, "launcher versions: not recorded (records.db is older than launcher versions, schema 6; the launcher that knows them migrates it at its next start)")
+		return
+	}
+	runs := func(floor bool, version string) bool {
+		return rep.LauncherPID != 0 && l.Current.Floor == floor && l.Current.Version == version && version != ""
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAUNCHER VERSION\tDIGEST\tSTATE\tPROVENANCE")
+	for _, v := range l.Versions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", text(v.Version), shortDigest(v.Digest.String()), launcherState(v, runs(false, v.Version)), launcherProvenance(v))
+	}
+	floor := "floor"
+	if runs(true, l.FloorVersion) {
+		floor = "running, floor"
+	}
+	where := "the package's"
+	if l.Current.FloorPath != "" {
+		where += ": " + text(l.Current.FloorPath)
+	}
+	fmt.Fprintf(tw, "%s\t-\t%s\t%s\n", dash(text(l.FloorVersion)), floor, where)
+	tw.Flush()
+	if p := l.Current.FloorPinned; p != "" {
+		fmt.Fprintf(w, "  the floor runs though newer launchers are on disk: %s\n", text(p))
+	}
+	if len(l.Rollbacks) == 0 {
+		return
+	}
+	rb := l.Rollbacks[0]
+	fmt.Fprintf(w, "\nlast launcher rollback: %s -> %s at %s (%s ago)\n  %s\n", text(rb.From), text(rb.To),
+		rb.At.UTC().Format(time.RFC3339), now.Sub(rb.At).Round(time.Second), text(rb.Reason))
+	if rb.Output != "" {
+		fmt.Fprintf(w, "  last output of launcher %s:\n", text(rb.From))
+		for _, line := range strings.Split(strings.TrimRight(rb.Output, "\n"), "\n") {
+			fmt.Fprintf(w, "    | %s\n", txt.Cut(text(line), maxOutputLine))
+		}
+	}
+	if n := len(l.Rollbacks); n > 1 {
+		fmt.Fprintf(w, "  (%d earlier launcher %s; --json lists them)\n", n-1, txt.Plural(n-1, "rollback", "rollbacks"))
+	}
+}
+
+// launcherState is a launcher version's STATE cell: running or not, then BAD with why,
+// confirmed (it has run a host here), or trial (it has not yet); retired when its binary is gone.
+func launcherState(v rollback.LauncherRecord, running bool) string {
+	var parts []string
+	if running {
+		parts = append(parts, "running")
+	}
+	switch {
+	case !v.Bad.IsZero():
+		parts = append(parts, "BAD: "+txt.Cut(strings.Join(strings.Fields(text(v.BadReason)), " "), maxBadCell))
+	case !v.Confirmed.IsZero():
+		parts = append(parts, rollback.LauncherConfirmed)
+	default:
+		parts = append(parts, rollback.LauncherTrial)
+	}
+	if !v.OnDisk {
+		parts = append(parts, "retired (record only)")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// launcherProvenance is how a launcher version came to the machine: delivered with the host
+// release that carried it (signed by its key), or found under ROOT/launchers.
+func launcherProvenance(v rollback.LauncherRecord) string {
+	p := v.Provenance
+	switch p.Source {
+	case rollback.SourceFound:
+		return "found in launchers/ (not staged by a host)"
+	case rollback.SourceDelivered:
+		s := "delivered"
+		if v.CarriedBy != "" {
+			s += " with " + text(v.CarriedBy)
+		}
+		if p.SignedBy != "" {
+			s += ", signed by key " + text(p.SignedBy)
+		}
+		return s
+	}
+	return text(p.String())
 }

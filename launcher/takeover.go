@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -107,7 +108,7 @@ func fileID(path string) string {
 func probeVersion(ctx context.Context, path string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "version")
+	cmd := exec.CommandContext(ctx, path, rollback.CmdVersion)
 	cmd.Env = hostEnv(os.Environ())
 	var out boundedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -228,7 +229,9 @@ func (l *Launcher) execLauncher(ctx context.Context, t *launcherTarget, p *hostP
 		if err := l.records.SetCurrentLauncher(ctx, l.self, l.isFloor, l.trial); err != nil {
 			log.Error("could not record the launcher running", "err", err)
 		}
-		if !t.floor {
+		// Only the bytes' fault marks a launcher bad (not an executable for this machine); a
+		// failure of the machine (memory, a vanished file) never does (decision 0003).
+		if !t.floor && errors.Is(err, syscall.ENOEXEC) {
 			reason := fmt.Sprintf("launcher %s could not be exec'd: %v", t.version, err)
 			if merr := l.records.MarkLauncherBad(ctx, t.version, reason, ""); merr != nil {
 				log.Error("could not mark the launcher bad", "err", merr)

@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -164,7 +165,8 @@ func captureOutput(root string, log *slog.Logger) (*slog.Logger, slog.Handler) {
 	return slog.New(slog.NewMultiHandler(log.Handler(), out)), out
 }
 
-// cappedFile writes to f until it holds max bytes, then starts it again.
+// cappedFile writes to f until it holds max bytes, then starts it again. A record longer than
+// max is cut to its beginning (its level and message), so the file never holds more.
 type cappedFile struct {
 	f       *os.File
 	max     int64
@@ -172,14 +174,21 @@ type cappedFile struct {
 }
 
 func (c *cappedFile) Write(p []byte) (int, error) {
+	n := len(p)
+	if int64(len(p)) > c.max {
+		p = append(p[:c.max-1:c.max-1], '\n')
+	}
 	if c.written+int64(len(p)) > c.max {
 		c.f.Truncate(0)
 		c.f.Seek(0, io.SeekStart)
 		c.written = 0
 	}
-	n, err := c.f.Write(p)
-	c.written += int64(n)
-	return n, err
+	m, err := c.f.Write(p)
+	c.written += int64(m)
+	if err != nil {
+		return m, err
+	}
+	return n, nil
 }
 
 // lastOutput reads what a delivered launcher wrote to ROOT/launcher.out: its last lines, and
@@ -196,10 +205,13 @@ func lastOutput(root string) (out, how string) {
 	before := &tail{max: tailLines / 2}
 	after := &tail{max: tailLines / 2}
 	var crash, lastError string
-	sc := bufio.NewScanner(io.LimitReader(f, maxOutputFile+1<<10))
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
-	for sc.Scan() {
-		line := txt.Redact(sc.Text())
+	br := bufio.NewReaderSize(io.LimitReader(f, maxOutputFile+1<<10), 64<<10)
+	for {
+		raw, err := readCutLine(br)
+		if raw == "" && err != nil {
+			break
+		}
+		line := txt.Redact(raw)
 		switch {
 		case crash != "":
 			if len(after.lines()) < after.max {
@@ -214,8 +226,11 @@ func lastOutput(root string) (out, how string) {
 				lastError = txt.Cut(line, 256)
 			}
 		}
+		if err != nil {
+			break
+		}
 	}
-	out = strings.TrimPrefix(before.String()+"\n"+after.String(), "\n")
+	out = strings.Trim(before.String()+"\n"+after.String(), "\n")
 	switch {
 	case strings.HasPrefix(crash, "SIGABRT"):
 		how = "it hung and the watchdog killed it (SIGABRT)"
@@ -227,6 +242,17 @@ func lastOutput(root string) (out, how string) {
 		how = howUnknown
 	}
 	return out, how
+}
+
+// readCutLine reads one line without its newline, keeping at most the reader's buffer of it: a
+// longer line is cut, not an end of reading (a crash after it must still be found).
+func readCutLine(br *bufio.Reader) (string, error) {
+	b, err := br.ReadSlice('\n')
+	line := strings.TrimSuffix(string(b), "\n")
+	for errors.Is(err, bufio.ErrBufferFull) {
+		_, err = br.ReadSlice('\n')
+	}
+	return line, err
 }
 
 const howUnknown = "it crashed, exited, hung or was killed before it said why"

@@ -326,15 +326,17 @@ func (r *Records) BootID() string { return r.boot().ID }
 
 // SetCurrentLauncher records the launcher image the unit runs from now: version, whether it is
 // the floor or on trial, this boot, not ended. Failures carries over when the version is the
-// same one (it is started again after an end the unit's start judged), else starts at 0.
+// same one, and across the floor: the unit's start runs the floor, which judges the end, records
+// itself and execs the launcher to run again, so a count the floor reset would never reach two.
+// Another launcher taking over from a launcher starts it at 0.
 func (r *Records) SetCurrentLauncher(ctx context.Context, version string, floor, trial bool) error {
 	if !r.HasLaunchers() {
 		return errNoLauncherSchema
 	}
 	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET
-		current_failures = CASE WHEN current_version = ? THEN current_failures ELSE 0 END,
+		current_failures = CASE WHEN ? = 1 OR current_floor = 1 OR current_version = ? THEN current_failures ELSE 0 END,
 		current_version = ?, current_floor = ?, current_trial = ?, current_since = ?, current_boot = ?, current_ended = 0
-		WHERE id = 1`, version, version, boolInt(floor), boolInt(trial), us(r.now()), r.boot().ID)
+		WHERE id = 1`, boolInt(floor), version, version, boolInt(floor), boolInt(trial), us(r.now()), r.boot().ID)
 	return r.wrapIf("record the launcher running", err)
 }
 
@@ -349,12 +351,13 @@ func (r *Records) UnitStarted(ctx context.Context, floorVersion, floorPath strin
 }
 
 // EndCurrentLauncher records that the image running ended as a launcher should: stopped, in
-// its failed state (the host's problem), or handing over by exec.
+// its failed state (the host's problem), or handing over by exec. Such an end breaks a row of
+// failures: the count starts again.
 func (r *Records) EndCurrentLauncher(ctx context.Context) error {
 	if !r.HasLaunchers() {
 		return nil
 	}
-	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET current_ended = 1 WHERE id = 1`)
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET current_ended = 1, current_failures = 0 WHERE id = 1`)
 	return r.wrapIf("record the launcher's end", err)
 }
 
@@ -420,9 +423,16 @@ func (r *Records) ConfirmLauncher(ctx context.Context, version string) error {
 		return r.wrap("confirm launcher "+version, err)
 	}
 	// A launcher newer than every one the floor was pinned below confirmed: the pin is lifted.
+	// Newer by semver, which SQL cannot compare: one at or below the pin leaves it (a pin with
+	// nothing recorded below it is lifted by any).
+	var upTo string
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(floor_pinned_upto, '') FROM launcher WHERE id = 1`).Scan(&upTo); err != nil {
+		return r.wrap("confirm launcher "+version, err)
+	}
+	lift := semver.Compare(version, upTo) > 0
 	if _, err := tx.ExecContext(ctx, `UPDATE launcher SET current_trial = 0, current_failures = 0,
-		floor_pinned = CASE WHEN floor_pinned_upto IS NOT NULL AND ? != floor_pinned_upto THEN NULL ELSE floor_pinned END
-		WHERE id = 1 AND current_version = ?`, version, version); err != nil {
+		floor_pinned = CASE WHEN ? THEN NULL ELSE floor_pinned END
+		WHERE id = 1 AND current_version = ?`, lift, version); err != nil {
 		return r.wrap("confirm launcher "+version, err)
 	}
 	return r.wrapIf("confirm launcher "+version, tx.Commit())
@@ -508,8 +518,8 @@ func (r *Records) LauncherRollbacks(ctx context.Context, limit int) ([]LauncherR
 
 // LauncherReport is the launcher as a heartbeat and `mesh-launcher status` say it.
 type LauncherReport struct {
-	Version        string             `json:"version"`          // the image running (or last run)
-	Digest         digest.Digest      `json:"digest,omitempty"` // its digest, when it is a delivered version
+	Version        string             `json:"version"` // the image running (or last run)
+	Digest         digest.Digest      `json:"digest"`  // its digest when it is a delivered version, else ""
 	FloorVersion   string             `json:"floor_version"`
 	State          string             `json:"state"` // LauncherConfirmed, LauncherTrial or LauncherFloor
 	RolledBackFrom string             `json:"rolled_back_from,omitempty"`

@@ -44,6 +44,11 @@ const (
 	MaxErrorBytes  = 4096 // last_reconcile.error, refused.error, fetch.error
 	MaxReasonBytes = 1024 // rollbacks[].reason
 	MaxOutputBytes = 4096 // rollbacks[].output
+	// MaxLauncherVersionBytes bounds launcher.version, .floor and .rolled_back_from: a
+	// launcher version is a version (internal/layout.MaxVersionBytes), but the floor's is what
+	// the package's binary said of itself.
+	MaxLauncherVersionBytes = 128
+	// launcher.rollback_reason is bounded by MaxReasonBytes, like rollbacks[].reason.
 )
 
 // MaxHeartbeatBytes is the most a heartbeat may be, and the heartbeat stream's max message
@@ -54,8 +59,8 @@ const MaxHeartbeatBytes = 1 << 20
 // Heartbeat is what a host publishes on <prefix>.node.<id>.heartbeat: on link, after every
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
-// present except target_expired_since, refused, fetch, link, profile, inventory, drift and
-// truncated.
+// present except target_expired_since, refused, fetch, link, profile, inventory, drift,
+// launcher and truncated.
 type Heartbeat struct {
 	Schema           int      `json:"schema"`
 	Node             string   `json:"node"`
@@ -86,6 +91,9 @@ type Heartbeat struct {
 	// Drift is the last MaxDrifted resources the drift check found changed, oldest first;
 	// absent when none has.
 	Drift []Drifted `json:"drift,omitempty"`
+	// Launcher is the launcher running this host, as the records say it: absent from hosts
+	// older than issue 19 and while the records are older than launcher versions (schema 6).
+	Launcher *Launcher `json:"launcher,omitempty"`
 	// Truncated is true when the host cut this heartbeat to fit the largest message it may
 	// send; what was cut is said in docs/wire.md.
 	Truncated bool `json:"truncated,omitempty"`
@@ -108,6 +116,27 @@ type Rollback struct {
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason"`
 	Output string    `json:"output"`
+}
+
+// The states of a heartbeat's launcher.
+const (
+	LauncherConfirmed = "confirmed" // a delivered launcher version that has run a host here
+	LauncherTrial     = "trial"     // a delivered launcher version that has not yet
+	LauncherFloor     = "floor"     // the package's launcher, which the mesh never writes
+)
+
+// Launcher is the launcher image running the host (or that ran it last), and the newest
+// launcher rollback while the image it rolled back to runs. Version is "" when the records do
+// not say (a launcher that predates launcher versions wrote them); State is then "" too.
+// RolledBackAt is by the node's clock: a rollout compares it with the one the node reported
+// when its batch began, so a launcher rollback from before the rollout does not halt it.
+type Launcher struct {
+	Version        string    `json:"version"`
+	Floor          string    `json:"floor"` // the package launcher's version ("" when unknown)
+	State          string    `json:"state"` // LauncherConfirmed, LauncherTrial, LauncherFloor or ""
+	RolledBackFrom string    `json:"rolled_back_from,omitempty"`
+	RolledBackAt   time.Time `json:"rolled_back_at,omitzero"`
+	RollbackReason string    `json:"rollback_reason,omitempty"`
 }
 
 // Refusal is the last declaration, target or withdrawal list the host refused (or, for the
@@ -144,6 +173,11 @@ type Fetch struct {
 	StalledS int64     `json:"stalled_s,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	RetryAt  time.Time `json:"retry_at,omitzero"`
+	// LauncherNote is, with "staged", what became of the mesh-launcher the release carried
+	// (at most 256 bytes): "launcher v0.3.0 staged", or why it was not staged — which never
+	// keeps the host version from being staged. Absent when the release carried none or the
+	// node had it already.
+	LauncherNote string `json:"launcher_note,omitempty"`
 }
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -145,6 +146,99 @@ func TestHeartbeatSaysSinceWhenTheTargetExpiredOnlyWhileItHas(t *testing.T) {
 			}
 			if (out.TargetExpiredSince == nil) != (tc.expired == nil) || (tc.expired != nil && !out.TargetExpiredSince.Equal(since)) {
 				t.Fatalf("round trip: %v", out.TargetExpiredSince)
+			}
+		})
+	}
+}
+
+// The launcher object round trips with its keys as docs/wire.md names them, is absent when the
+// host says nothing of its launcher, and its rollback keys are absent when there was none.
+func TestHeartbeatLauncherRoundTripsWithTheDocumentedKeys(t *testing.T) {
+	at := time.Date(2026, 11, 29, 7, 12, 3, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		launcher *Launcher
+		keys     []string // the launcher object's keys, sorted; nil when it is absent
+	}{
+		{"no launcher said: the key is absent", nil, nil},
+		{"a confirmed launcher: no rollback keys", &Launcher{Version: "v1.1.0", Floor: "v1.0.0", State: LauncherConfirmed},
+			[]string{"floor", "state", "version"}},
+		{"on trial", &Launcher{Version: "v1.2.0", Floor: "v1.0.0", State: LauncherTrial}, []string{"floor", "state", "version"}},
+		{"rolled back to the floor: when and why", &Launcher{Version: "v1.0.0", Floor: "v1.0.0", State: LauncherFloor,
+			RolledBackFrom: "v1.2.0", RolledBackAt: at, RollbackReason: "exited with status 2 before confirming"},
+			[]string{"floor", "rollback_reason", "rolled_back_at", "rolled_back_from", "state", "version"}},
+		{"an older launcher: version unknown, floor known", &Launcher{Floor: "v1.0.0"}, []string{"floor", "state", "version"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := Heartbeat{Node: "n1", State: StateRunning, Running: "v1.4.0", Launcher: tc.launcher}.Marshal()
+			var raw map[string]json.RawMessage
+			if err := json.Unmarshal(b, &raw); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := raw["launcher"]; ok != (tc.keys != nil) {
+				t.Fatalf("launcher key present = %v in %s", ok, b)
+			}
+			if tc.keys != nil {
+				var l map[string]json.RawMessage
+				if err := json.Unmarshal(raw["launcher"], &l); err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for k := range l {
+					got = append(got, k)
+				}
+				sort.Strings(got)
+				if strings.Join(got, ",") != strings.Join(tc.keys, ",") {
+					t.Errorf("launcher keys = %v, want %v", got, tc.keys)
+				}
+			}
+			out, err := ParseHeartbeat(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.launcher == nil && out.Launcher != nil:
+				t.Errorf("launcher = %+v, want none", out.Launcher)
+			case tc.launcher != nil && (out.Launcher == nil || *out.Launcher != *tc.launcher):
+				t.Errorf("launcher = %+v, want %+v", out.Launcher, tc.launcher)
+			}
+		})
+	}
+}
+
+// A heartbeat is a report: a reader older than the launcher object (one whose heartbeat type
+// has no such field) still reads a heartbeat that carries it, and a reader of today reads keys
+// a newer host adds inside it.
+func TestHeartbeatWithALauncherIsReadByOlderAndNewerReaders(t *testing.T) {
+	newer := []byte(`{"schema":1,"node":"n1","state":"running","running":"v1.4.0","launcher":{"version":"v1.1.0","floor":"v1.0.0","state":"trial","since":"2026-11-29T07:12:03Z"}}`)
+	type oldHeartbeat struct { // the heartbeat type before issue 19
+		Schema  int    `json:"schema"`
+		Node    string `json:"node"`
+		State   string `json:"state"`
+		Running string `json:"running"`
+	}
+	for _, tc := range []struct {
+		name string
+		read func() (string, error)
+	}{
+		{"a reader without the launcher field", func() (string, error) {
+			var h oldHeartbeat
+			err := DecodeReport(Heartbeat{Node: "n1", State: StateRunning, Running: "v1.4.0",
+				Launcher: &Launcher{Version: "v1.1.0", State: LauncherTrial}}.Marshal(), &h)
+			return h.Running, err
+		}},
+		{"today's reader, a key a newer host added inside the launcher", func() (string, error) {
+			h, err := ParseHeartbeat(newer)
+			if err == nil && (h.Launcher == nil || h.Launcher.State != LauncherTrial) {
+				return "", fmt.Errorf("launcher = %+v", h.Launcher)
+			}
+			return h.Running, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			running, err := tc.read()
+			if err != nil || running != "v1.4.0" {
+				t.Fatalf("running %q, %v; want v1.4.0 read", running, err)
 			}
 		})
 	}

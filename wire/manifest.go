@@ -16,17 +16,42 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/layout"
+	"github.com/novox/mesh-host/internal/text"
 )
 
-// ManifestSchema is the only manifest schema this code reads and writes.
-const ManifestSchema = 1
+// The manifest schemas this code reads and writes. Schema 1 announces the host binary alone;
+// schema 2 also names the mesh-launcher the archive carries (Launcher), in the signed text.
+// Hosts older than schema 2 refuse a schema 2 manifest ("schema is 2; this host reads schema 1
+// only"), so `mesh-release build --no-launcher` still writes schema 1 for a fleet of them
+// (decision 0014).
+const (
+	ManifestSchema             = 1
+	ManifestSchemaWithLauncher = 2
+)
 
-// SigningHeader is the first line of the text a manifest's signature covers.
-const SigningHeader = "mesh-host release 1\n"
+// SigningHeader is the first line of the text a schema 1 manifest's signature covers;
+// SigningHeaderWithLauncher that of a schema 2 manifest.
+const (
+	SigningHeader             = "mesh-host release 1\n"
+	SigningHeaderWithLauncher = "mesh-host release 2\n"
+)
+
+// MaxLauncherSize is the largest mesh-launcher a manifest may name (the cap on a binary in a
+// host archive, archive.DefaultMaxBinary).
+const MaxLauncherSize = 256 << 20
+
+// ReleaseLauncher is the mesh-launcher a host release carries beside mesh-host in its archive:
+// its own version (not the host's), the digest of the binary and its size. A node stages it
+// under ROOT/launchers/<version> when it has no launcher of that digest.
+type ReleaseLauncher struct {
+	Version string        `json:"version"`
+	Digest  digest.Digest `json:"digest"`
+	Size    int64         `json:"size"`
+}
 
 // Manifest is the announcement of one host release: the value under KV mesh_host_releases,
 // key = version, and the manifest.json `mesh-release build` writes. The signature covers
-// SigningText, a documented text any tool can reproduce:
+// SigningText, a documented text any tool can reproduce (schema 1):
 //
 //	mesh-host release 1
 //	version=v1.4.0
@@ -38,8 +63,15 @@ const SigningHeader = "mesh-host release 1\n"
 //	binary_digest=sha256:<hex of the mesh-host binary inside it>
 //	created=2026-10-01T12:00:00Z
 //
-// each line ending in "\n". Signature is the standard base64 of the ed25519 signature over
-// those bytes; KeyID is KeyID of the public key that verifies it.
+// each line ending in "\n". Schema 2 (a release carrying mesh-launcher) starts with
+// "mesh-host release 2" and adds, after created:
+//
+//	launcher_version=v0.3.0
+//	launcher_digest=sha256:<hex of the mesh-launcher binary in the archive>
+//	launcher_size=9437184
+//
+// Signature is the standard base64 of the ed25519 signature over those bytes; KeyID is KeyID
+// of the public key that verifies it.
 type Manifest struct {
 	Schema       int           `json:"schema"`
 	Version      string        `json:"version"`
@@ -50,8 +82,10 @@ type Manifest struct {
 	Digest       digest.Digest `json:"digest"`
 	BinaryDigest digest.Digest `json:"binary_digest"`
 	Created      string        `json:"created"`
-	KeyID        string        `json:"key_id,omitempty"`
-	Signature    string        `json:"signature,omitempty"`
+	// Launcher is the mesh-launcher the archive carries: set exactly in schema 2.
+	Launcher  ReleaseLauncher `json:"launcher,omitzero"`
+	KeyID     string          `json:"key_id,omitempty"`
+	Signature string          `json:"signature,omitempty"`
 }
 
 // Errors Verify returns (wrapped, with the details); test them with errors.Is.
@@ -100,8 +134,17 @@ func (m Manifest) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("manifest %s: %s", field, fmt.Sprintf(format, args...))
 	}
-	if m.Schema != ManifestSchema {
-		return bad("schema", "is %d; this host reads schema %d only", m.Schema, ManifestSchema)
+	switch m.Schema {
+	case ManifestSchema:
+		if m.HasLauncher() {
+			return bad("launcher", "is set in a schema %d manifest; a manifest naming a launcher is schema %d", ManifestSchema, ManifestSchemaWithLauncher)
+		}
+	case ManifestSchemaWithLauncher:
+		if err := m.Launcher.validate(); err != nil {
+			return err
+		}
+	default:
+		return bad("schema", "is %d; this host reads schema %d and %d", m.Schema, ManifestSchema, ManifestSchemaWithLauncher)
 	}
 	if !ValidVersion(m.Version) {
 		return bad("version", "%q is not %s", m.Version, VersionRule)
@@ -140,11 +183,39 @@ func (m Manifest) Validate() error {
 	return nil
 }
 
-// SigningText returns the exact bytes the signature covers (see Manifest).
+// HasLauncher reports whether the manifest names a launcher (any of its fields set).
+func (m Manifest) HasLauncher() bool { return m.Launcher != ReleaseLauncher{} }
+
+// validate checks a schema 2 manifest's launcher object, naming the first field that is wrong.
+func (l ReleaseLauncher) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("manifest launcher.%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	if !ValidVersion(l.Version) {
+		return bad("version", "%q is not %s", text.Bound(l.Version), VersionRule)
+	}
+	if err := l.Digest.Validate(); err != nil {
+		return bad("digest", "%q is not a digest like sha256:<64 hex digits>: %v", text.Bound(string(l.Digest)), err)
+	}
+	if l.Digest.Algorithm() != digest.SHA256 {
+		return bad("digest", "%q uses %s; manifests use sha256", text.Bound(string(l.Digest)), l.Digest.Algorithm())
+	}
+	if l.Size <= 0 || l.Size > MaxLauncherSize {
+		return bad("size", "is %d; a launcher is 1 to %d bytes", l.Size, MaxLauncherSize)
+	}
+	return nil
+}
+
+// SigningText returns the exact bytes the signature covers (see Manifest): the schema's header,
+// then one line a field, the launcher's last in schema 2.
 func (m Manifest) SigningText() []byte {
 	var b bytes.Buffer
-	b.WriteString(SigningHeader)
-	for _, kv := range [][2]string{
+	header := SigningHeader
+	if m.Schema == ManifestSchemaWithLauncher {
+		header = SigningHeaderWithLauncher
+	}
+	b.WriteString(header)
+	lines := [][2]string{
 		{"version", m.Version},
 		{"os", m.OS},
 		{"arch", m.Arch},
@@ -153,7 +224,14 @@ func (m Manifest) SigningText() []byte {
 		{"digest", string(m.Digest)},
 		{"binary_digest", string(m.BinaryDigest)},
 		{"created", m.Created},
-	} {
+	}
+	if m.Schema == ManifestSchemaWithLauncher {
+		lines = append(lines,
+			[2]string{"launcher_version", m.Launcher.Version},
+			[2]string{"launcher_digest", string(m.Launcher.Digest)},
+			[2]string{"launcher_size", strconv.FormatInt(m.Launcher.Size, 10)})
+	}
+	for _, kv := range lines {
 		b.WriteString(kv[0])
 		b.WriteByte('=')
 		b.WriteString(kv[1])

@@ -59,6 +59,7 @@ func TestManifestVerifyRefuses(t *testing.T) {
 		"digest":        func(m *wire.Manifest) { m.Digest = digest.FromString("other archive") },
 		"binary_digest": func(m *wire.Manifest) { m.BinaryDigest = digest.FromString("other binary") },
 		"created":       func(m *wire.Manifest) { m.Created = "2026-10-01T12:00:01Z" },
+		"schema":        func(m *wire.Manifest) { m.Schema = wire.ManifestSchemaWithLauncher; m.Launcher = sampleLauncher },
 	}
 	type tc struct {
 		name string
@@ -94,10 +95,51 @@ func TestManifestVerifyRefuses(t *testing.T) {
 			}
 		})
 	}
-	// Every field the signing text holds is covered; object cannot change alone (Validate
-	// derives it from version, os and arch), so it is altered with them.
-	if n := strings.Count(string(wire.SampleManifest().SigningText()), "=") - 1; len(alter) != n {
-		t.Fatalf("altered %d fields, signing text has %d besides object", len(alter), n)
+	// Every field the signing text holds is covered (and the schema, through the header);
+	// object cannot change alone (Validate derives it from version, os and arch), so it is
+	// altered with them.
+	if n := strings.Count(string(wire.SampleManifest().SigningText()), "=") - 1; len(alter)-1 != n {
+		t.Fatalf("altered %d fields, signing text has %d besides object", len(alter)-1, n)
+	}
+}
+
+var sampleLauncher = wire.ReleaseLauncher{Version: "v0.3.0", Digest: digest.FromString("launcher"), Size: 9437184}
+
+func TestManifestWithLauncherVerifiesAndEachLauncherFieldIsSigned(t *testing.T) {
+	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
+	signed := func() wire.Manifest {
+		m := wire.SampleManifest()
+		m.Schema, m.Launcher = wire.ManifestSchemaWithLauncher, sampleLauncher
+		if err := m.Sign(priv); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := signed()
+	if !strings.HasPrefix(string(m.SigningText()), wire.SigningHeaderWithLauncher) {
+		t.Fatalf("signing text starts %q", m.SigningText()[:20])
+	}
+	back, err := wire.ParseManifest(m.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Verify([]ed25519.PublicKey{pub}); err != nil {
+		t.Fatalf("a signed schema 2 manifest does not verify: %v", err)
+	}
+	for field, f := range map[string]func(*wire.Manifest){
+		"launcher.version": func(m *wire.Manifest) { m.Launcher.Version = "v0.3.1" },
+		"launcher.digest":  func(m *wire.Manifest) { m.Launcher.Digest = digest.FromString("other launcher") },
+		"launcher.size":    func(m *wire.Manifest) { m.Launcher.Size++ },
+		// Dropping the launcher (and claiming schema 1) does not keep the signature either.
+		"launcher dropped": func(m *wire.Manifest) { m.Schema, m.Launcher = wire.ManifestSchema, wire.ReleaseLauncher{} },
+	} {
+		t.Run("TestManifestVerifyRefusesAltered_"+field, func(t *testing.T) {
+			m := signed()
+			f(&m)
+			if err := m.Verify([]ed25519.PublicKey{pub}); !errors.Is(err, wire.ErrBadSignature) {
+				t.Fatalf("got %v, want %v", err, wire.ErrBadSignature)
+			}
+		})
 	}
 }
 

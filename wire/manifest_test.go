@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -19,6 +20,92 @@ func testManifest() Manifest {
 		Digest:       digest.FromString("archive"),
 		BinaryDigest: digest.FromString("binary"),
 		Created:      "2026-10-01T12:00:00Z",
+	}
+}
+
+// testManifestWithLauncher is testManifest as schema 2, carrying a launcher.
+func testManifestWithLauncher() Manifest {
+	m := testManifest()
+	m.Schema = ManifestSchemaWithLauncher
+	m.Launcher = ReleaseLauncher{Version: "v0.3.0", Digest: digest.FromString("launcher"), Size: 9437184}
+	return m
+}
+
+func TestManifestSchema2SigningTextAddsTheLauncherLines(t *testing.T) {
+	m := testManifestWithLauncher()
+	want := "mesh-host release 2\n" +
+		"version=v1.4.0\n" +
+		"os=linux\n" +
+		"arch=amd64\n" +
+		"object=mesh-host-v1.4.0-linux-amd64.tar.zst\n" +
+		"size=7340032\n" +
+		"digest=" + string(digest.FromString("archive")) + "\n" +
+		"binary_digest=" + string(digest.FromString("binary")) + "\n" +
+		"created=2026-10-01T12:00:00Z\n" +
+		"launcher_version=v0.3.0\n" +
+		"launcher_digest=" + string(digest.FromString("launcher")) + "\n" +
+		"launcher_size=9437184\n"
+	if got := string(m.SigningText()); got != want {
+		t.Fatalf("signing text:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestManifestRoundTripsInBothSchemas(t *testing.T) {
+	for _, m := range []Manifest{testManifest(), testManifestWithLauncher()} {
+		t.Run(fmt.Sprintf("schema %d", m.Schema), func(t *testing.T) {
+			raw := m.Marshal()
+			// Schema 1 is written as hosts before schema 2 read it: no launcher key at all.
+			if has := bytes.Contains(raw, []byte(`"launcher"`)); has != (m.Schema == 2) {
+				t.Fatalf("launcher key present %v in schema %d:\n%s", has, m.Schema, raw)
+			}
+			back, err := ParseManifest(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back != m {
+				t.Fatalf("round trip changed the manifest: %+v != %+v", back, m)
+			}
+		})
+	}
+}
+
+func TestParseManifestRefusesAnInvalidLauncher(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(*Manifest)
+		field string
+	}{
+		{"launcher version not semver", func(m *Manifest) { m.Launcher.Version = "0.3" }, "launcher.version"},
+		{"launcher version with build metadata", func(m *Manifest) { m.Launcher.Version = "v0.3.0+abc" }, "launcher.version"},
+		{"launcher digest not a digest", func(m *Manifest) { m.Launcher.Digest = "sha256:xyz" }, "launcher.digest"},
+		{"launcher digest md5", func(m *Manifest) { m.Launcher.Digest = "md5:d41d8cd98f00b204e9800998ecf8427e" }, "launcher.digest"},
+		{"launcher size zero", func(m *Manifest) { m.Launcher.Size = 0 }, "launcher.size"},
+		{"launcher size negative", func(m *Manifest) { m.Launcher.Size = -1 }, "launcher.size"},
+		{"launcher size over the cap", func(m *Manifest) { m.Launcher.Size = MaxLauncherSize + 1 }, "launcher.size"},
+		{"schema 2 without a launcher", func(m *Manifest) { m.Launcher = ReleaseLauncher{} }, "launcher.version"},
+		{"schema 1 with a launcher", func(m *Manifest) { m.Schema = 1 }, "launcher"},
+		{"schema 3", func(m *Manifest) { m.Schema = 3 }, "schema"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := testManifestWithLauncher()
+			c.edit(&m)
+			_, err := ParseManifest(m.Marshal())
+			if err == nil || !strings.Contains(err.Error(), "manifest "+c.field+":") {
+				t.Fatalf("got %v, want an error naming field %s", err, c.field)
+			}
+		})
+	}
+}
+
+func TestParseManifestRefusesAnUnknownKeyInTheLauncherObject(t *testing.T) {
+	good := testManifestWithLauncher().Marshal()
+	b := bytes.Replace(good, []byte(`"launcher": {`), []byte(`"launcher": {"path": "/usr/bin/mesh-launcher", `), 1)
+	if bytes.Equal(b, good) {
+		t.Fatal("the test did not add a key")
+	}
+	if _, err := ParseManifest(b); err == nil || !strings.Contains(err.Error(), "path") {
+		t.Fatalf("got %v, want a refusal naming the unknown key", err)
 	}
 }
 
@@ -44,7 +131,8 @@ func TestParseManifestRefusesInvalidFields(t *testing.T) {
 		edit  func(*Manifest)
 		field string
 	}{
-		{"schema 2", func(m *Manifest) { m.Schema = 2 }, "schema"},
+		{"schema 2 without its launcher", func(m *Manifest) { m.Schema = 2 }, "launcher.version"},
+		{"schema 0", func(m *Manifest) { m.Schema = 0 }, "schema"},
 		{"version not semver", func(m *Manifest) { m.Version = "1.4" }, "version"},
 		{"version with build metadata", func(m *Manifest) { m.Version = "v1.4.0+abc" }, "version"},
 		{"os with a newline", func(m *Manifest) { m.OS = "linux\nsize=1" }, "os"},

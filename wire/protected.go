@@ -9,7 +9,8 @@ import (
 
 // What a declaration may never touch (seed 000: "the installation owns the host; the host owns
 // everything else"): the launcher's unit, its drop-ins and its binary, the packaged host, and the
-// host's root (versions, records, store, host.json, credentials). The parser refuses them
+// host's root (versions, records, store, host.json, credentials). The package that installs them
+// may be declared (InstallationPackage); no other resource may write them. The parser refuses them
 // lexically, after cleaning; the host checks again against symlinks when it applies
 // (apply.Guard). A directory *above* a protected path (/var/lib) may be declared: the appliers
 // never remove a directory that is not empty, so declaring it cannot take the root with it.
@@ -24,8 +25,11 @@ const LauncherUnit = "mesh-launcher.service"
 // of that name would start the launcher's service, and a drop-in directory of it would change it.
 const launcherUnitStem = "mesh-launcher"
 
-// InstallationPackage is the Debian package that installs the launcher and the host: a package
-// resource naming it would reinstall, upgrade or downgrade the installation itself.
+// InstallationPackage is the Debian package that installs the launcher and the host. A package
+// resource may name it (seed 000: the host may replace its own binary, never stop its own unit):
+// its postinst reloads systemd and leaves the unit running when the running launcher takes a
+// new binary by exec (`mesh-launcher supports takeover`), so applying it never stops the host.
+// What it installs stays refused to every other resource: the launcher's binary and unit above.
 const InstallationPackage = "mesh-host"
 
 // protectedPaths are refused themselves and everything under them.

@@ -429,9 +429,6 @@ func (s *PackageSpec) check(id, _ string) *fieldErr {
 	if err := ValidPackageName(name); err != nil {
 		return &fieldErr{at: from, err: err}
 	}
-	if pkg, _, _ := strings.Cut(name, ":"); pkg == InstallationPackage {
-		return &fieldErr{at: from, err: fmt.Errorf("package %q is the installation of this host and its launcher: the installation owns the host, never a declaration", name)}
-	}
 	if s.Version != "" {
 		if err := ValidDebianVersion(s.Version); err != nil {
 			return refuse("%w", err)(key("version"))

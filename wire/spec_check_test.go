@@ -187,7 +187,6 @@ func TestDeclarationRefusesABadSpecNamingItsPlace(t *testing.T) {
 		{"PackageVersionSpace", pkg("nginx", `{"version":"1.0 beta"}`), `resources[3].spec.version: "1.0 beta" is not a Debian version`},
 		{"PackageVersionEmptyRevision", pkg("nginx", `{"version":"1.0-"}`), `the revision after the last '-' is empty`},
 		{"PackageSourceNotADigest", pkg("nginx", `{"source":"nginx.deb"}`), `resources[3].spec.source: "nginx.deb" is not a digest`},
-		{"PackageTheInstallation", pkg("mesh-host", `{"version":"1.0"}`), `resources[3].id: package "mesh-host" is the installation of this host and its launcher`},
 		// Containers.
 		{"ContainerTagOnly", ctr(`{"image":"nginx:1.27"}`), `resources[3].spec.image: image "nginx:1.27" must be pinned by digest (nginx:1.27@sha256:<64 hex>): a tag can move`},
 		{"ContainerNoImage", ctr(`{}`), `resources[3].spec.image: an image is required, pinned by digest`},
@@ -276,6 +275,37 @@ func TestDeclarationAllowsADirectoryAboveTheRoot(t *testing.T) {
 	} {
 		if _, err := ParseDeclaration(declOf(res), "n1"); err != nil {
 			t.Errorf("%s: %v", res, err)
+		}
+	}
+}
+
+// Seed 000: the host may replace its own binary, never stop its own unit. A package resource
+// naming the installation is accepted (its postinst leaves the unit running when the launcher
+// takes the new binary by exec); the files it installs stay refused to every other resource.
+func TestDeclarationAcceptsThePackageThatInstallsTheHost(t *testing.T) {
+	for _, res := range []string{
+		`{"type":"package","id":"mesh-host"}`,
+		`{"type":"package","id":"mesh-host","spec":{"version":"1.5.0"}}`,
+		`{"type":"package","id":"host-pkg","spec":{"name":"mesh-host:amd64","version":"1.5.0~dev.1","source":"sha256:` + hex64 + `"}}`,
+	} {
+		d, err := ParseDeclaration(declOf(res), "n1")
+		if err != nil {
+			t.Errorf("%s: %v", res, err)
+			continue
+		}
+		if got := d.Resources[0].Type; got != "package" {
+			t.Errorf("%s parsed as %q", res, got)
+		}
+	}
+	// What the package installs is still no other resource's to write.
+	for _, res := range []string{
+		`{"type":"file","id":"/usr/bin/mesh-launcher","spec":{"content":""}}`,
+		`{"type":"file","id":"/lib/systemd/system/mesh-launcher.service","spec":{"content":""}}`,
+		`{"type":"file","id":"/etc/systemd/system/mesh-launcher.service.d/x.conf","spec":{"content":""}}`,
+		`{"type":"service","id":"mesh-launcher.service"}`,
+	} {
+		if _, err := ParseDeclaration(declOf(`{"type":"package","id":"mesh-host"}`, res), "n1"); err == nil {
+			t.Errorf("%s was accepted beside the mesh-host package", res)
 		}
 	}
 }

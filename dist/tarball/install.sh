@@ -20,7 +20,8 @@ usage: ./install.sh [--root DIR]
        ./install.sh --uninstall [--purge] [--root DIR]
 Installs /usr/bin/mesh-launcher, /usr/share/mesh-host/mesh-host and the unit
 /lib/systemd/system/$unit, seeds the host into $state with
-\`mesh-launcher install\`, then enables and starts the unit. --uninstall stops and
+\`mesh-launcher install\`, then enables and starts the unit; a running launcher that
+takes the new binary itself is left running, with its host. --uninstall stops and
 removes them and keeps $state (versions, records, host.json) unless --purge.
 --root DIR (or MESH_INSTALL_ROOT) does all of it under DIR and starts nothing.
 USAGE
@@ -99,6 +100,18 @@ fi
 systemctl_found() { command -v systemctl >/dev/null 2>&1; }
 systemd_running() { [ -z "$root" ] && [ -d /run/systemd/system ]; }
 
+# in_unit: this script runs inside the unit's own cgroup (the host running it): restarting the
+# unit from here would stop the host, and this script with it.
+in_unit() {
+	[ -r /proc/self/cgroup ] || return 1
+	while IFS= read -r line; do
+		case "$line" in
+		*/"$unit" | */"$unit"/*) return 0 ;;
+		esac
+	done </proc/self/cgroup
+	return 1
+}
+
 # place SRC DST MODE: a temp file beside DST, synced, then renamed over it, so DST is never
 # missing or half-written, and a running launcher keeps its old binary until it restarts.
 tmp=
@@ -140,16 +153,14 @@ install_files() {
 		say "systemctl not found: $unit is installed but not enabled; on this machine under systemd, run \`systemctl enable --now $unit\`"
 		return 0
 	fi
-	if [ -n "$root" ]; then
-		if systemctl --root="$root" enable "$unit"; then
-			say "$unit enabled under $root; it starts when that system boots"
-		else
-			say "could not enable $unit under $root; run \`systemctl enable --now $unit\` on that system"
-		fi
-		return 0
-	fi
 	if ! systemd_running; then
-		if systemctl enable "$unit" >/dev/null 2>&1; then
+		if [ -n "$root" ]; then
+			if systemctl --root="$root" enable "$unit"; then
+				say "$unit enabled under $root; it starts when that system boots"
+			else
+				say "could not enable $unit under $root; run \`systemctl enable --now $unit\` on that system"
+			fi
+		elif systemctl enable "$unit" >/dev/null 2>&1; then
 			say "systemd is not running here; $unit is enabled and starts at boot"
 		else
 			say "systemd is not running here; run \`systemctl enable --now $unit\` on the booted machine"
@@ -162,8 +173,19 @@ install_files() {
 		return 0
 	fi
 	systemctl enable "$unit"
-	# restart, not start: on an upgrade the running launcher is the old binary.
-	if systemctl restart "$unit"; then
+	# As the package's postinst (seed 000: an upgrade never stops the host): the running launcher
+	# is asked, through the image it runs, whether it takes the new binary by exec; one older than
+	# the question exits 2. A changed unit file waits for the unit's next start either way.
+	pid=$(systemctl show -p MainPID --value "$unit" 2>/dev/null || true)
+	case "$pid" in
+	"" | 0 | *[!0-9]*) pid= ;;
+	esac
+	if [ -n "$pid" ] && "/proc/$pid/exe" supports takeover >/dev/null 2>&1; then
+		say "$unit keeps running (pid $pid): its launcher takes the new /usr/bin/mesh-launcher without stopping the host; a changed unit file takes effect at the unit's next start"
+	elif [ -n "$pid" ] && in_unit; then
+		say "$unit runs a launcher (pid $pid) that cannot take a new binary, and this runs inside it: not restarting it; the new launcher runs at the unit's next start"
+	# restart, not start: the running launcher is the old binary and cannot take the new one.
+	elif systemctl restart "$unit"; then
 		say "$unit is running; \`mesh-launcher status\` shows the host"
 	else
 		say "$unit did not start; see \`systemctl status $unit\` and \`mesh-launcher status\`" >&2

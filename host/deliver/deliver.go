@@ -6,8 +6,12 @@
 //
 // Guarantees, each a test:
 //   - nothing appears in versions/<v> unless its manifest verified against a trusted key, the
-//     archive matched the signed size and digest, the extractor found exactly one regular file,
-//     that file matched the signed binary digest, and its preflight printed the version;
+//     archive matched the signed size and digest, the extractor found one regular file
+//     mesh-host (and at most a mesh-launcher after it), that file matched the signed binary
+//     digest, and its preflight printed the version;
+//   - a launcher the release carries (manifest schema 2) is staged under launchers/<v> before
+//     the host version appears, when the node has no launcher of its digest; a launcher that
+//     fails is logged and noted, never a refusal of the host release (launcher.go);
 //   - the digest of the binary is recorded before its directory appears, so Choose checks it;
 //   - a refused release is not fetched again while the manifest under its version holds the
 //     same bytes (a new manifest, another digest or signature, is tried), and failures that may
@@ -33,6 +37,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,7 +100,14 @@ type Deliverer struct {
 	sem  chan struct{}
 	mu   sync.Mutex
 	seen map[string]*attempt // per version: the last outcome
+
+	oldRecords       sync.Once    // the log said once that records.db is too old for launchers
+	launcherStagings atomic.Int64 // launchers a release carried that this node began to stage
 }
+
+// LauncherStagings is how many launchers releases carried that this Deliverer began to stage
+// (0 while every release carries a launcher the node has).
+func (d *Deliverer) LauncherStagings() int64 { return d.launcherStagings.Load() }
 
 // attempt is what Deliver remembers about a version between calls.
 type attempt struct {
@@ -333,7 +345,12 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	if _, err := dl.Seek(0, io.SeekStart); err != nil {
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	bin, err := archive.Extract(ctx, dl, staging, lim)
+	// The release's launcher, if this node is to stage it, is extracted from the same archive
+	// in the same pass, into its own staging directory under launchers/.
+	lp, note := d.planLauncher(ctx, m)
+	defer lp.discard()
+	rel, err := archive.ExtractRelease(ctx, dl, staging, lp.extract(), lim)
+	bin := rel.Host
 	if errors.Is(err, archive.ErrUnsafe) {
 		return refuse(version, KindBadArchive, "%w", err)
 	}
@@ -361,6 +378,12 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	if err := d.withdrawn(version); err != nil {
 		return err
 	}
+	// The launcher goes in place before the host version does: once versions/<v> appears the
+	// host may stand aside for it, and the launcher that starts it should be on disk by then. A
+	// launcher that fails here leaves the host version to be staged all the same.
+	if lp != nil {
+		note = d.commitLauncher(ctx, lp, m, rel)
+	}
 	// The shared commit (rollback.Staging): the digest recorded before the directory appears,
 	// with where the version came from, then one rename.
 	err = st.Commit(ctx, d.cfg.Records, version, bin.Digest, rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID})
@@ -374,7 +397,7 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("put the staged version in place: %w", err)}
 	}
 	final := rollback.VersionDir(d.cfg.Root, version)
-	progress(Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100})
+	progress(Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100, Launcher: note})
 	d.cfg.Log.Info("host version staged", "version", version, "digest", string(m.Digest), "binary_digest", string(bin.Digest), "dir", final)
 	return nil
 }

@@ -29,12 +29,16 @@ type Progress struct {
 	// (the fetch fails at Config.FetchStall).
 	Stalled time.Duration
 	Err     *Error // with StateFailed: what went wrong (RetryAt says when Run tries again)
+	// Launcher is, with StateStaged, what became of the launcher the release carried, bounded:
+	// "launcher v0.3.0 staged", or why it was not. Empty when it carried none or the node
+	// has it already.
+	Launcher string
 }
 
 // Fetch returns the progress as the heartbeat carries it.
 func (p Progress) Fetch() *wire.Fetch {
 	f := &wire.Fetch{State: p.State, Version: p.Version, Bytes: p.Bytes, Total: p.Total, Percent: p.Percent, RateBPS: p.RateBPS,
-		StalledS: int64(p.Stalled / time.Second)}
+		StalledS: int64(p.Stalled / time.Second), LauncherNote: p.Launcher}
 	if p.Err != nil {
 		f.Error = p.Err.Error()
 		f.RetryAt = p.Err.RetryAt

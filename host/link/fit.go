@@ -11,7 +11,8 @@ import (
 // cannot say anything is silent, and silence means it is down. It is cut instead, by fixed
 // steps in a fixed order (docs/wire.md, "Heartbeat size"), least useful first, until it fits.
 // The identity — schema, node, state, running, standing_aside_for, known_good,
-// declaration_revision, uptime_s, sent_at — is never cut. Drift and the inventory's disks go
+// declaration_revision, uptime_s, sent_at — is never cut, nor is the launcher (a rollout judges
+// a node by it) but for its rollback reason. Drift and the inventory's disks go
 // first (the next heartbeat says them again); the profile and inventory, which are small and
 // bounded, go only after everything else.
 
@@ -67,10 +68,13 @@ func fitSteps() []fitStep {
 			}
 			return false
 		},
-		// cut rollback reasons to 256 bytes
+		// cut rollback reasons, and the launcher's, to 256 bytes
 		func(hb *wire.Heartbeat) bool {
 			for i := range hb.Rollbacks {
 				hb.Rollbacks[i].Reason = text.Cut(hb.Rollbacks[i].Reason, fitReasonBytes)
+			}
+			if hb.Launcher != nil {
+				hb.Launcher.RollbackReason = text.Cut(hb.Launcher.RollbackReason, fitReasonBytes)
 			}
 			return false
 		},
@@ -173,6 +177,10 @@ func copyHeartbeat(hb wire.Heartbeat) wire.Heartbeat {
 	if hb.Fetch != nil {
 		f := *hb.Fetch
 		hb.Fetch = &f
+	}
+	if hb.Launcher != nil {
+		l := *hb.Launcher
+		hb.Launcher = &l
 	}
 	hb.Drift = append([]wire.Drifted(nil), hb.Drift...)
 	if hb.Inventory != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -167,4 +168,47 @@ func TestFitHeartbeatKeepsTheStartAndTheEndOfEachError(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A rollout judges a node by its launcher (docs/wire.md, "Heartbeat size"): cutting never drops
+// it, and only its rollback reason is cut, with the rollbacks' reasons (step 6).
+func TestFitHeartbeatKeepsTheLauncherAndCutsOnlyItsRollbackReason(t *testing.T) {
+	at := time.Date(2026, 11, 29, 7, 12, 3, 0, time.UTC)
+	launcher := wire.Launcher{Version: "v1.0.0", Floor: "v1.0.0", State: wire.LauncherFloor, RolledBackFrom: "v1.1.0",
+		RolledBackAt: at, RollbackReason: strings.Repeat("r", wire.MaxReasonBytes)}
+	for _, tc := range []struct {
+		name       string
+		max        int
+		wantReason int // bytes of the reason left
+	}{
+		{"a heartbeat that fits keeps the whole reason", 1 << 20, wire.MaxReasonBytes},
+		{"a heartbeat cut past the rollbacks' reasons has the launcher's cut too", 4 << 10, len(rollbackCut256())},
+		{"a heartbeat cut to its identity still names the launcher", 1 << 10, len(rollbackCut256())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := hugeHeartbeat()
+			if tc.max == 1<<20 {
+				in = wire.Heartbeat{Node: "web-01", State: wire.StateRunning, Running: "v1.4.0", SentAt: at}
+			}
+			l := launcher
+			in.Launcher = &l
+			out := fitParsed(t, in, tc.max)
+			got := out.Launcher
+			if got == nil || got.Version != "v1.0.0" || got.Floor != "v1.0.0" || got.State != wire.LauncherFloor ||
+				got.RolledBackFrom != "v1.1.0" || !got.RolledBackAt.Equal(at) {
+				t.Fatalf("launcher = %+v, want %+v with its reason cut", got, launcher)
+			}
+			if len(got.RollbackReason) != tc.wantReason || !strings.HasPrefix(got.RollbackReason, "rrr") {
+				t.Errorf("rollback reason is %d bytes, want %d", len(got.RollbackReason), tc.wantReason)
+			}
+			if in.Launcher.RollbackReason != launcher.RollbackReason {
+				t.Error("FitHeartbeat changed the caller's launcher")
+			}
+		})
+	}
+}
+
+// rollbackCut256 is a launcher reason as step 6 leaves it.
+func rollbackCut256() string {
+	return text.Cut(strings.Repeat("r", wire.MaxReasonBytes), fitReasonBytes)
 }

@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +31,20 @@ var tinyBinaries = struct {
 }{m: map[string]string{}}
 
 func tiny(t testing.TB, goarch string) string {
+	return tinyBuild(t, "./testdata/tiny", goarch, "v1.2.3")
+}
+
+// tinyLauncher is testdata/tinylauncher, which prints its own version, v0.3.0.
+func tinyLauncher(t testing.TB, goarch string) string {
+	return tinyBuild(t, "./testdata/tinylauncher", goarch, "")
+}
+
+func tinyBuild(t testing.TB, pkg, goarch, version string) string {
 	t.Helper()
 	tinyBinaries.Lock()
 	defer tinyBinaries.Unlock()
-	if p, ok := tinyBinaries.m[goarch]; ok {
+	key := filepath.Base(pkg) + "-" + goarch + "-" + version
+	if p, ok := tinyBinaries.m[key]; ok {
 		return p
 	}
 	if tinyBinaries.d == "" {
@@ -42,11 +54,11 @@ func tiny(t testing.TB, goarch string) string {
 		}
 		tinyBinaries.d = d
 	}
-	out := filepath.Join(tinyBinaries.d, "tiny-"+goarch)
-	if err := GoBuild(context.Background(), GoBuildOptions{Dir: ".", Package: "./testdata/tiny", GOARCH: goarch, Version: "v1.2.3", Out: out}); err != nil {
+	out := filepath.Join(tinyBinaries.d, key)
+	if err := GoBuild(context.Background(), GoBuildOptions{Dir: ".", Package: pkg, GOARCH: goarch, Version: version, Out: out}); err != nil {
 		t.Fatal(err)
 	}
-	tinyBinaries.m[goarch] = out
+	tinyBinaries.m[key] = out
 	return out
 }
 
@@ -131,7 +143,7 @@ func TestBuildTwiceGivesOneDigest(t *testing.T) {
 	var ms [2]wire.Manifest
 	for i := range ms {
 		now := fixedNow().Add(time.Duration(i) * time.Hour)
-		r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: bins[i], Now: func() time.Time { return now }})
+		r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: bins[i], NoLauncher: true, Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +160,7 @@ func TestBuildTwiceGivesOneDigest(t *testing.T) {
 func TestBuildWritesAVerifiableManifestBesideItsArchive(t *testing.T) {
 	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
 	out := t.TempDir()
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, "amd64"), Now: fixedNow})
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, "amd64"), Launcher: tinyLauncher(t, "amd64"), Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +194,7 @@ func TestBuildWritesAVerifiableManifestBesideItsArchive(t *testing.T) {
 
 func TestBuildNamesTheArchitectureTheBinaryIsFor(t *testing.T) {
 	priv := meshtest.ReleaseKey.Private
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "arm64"), Now: fixedNow})
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "arm64"), NoLauncher: true, Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +235,8 @@ func TestBuildRefuses(t *testing.T) {
 	priv := meshtest.ReleaseKey.Private
 	script := filepath.Join(t.TempDir(), "mesh-host")
 	os.WriteFile(script, []byte("#!/bin/sh\necho v1.2.3\n"), 0o755)
+	launcherScript := filepath.Join(t.TempDir(), "mesh-launcher")
+	os.WriteFile(launcherScript, []byte("#!/bin/sh\necho v0.3.0\n"), 0o755)
 	sym := meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"}}}, nil)
 	symArchive := filepath.Join(t.TempDir(), "evil.tar.zst")
 	os.WriteFile(symArchive, sym, 0o644)
@@ -233,6 +247,12 @@ func TestBuildRefuses(t *testing.T) {
 		want string
 	}{
 		{"TestBuildRefusesAVersionThatIsNotSemver", Options{Version: "1.2", Key: priv, Binary: script}, "semantic version"},
+		{"TestBuildRefusesLauncherAndNoLauncherTogether", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: launcherScript, NoLauncher: true}, "not both"},
+		{"TestBuildRefusesALauncherAddedToAnArchive", Options{Version: "v1.2.3", Key: priv, Archive: symArchive, Launcher: tinyLauncher(t, "amd64")}, "signed as it is"},
+		{"TestBuildRefusesALauncherThatIsNotELF", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: launcherScript}, "not a Linux (ELF) executable"},
+		{"TestBuildRefusesALauncherForAnotherArchitecture", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: tinyLauncher(t, "arm64")}, "built for arm64 but the host binary for amd64"},
+		{"TestBuildRefusesALauncherThatDoesNotTellAVersion", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: tinyBuild(t, "./testdata/tinylauncher", "amd64", "latest")}, "does not tell its version"},
+		{"TestBuildRefusesAMissingLauncher", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: "/nonexistent/mesh-launcher"}, "no such file"},
 		{"TestBuildRefusesWithoutAKey", Options{Version: "v1.2.3", Binary: script}, "release key"},
 		{"TestBuildRefusesBinaryAndArchiveTogether", Options{Version: "v1.2.3", Key: priv, Binary: script, Archive: symArchive}, "not both"},
 		{"TestBuildRefusesABinaryThatIsNotELF", Options{Version: "v1.2.3", Key: priv, Binary: script}, "not a Linux (ELF) executable"},
@@ -254,5 +274,149 @@ func TestBuildRefuses(t *testing.T) {
 	_, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, Archive: symArchive, OutDir: t.TempDir()})
 	if !errors.Is(err, archive.ErrUnsafe) {
 		t.Fatalf("an unsafe archive's error does not wrap archive.ErrUnsafe: %v", err)
+	}
+}
+
+// extractRelease reads a built archive back with the host's strict extractor, writing both
+// binaries, and returns them.
+func extractRelease(t *testing.T, path string, want archive.LauncherWant) archive.Release {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rel, err := archive.ExtractRelease(context.Background(), f, t.TempDir(), want, archive.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
+func TestBuildPacksTheLauncherAndTheManifestNamesIt(t *testing.T) {
+	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
+	launcher := tinyLauncher(t, "amd64")
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "amd64"), Launcher: launcher, Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, _ := os.ReadFile(launcher)
+	m := r.Manifest
+	want := wire.ReleaseLauncher{Version: "v0.3.0", Digest: digest.FromBytes(lb), Size: int64(len(lb))}
+	if m.Schema != wire.ManifestSchemaWithLauncher || m.Launcher != want {
+		t.Fatalf("manifest schema %d launcher %+v, want schema 2 and %+v", m.Schema, m.Launcher, want)
+	}
+	raw, _ := os.ReadFile(r.ManifestPath)
+	back, err := wire.ParseManifest(raw)
+	if err != nil || back.Verify([]ed25519.PublicKey{pub}) != nil || back.Launcher != want {
+		t.Fatalf("manifest.json does not carry the signed launcher: %v", err)
+	}
+	rel := extractRelease(t, r.ArchivePath, archive.LauncherWant{Dir: t.TempDir(), Size: want.Size, Digest: want.Digest})
+	if rel.LauncherErr != nil || rel.Launcher == nil || rel.Launcher.Path == "" {
+		t.Fatalf("the archive's launcher: %+v, %v", rel.Launcher, rel.LauncherErr)
+	}
+	if got, _ := os.ReadFile(rel.Launcher.Path); !bytes.Equal(got, lb) {
+		t.Fatal("the archive's mesh-launcher is not the launcher given")
+	}
+	if rel.Host.Digest != m.BinaryDigest {
+		t.Fatal("the archive's mesh-host is not the binary the manifest names")
+	}
+}
+
+func TestBuildWithNoLauncherWritesSchema1AsBefore(t *testing.T) {
+	priv := meshtest.ReleaseKey.Private
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "amd64"), NoLauncher: true, Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(r.ManifestPath)
+	if r.Manifest.Schema != wire.ManifestSchema || r.Manifest.HasLauncher() || bytes.Contains(raw, []byte("launcher")) {
+		t.Fatalf("a --no-launcher release is not schema 1 without a launcher:\n%s", raw)
+	}
+	if !strings.HasPrefix(string(r.Manifest.SigningText()), "mesh-host release 1\n") {
+		t.Fatal("a --no-launcher release is not signed as schema 1")
+	}
+	if rel := extractRelease(t, r.ArchivePath, archive.LauncherWant{}); rel.Launcher != nil {
+		t.Fatal("a --no-launcher archive carries a launcher")
+	}
+}
+
+func TestBuildBuildsTheLauncherFromTheTreeWithItsOwnVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the real mesh-launcher")
+	}
+	priv := meshtest.ReleaseKey.Private
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, runtime.GOARCH), SourceDir: "../..", Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := r.Manifest.Launcher
+	if r.Manifest.Schema != 2 || !wire.ValidVersion(l.Version) || l.Version == "v1.2.3" {
+		t.Fatalf("launcher %+v: want the tree's launcher under its own version, not the host's", l)
+	}
+	rel := extractRelease(t, r.ArchivePath, archive.LauncherWant{Dir: t.TempDir(), Size: l.Size, Digest: l.Digest})
+	if rel.LauncherErr != nil {
+		t.Fatal(rel.LauncherErr)
+	}
+	v, err := LauncherVersion(context.Background(), rel.Launcher.Path)
+	if err != nil || v != l.Version {
+		t.Fatalf("the packed launcher says %q (%v), the manifest %q", v, err, l.Version)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(r.ArchivePath)); len(ents) != 2 {
+		t.Fatalf("the build left %d entries in the output directory, want the archive and manifest.json", len(ents))
+	}
+}
+
+func TestBuildWithArchiveCarryingALauncherNamesIt(t *testing.T) {
+	priv := meshtest.ReleaseKey.Private
+	bin, _ := os.ReadFile(tiny(t, "amd64"))
+	lb, _ := os.ReadFile(tinyLauncher(t, "amd64"))
+	made := meshtest.Archive([]meshtest.Entry{meshtest.File("./mesh-host", bin), meshtest.File("./mesh-launcher", lb)}, nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	src := filepath.Join(t.TempDir(), "pipeline.tar.zst")
+	os.WriteFile(src, made, 0o644)
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Archive: src, Now: fixedNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wire.ReleaseLauncher{Version: "v0.3.0", Digest: digest.FromBytes(lb), Size: int64(len(lb))}
+	if r.Manifest.Launcher != want || r.Manifest.Digest != digest.FromBytes(made) {
+		t.Fatalf("manifest %+v", r.Manifest)
+	}
+	_, err = Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Archive: src, NoLauncher: true, Now: fixedNow})
+	if err == nil || !strings.Contains(err.Error(), "--no-launcher") {
+		t.Fatalf("--no-launcher with an archive carrying a launcher: %v, want a refusal", err)
+	}
+}
+
+func TestLauncherVersionAsksVersionThenDashDashVersion(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name, body, want, says string
+	}{
+		{"a launcher that knows the version word", `[ "$1" = version ] && echo v0.4.0 && exit 0; exit 2`, "v0.4.0", ""},
+		{"a launcher that knows only --version", `[ "$1" = --version ] && echo v0.2.0 && exit 0; echo "unknown command $1" >&2; exit 2`, "v0.2.0", ""},
+		{"a launcher printing no version", `echo hello`, "", "not a canonical semantic version"},
+		{"a launcher failing both ways", `exit 1`, "", "exit status 1"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := LauncherVersion(context.Background(), script(fmt.Sprintf("l%d", i), c.body+"\n"))
+			if c.says == "" {
+				if err != nil || v != c.want {
+					t.Fatalf("got %q, %v; want %q", v, err, c.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("got %q, %v; want an error saying %q", v, err, c.says)
+			}
+		})
 	}
 }

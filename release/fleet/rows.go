@@ -36,8 +36,11 @@ type Row struct {
 	// Withdrawn is the withdrawal of the version the node runs, when it is withdrawn.
 	Withdrawn *wire.Withdrawn `json:"withdrawn,omitempty"`
 	// TargetExpiredSince is when the target in force on the node expired, while it has.
-	TargetExpiredSince *time.Time      `json:"target_expired_since,omitempty"`
-	Heartbeat          *wire.Heartbeat `json:"heartbeat,omitempty"`
+	TargetExpiredSince *time.Time `json:"target_expired_since,omitempty"`
+	// Launcher is the launcher running the node's host, as its heartbeat says it; absent from
+	// hosts and records older than launcher versions.
+	Launcher  *wire.Launcher  `json:"launcher,omitempty"`
+	Heartbeat *wire.Heartbeat `json:"heartbeat,omitempty"`
 }
 
 // RowOptions are what, besides each node's heartbeat, its row is judged from.
@@ -88,7 +91,7 @@ func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]boo
 			if wd, ok := o.Withdrawals.Has(hb.Running); ok && hb.Running != "" {
 				r.Withdrawn = &wd
 			}
-			r.TargetExpiredSince = hb.TargetExpiredSince
+			r.TargetExpiredSince, r.Launcher = hb.TargetExpiredSince, hb.Launcher
 			r.Heartbeat = &hb
 		}
 		rows = append(rows, r)
@@ -152,13 +155,13 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tLAST HEARD\tLAST RECONCILE")
+	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tLAUNCHER\tLAST HEARD\tLAST RECONCILE")
 	counts := make(map[Kind]int)
 	for _, r := range rows {
 		counts[r.StatusKind]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
 			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)),
-			ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
+			launcherText(r.Launcher), ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -219,6 +222,30 @@ func kindCounts(counts map[Kind]int) string {
 		return ""
 	}
 	return "; " + strings.Join(parts, ", ")
+}
+
+// launcherText is the LAUNCHER cell: the launcher's version, marked when it is not a confirmed
+// delivered one — `v1.1.0 (trial)`, `v1.0.0 (floor)`, `v1.1.0 (rolled back from v1.2.0)` (a
+// rollback says more than the state it left) — or `-` when the heartbeat says nothing of it.
+func launcherText(l *wire.Launcher) string {
+	if l == nil || (l.Version == "" && l.Floor == "") {
+		return "-"
+	}
+	v := cell(l.Version, maxIDCell)
+	if v == "" {
+		v = "?" // an older launcher's records say only the floor
+	}
+	switch {
+	case l.RolledBackFrom != "":
+		return v + " (rolled back from " + cell(l.RolledBackFrom, maxIDCell) + ")"
+	case l.State == wire.LauncherTrial || l.State == wire.LauncherFloor:
+		return v + " (" + l.State + ")"
+	case l.State == wire.LauncherConfirmed:
+		return v
+	case l.Version == "":
+		return "? (floor " + cell(l.Floor, maxIDCell) + ")"
+	}
+	return v + " (" + cell(l.State, maxIDCell) + ")" // a state a newer host added
 }
 
 func reconcileText(r Row) string {

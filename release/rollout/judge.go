@@ -35,6 +35,9 @@ type track struct {
 	// before its batch began: that rollback is history — the node marked the version bad then,
 	// and now refuses it, which is what it is judged on.
 	priorRollback time.Time
+	// priorLauncher is the launcher rollback the node reported when its batch began: history,
+	// like priorRollback. Only one it reports after that halts the rollout.
+	priorLauncher launcherRollback
 
 	confirmed   bool
 	firstUptime int64 // uptime_s of the first confirmed heartbeat this controller saw
@@ -52,6 +55,35 @@ func lastRollbackFrom(e fleet.Entry, version string) time.Time {
 		}
 	}
 	return at
+}
+
+// launcherRollback is a launcher rollback as a heartbeat names it: what it rolled back from,
+// and when by the node's clock.
+type launcherRollback struct {
+	from string
+	at   time.Time
+}
+
+// priorLauncherRollback is the launcher rollback e reports that happened before started (the
+// batch's start, zero while it starts now): a controller that takes over a batch already
+// running counts one after the batch began as the batch's, as the controller before it would
+// (the node's clock against the controller's, only then).
+func priorLauncherRollback(e fleet.Entry, started time.Time) launcherRollback {
+	l := e.Heartbeat.Launcher
+	if e.Err != nil || l == nil || l.RolledBackFrom == "" || (!started.IsZero() && !l.RolledBackAt.Before(started)) {
+		return launcherRollback{}
+	}
+	return launcherRollback{l.RolledBackFrom, l.RolledBackAt}
+}
+
+// newLauncherRollback is the launcher rollback hb reports when it is not the one prior: another
+// version rolled back from, or a later one.
+func newLauncherRollback(hb wire.Heartbeat, prior launcherRollback) *wire.Launcher {
+	l := hb.Launcher
+	if l == nil || l.RolledBackFrom == "" || (l.RolledBackFrom == prior.from && !l.RolledBackAt.After(prior.at)) {
+		return nil
+	}
+	return l
 }
 
 // judged reports whether t counts towards its batch: targeted and not left out.
@@ -73,7 +105,8 @@ const (
 )
 
 // observe judges one heartbeat of a node of the batch in progress (0006, "A batch" and
-// "Halt"): confirmed, soaked, or trouble (rolled back, refused, restarted).
+// "Halt"): confirmed, soaked, or trouble (rolled back, its launcher rolled back, refused,
+// restarted).
 func (t *track) observe(e fleet.Entry, version string, soak time.Duration) change {
 	if t.heard && e.Heard.Before(t.last.Heard) {
 		return changeNone // an older word than the one held
@@ -93,6 +126,13 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 				Output: output(rb.Output)}
 			return changeTrouble
 		}
+	}
+	// A launcher that rolled back during the batch halts it as a host rollback does (issue 19):
+	// the release carries the launcher, and a launcher that cannot run costs the next batch.
+	if l := newLauncherRollback(hb, t.priorLauncher); l != nil {
+		t.trouble = &NodeReason{Node: e.Node, Why: WhyLauncherRolledBack, Since: l.RolledBackAt,
+			Detail: detail(fmt.Sprintf("launcher rolled back from %s: %s", field(l.RolledBackFrom), l.RollbackReason))}
+		return changeTrouble
 	}
 	if r := hb.Refused; r != nil && r.What == "target" && t.targetRev != 0 && r.Revision >= t.targetRev {
 		t.trouble = &NodeReason{Node: e.Node, Why: WhyRefused, Since: r.At,

@@ -175,3 +175,72 @@ func TestANodeThatRolledBackBeforeItsBatchIsJudgedOnRefusingTheTarget(t *testing
 		t.Fatalf("a rollback after the batch began: %v %+v, want trouble %s", got, fresh.trouble, WhyRolledBack)
 	}
 }
+
+// A node whose launcher rolled back during its batch halts the rollout as a host rollback does,
+// with the reason "launcher rolled back from vX: …"; the launcher rollback the node reported when
+// its batch began is history (issue 19, 6).
+func TestJudgingANodeOnItsLauncher(t *testing.T) {
+	const v = "v1.2.0"
+	hour := t0.Add(-time.Hour)
+	launcher := func(from string, at time.Time, reason string) func(*wire.Heartbeat) {
+		return func(hb *wire.Heartbeat) {
+			hb.Launcher = &wire.Launcher{Version: "v1.0.0", Floor: "v1.0.0", State: wire.LauncherFloor}
+			if from != "" {
+				hb.Launcher.RolledBackFrom, hb.Launcher.RolledBackAt, hb.Launcher.RollbackReason = from, at, reason
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		atStart *fleet.Entry // the heartbeat heard when the batch began
+		started time.Time    // the batch's start when a controller takes it over (zero: it starts now)
+		beat    fleet.Entry
+		want    change
+		detail  string
+	}{
+		{name: "a launcher rollback during the batch", beat: beat(1, v, "v1.1.0", 1, launcher("v1.1.0", t0, "exited with status 2 before confirming")),
+			want: changeTrouble, detail: "launcher rolled back from v1.1.0: exited with status 2 before confirming"},
+		{name: "no launcher object (an older host): judged as before", beat: beat(1, v, v, 1), want: changeConfirmed},
+		{name: "a launcher on trial or the floor, not rolled back", beat: beat(1, v, v, 1, launcher("", time.Time{}, "")), want: changeConfirmed},
+		{name: "the rollback reported when the batch began is history",
+			atStart: ptr(beat(0, "v1.1.0", "v1.1.0", 1, launcher("v1.1.0", hour, "crashed"))),
+			beat:    beat(1, v, v, 2, launcher("v1.1.0", hour, "crashed")), want: changeConfirmed},
+		{name: "a later rollback from the same launcher version is news",
+			atStart: ptr(beat(0, "v1.1.0", "v1.1.0", 1, launcher("v1.1.0", hour, "crashed"))),
+			beat:    beat(1, v, v, 2, launcher("v1.1.0", t0, "crashed again")), want: changeTrouble, detail: "launcher rolled back from v1.1.0: crashed again"},
+		{name: "a rollback from another launcher version is news",
+			atStart: ptr(beat(0, "v1.1.0", "v1.1.0", 1, launcher("v1.1.0", hour, "crashed"))),
+			beat:    beat(1, v, v, 2, launcher("v1.3.0", hour, "hung")), want: changeTrouble, detail: "launcher rolled back from v1.3.0: hung"},
+		{name: "taking over a batch: a rollback after it began is the batch's",
+			atStart: ptr(beat(0, v, "v1.1.0", 1, launcher("v1.1.0", t0, "crashed"))), started: t0.Add(-time.Minute),
+			beat: beat(1, v, "v1.1.0", 2, launcher("v1.1.0", t0, "crashed")), want: changeTrouble, detail: "launcher rolled back from v1.1.0: crashed"},
+		{name: "taking over a batch: a rollback before it began is history",
+			atStart: ptr(beat(0, v, v, 1, launcher("v1.1.0", hour, "crashed"))), started: t0.Add(-time.Minute),
+			beat: beat(1, v, v, 2, launcher("v1.1.0", hour, "crashed")), want: changeConfirmed},
+		{name: "a hostile reason is printable and bounded",
+			beat: beat(1, v, v, 1, launcher("v1.1.0", t0, "boom\x1b[2J\n"+strings.Repeat("x", 5000))), want: changeTrouble,
+			detail: `launcher rolled back from v1.1.0: boom\x1b[2J\x0axxx`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &track{inBatch: true, targetRev: 7}
+			if tc.atStart != nil {
+				tr.priorLauncher = priorLauncherRollback(*tc.atStart, tc.started)
+			}
+			if got := tr.observe(tc.beat, v, time.Hour); got != tc.want {
+				t.Fatalf("observe = %v (trouble %+v), want %v", got, tr.trouble, tc.want)
+			}
+			if tc.want != changeTrouble {
+				return
+			}
+			r := tr.trouble
+			if r.Why != WhyLauncherRolledBack || !strings.HasPrefix(r.Detail, tc.detail) || !r.Since.Equal(tc.beat.Heartbeat.Launcher.RolledBackAt) {
+				t.Errorf("trouble %+v, want %s since %s with detail %q", r, WhyLauncherRolledBack, tc.beat.Heartbeat.Launcher.RolledBackAt, tc.detail)
+			}
+			if strings.ContainsAny(r.Detail, "\x1b\n") || len(r.Detail) > maxDetailBytes {
+				t.Errorf("detail not bounded and printable: %q", r.Detail)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

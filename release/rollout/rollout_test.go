@@ -87,6 +87,8 @@ func TestTroubleInABatchHaltsItSetsItsTargetsBackAndLeavesTheFleetKey(t *testing
 		{name: "a node silent past the window", takes: thenQuiet, why: WhySilent, soak: 6 * time.Second, window: 2 * time.Second, detail: "unheard for"},
 		{name: "a rollback from the version, its output quoted", takes: rollsBack, why: WhyRolledBack, detail: "rolled back from v1.1.0 to v1.0.0",
 			output: `panic: boom\x1b[31m`},
+		{name: "a launcher rollback: the host confirmed, the launcher it carried did not", takes: launcherRollsBack, why: WhyLauncherRolledBack,
+			detail: "launcher rolled back from v1.1.0: exited with status 2 before confirming"},
 		{name: "a restart during the soak", takes: crashLoop, why: WhyRestarted, soak: 4 * time.Second, detail: "restarted after confirming"},
 		{name: "a refusal of the target's revision", takes: refuses, why: WhyRefused, detail: "marked bad on this node"},
 		{name: "a fetch failed for good", takes: fetchFail, why: WhyRefused, detail: "archive digest mismatch"},
@@ -146,6 +148,46 @@ func TestTroubleInABatchHaltsItSetsItsTargetsBackAndLeavesTheFleetKey(t *testing
 			if len(halted) != 1 || len(halted[0].Reasons) != 1 || !strings.HasPrefix(halted[0].Message, "HALTED in batch 1/3 (canary): 1 of 2 nodes") {
 				t.Errorf("halted events = %+v", halted)
 			}
+			// What --follow prints and what `rollout status` shows name the node and say why.
+			var follow, status strings.Builder
+			if len(halted) == 1 {
+				if err := WriteEvent(&follow, halted[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := WriteStatus(&status, st, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for what, out := range map[string]string{"--follow": follow.String(), "status": status.String()} {
+				if !strings.Contains(out, "node-1: ") || !strings.Contains(out, tc.detail) {
+					t.Errorf("%s does not say node-1 and %q:\n%s", what, tc.detail, out)
+				}
+			}
 		})
+	}
+}
+
+// A launcher rollback a node reported before the rollout began is history: the rollout runs to
+// its end (issue 19, 6), as it does past a host rollback from another version.
+func TestALauncherRollbackFromBeforeTheRolloutDoesNotHaltIt(t *testing.T) {
+	b := meshtest.StartBus(t)
+	publishRelease(t, b, "v1.1.0")
+	ns := sixNodes()
+	ns[0].launcher = &wire.Launcher{Version: "v1.0.0", Floor: "v1.0.0", State: wire.LauncherFloor, RolledBackFrom: "v1.0.5",
+		RolledBackAt: time.Now().Add(-time.Hour).UTC(), RollbackReason: "exited with status 2 before confirming"}
+	startSim(t, b, ns...)
+	ev := &events{}
+	c := newController(t, connect(t, b), ev, "")
+	ctx := meshtest.Context(t, 60*time.Second)
+	o := testOptions("v1.1.0")
+	o.CanaryNodes = []string{"node-1", "node-2"}
+	st, err := c.Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Run(ctx, st.ID)
+	ev.dump(t)
+	if err != nil || st.Status != StatusCompleted {
+		t.Fatalf("run = %s, %v, halt %+v; want completed past node-1's old launcher rollback", st.Status, err, st.Halt)
 	}
 }

@@ -565,6 +565,7 @@ func (r *runner) begin(ctx context.Context) error {
 			targeted = append(targeted, n)
 			if t.heard {
 				t.priorRollback = lastRollbackFrom(t.last, r.version)
+				t.priorLauncher = priorLauncherRollback(t.last, b.Started) // zero when fresh
 			}
 			if r.s.ours(cur[k], r.version) {
 				t.targetRev = cur[k].Rev

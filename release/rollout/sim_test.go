@@ -38,6 +38,8 @@ const (
 	fetchFail = "fetchfail" // fails the fetch for good
 	goSilent  = "silent"    // stops heartbeating once targeted
 	thenQuiet = "quiet"     // confirms it, then stops heartbeating
+	// launcherRollsBack: the host confirms it, and the launcher it carried rolls back to the floor
+	launcherRollsBack = "launcher-rollback"
 )
 
 type simNode struct {
@@ -48,6 +50,7 @@ type simNode struct {
 
 	boot      time.Time
 	rollbacks []wire.Rollback
+	launcher  *wire.Launcher
 	refused   *wire.Refusal
 	fetch     *wire.Fetch
 	bad       map[string]bool
@@ -217,7 +220,7 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 		}
 		hbs = append(hbs, wire.Heartbeat{Node: n.id, State: wire.StateRunning, Running: n.running, KnownGood: n.knownGood,
 			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(),
-			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch,
+			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch, Launcher: clone(n.launcher),
 			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}})
 	}
 	s.mu.Unlock()
@@ -257,6 +260,10 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 		n.rollbacks = append(n.rollbacks, wire.Rollback{From: p, To: n.running, At: now.UTC(), Reason: "exited with status 2 before confirming",
 			Output: "starting " + p + "\npanic: boom\x1b[31m\ngoroutine 1 [running]"})
 		n.bad[p], n.boot, n.fetch, n.pending = true, now, nil, ""
+	case launcherRollsBack:
+		n.running, n.knownGood, n.boot, n.fetch, n.pending = p, p, now, nil, ""
+		n.launcher = &wire.Launcher{Version: "v1.0.0", Floor: "v1.0.0", State: wire.LauncherFloor,
+			RolledBackFrom: "v1.1.0", RolledBackAt: now.UTC(), RollbackReason: "exited with status 2 before confirming (last: panic: boom)"}
 	case hangs:
 		n.fetch = &wire.Fetch{State: "staged", Version: p}
 	case refuses:
@@ -268,6 +275,14 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	case goSilent:
 		n.silent = true
 	}
+}
+
+func clone[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 // the node named id, under the lock.

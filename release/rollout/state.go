@@ -142,11 +142,14 @@ const MaxHaltNodes = 20
 
 // Why a node halted a rollout.
 const (
-	WhySilent       = "silent"        // unheard for longer than the window
-	WhyRolledBack   = "rolled-back"   // its launcher rolled back from the version
-	WhyRestarted    = "restarted"     // the version restarted during its soak
-	WhyRefused      = "refused"       // the host refused the target (bad here, verification, preflight)
-	WhyNotConfirmed = "not-confirmed" // it did not confirm the version within the window
+	WhySilent     = "silent"      // unheard for longer than the window
+	WhyRolledBack = "rolled-back" // its launcher rolled back from the version
+	// WhyLauncherRolledBack: the node's launcher rolled back from a launcher version (the one
+	// the release carried, or any other taken during the batch).
+	WhyLauncherRolledBack = "launcher-rolled-back"
+	WhyRestarted          = "restarted"     // the version restarted during its soak
+	WhyRefused            = "refused"       // the host refused the target (bad here, verification, preflight)
+	WhyNotConfirmed       = "not-confirmed" // it did not confirm the version within the window
 )
 
 // NodeReason is one node's part in a halt. Detail is for a person (bounded, printable); Output

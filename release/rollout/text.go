@@ -96,6 +96,11 @@ func whyText(r NodeReason, ref time.Time) string {
 			return "rolled back at " + at
 		}
 		return "rolled back"
+	case WhyLauncherRolledBack:
+		if at != "" {
+			return "launcher rolled back at " + at
+		}
+		return "launcher rolled back"
 	case WhyRestarted:
 		return "restarted after confirming"
 	case WhyRefused:

@@ -150,6 +150,8 @@ func TestSummaryIsOneLineForEveryStatus(t *testing.T) {
 	halted1.Restored = false
 	haltedMany := sampleHalted()
 	haltedMany.Halt.More = 5
+	haltedLauncher := sampleHalted()
+	haltedLauncher.Halt.Nodes = []NodeReason{{Node: "node-a", Why: WhyLauncherRolledBack, Since: at(13, 15, 1), Detail: "launcher rolled back from v1.1.0: crashed"}}
 	lapsed := sampleRunning()
 	lapsed.Holder.Until = at(13, 15, 0)
 	finishing := sampleRunning()
@@ -170,6 +172,7 @@ func TestSummaryIsOneLineForEveryStatus(t *testing.T) {
 		{"NoController", lapsed, "rollout v1.2.0 (20261129T131200Z-v1.2.0): paused, batch 2/3 (50%), started 4m ago; no controller drives it (`mesh-release rollout resume` continues it)"},
 		{"Finishing", finishing, "rollout v1.2.0 (20261129T131200Z-v1.2.0): running, every batch done, setting the fleet target, started 4m ago"},
 		{"HaltedOneNode", halted1, "rollout v1.2.0: HALTED in batch 1/3 (canary) at 13:15 — node-a rolled back; targets not yet set back (`mesh-release rollout status`)"},
+		{"HaltedByALauncher", haltedLauncher, "rollout v1.2.0: HALTED in batch 1/3 (canary) at 13:15 — node-a launcher rolled back (`mesh-release rollout status`)"},
 		{"HaltedManyNodes", haltedMany, "rollout v1.2.0: HALTED in batch 1/3 (canary) at 13:15 — 7 nodes showed trouble (`mesh-release rollout status`)"},
 		{"Completed", completed, "rollout v1.2.0: completed 2m ago, 30 nodes"},
 		{"Immediate", immediate, "rollout v1.3.0: set as the fleet target at once (policy immediate) 16m ago"},
@@ -201,9 +204,13 @@ func TestWriteEventIsTheTimeAndMessageAndAHaltNamesEachNodeAndWhy(t *testing.T) 
 				"  node-b: unheard for 11m, longer than the window 10m; its last word at 13:04:00: state running, running v1.1.0\n"},
 		{"WithoutDetail", Event{Time: at(13, 15, 2), Kind: EventHalted, Message: "halted", Reasons: []NodeReason{
 			{Node: "a", Why: WhyRestarted}, {Node: "b", Why: WhyRefused}, {Node: "c", Why: WhyNotConfirmed},
-			{Node: "d", Why: WhySilent, Since: at(13, 1, 0)}, {Node: "e", Why: WhyRolledBack, Since: at(12, 0, 0).AddDate(0, 0, -1)}, {Node: "f", Why: "new-reason"}}},
+			{Node: "d", Why: WhySilent, Since: at(13, 1, 0)}, {Node: "e", Why: WhyRolledBack, Since: at(12, 0, 0).AddDate(0, 0, -1)}, {Node: "f", Why: "new-reason"},
+			{Node: "g", Why: WhyLauncherRolledBack, Since: at(13, 14, 0)}}},
 			"13:15:02 halted\n  a: restarted after confirming\n  b: refused the version\n  c: not confirmed within the window\n" +
-				"  d: silent since 13:01:00\n  e: rolled back at 2026-11-28 12:00:00\n  f: new-reason\n"},
+				"  d: silent since 13:01:00\n  e: rolled back at 2026-11-28 12:00:00\n  f: new-reason\n  g: launcher rolled back at 13:14:00\n"},
+		{"HaltedByALauncherRollback", Event{Time: at(13, 15, 2), Kind: EventHalted, Message: "halted", Reasons: []NodeReason{
+			{Node: "node-a", Why: WhyLauncherRolledBack, Since: at(13, 15, 1), Detail: "launcher rolled back from v1.1.0: exited with status 2 before confirming"}}},
+			"13:15:02 halted\n  node-a: launcher rolled back from v1.1.0: exited with status 2 before confirming\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer

@@ -1,6 +1,7 @@
 // Package archive is the host archive format, both sides of it: Pack writes the one
-// reproducible tar+zstd archive a release holds (a single regular file named mesh-host), and
-// Extract reads one back strictly, refusing anything else an archive could carry.
+// reproducible tar+zstd archive a release holds (a regular file named mesh-host, then, in a
+// release carrying its launcher, one named mesh-launcher), and Extract reads one back
+// strictly, refusing anything else an archive could carry.
 package archive
 
 import (
@@ -22,9 +23,13 @@ import (
 	"github.com/novox/mesh-host/internal/layout"
 )
 
-// BinaryName is the one entry a host archive holds: the host binary, named as it is in a
+// BinaryName is the first entry a host archive holds: the host binary, named as it is in a
 // version's directory on a node.
 const BinaryName = layout.BinaryName
+
+// LauncherName is the second entry a host archive may hold: the mesh-launcher built from the
+// same tree, named as it is in ROOT/launchers/<v> on a node (decision 0014).
+const LauncherName = "mesh-launcher"
 
 // Mode is the file mode of the packed and of the extracted binary.
 const Mode = 0o755
@@ -44,6 +49,22 @@ var ErrUnsafe = errors.New("refused host archive")
 // depends only on the binary's bytes and this package's pinned zstd version: fixed time,
 // owner, name and mode; a single entry; one encoder goroutine.
 func Pack(w io.Writer, bin io.Reader, size int64) error {
+	return pack(w, []packed{{BinaryName, bin, size}})
+}
+
+// PackWithLauncher writes a host archive holding bin (mesh-host), then launcher (mesh-launcher,
+// launcherSize bytes), as Pack does: the same two binaries always give the same bytes.
+func PackWithLauncher(w io.Writer, bin io.Reader, size int64, launcher io.Reader, launcherSize int64) error {
+	return pack(w, []packed{{BinaryName, bin, size}, {LauncherName, launcher, launcherSize}})
+}
+
+type packed struct {
+	name string
+	r    io.Reader
+	size int64
+}
+
+func pack(w io.Writer, files []packed) error {
 	zw, err := zstd.NewWriter(w,
 		zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
 		zstd.WithEncoderConcurrency(1),
@@ -53,26 +74,28 @@ func Pack(w io.Writer, bin io.Reader, size int64) error {
 		return fmt.Errorf("pack: zstd: %w", err)
 	}
 	tw := tar.NewWriter(zw)
-	hdr := &tar.Header{
-		Typeflag: tar.TypeReg,
-		Name:     BinaryName,
-		Mode:     Mode,
-		Size:     size,
-		ModTime:  time.Unix(0, 0), // fixed, so the same binary gives the same bytes
-		Format:   tar.FormatUSTAR,
-	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		zw.Close()
-		return fmt.Errorf("pack: %w", err)
-	}
-	n, err := io.Copy(tw, bin)
-	if err != nil {
-		zw.Close()
-		return fmt.Errorf("pack: copying the binary: %w", err)
-	}
-	if n != size {
-		zw.Close()
-		return fmt.Errorf("pack: the binary is %d bytes, expected %d (did it change while packing?)", n, size)
+	for _, f := range files {
+		hdr := &tar.Header{
+			Typeflag: tar.TypeReg,
+			Name:     f.name,
+			Mode:     Mode,
+			Size:     f.size,
+			ModTime:  time.Unix(0, 0), // fixed, so the same binary gives the same bytes
+			Format:   tar.FormatUSTAR,
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			zw.Close()
+			return fmt.Errorf("pack: %w", err)
+		}
+		n, err := io.Copy(tw, f.r)
+		if err != nil {
+			zw.Close()
+			return fmt.Errorf("pack: copying %s: %w", f.name, err)
+		}
+		if n != f.size {
+			zw.Close()
+			return fmt.Errorf("pack: %s is %d bytes, expected %d (did it change while packing?)", f.name, n, f.size)
+		}
 	}
 	if err := tw.Close(); err != nil {
 		zw.Close()
@@ -113,18 +136,50 @@ type Binary struct {
 // as GNU tar (10 KiB records).
 const tarSlack = 64 << 10
 
-// Extract reads a host archive from r and writes its one binary to dir/mesh-host (dir must
-// exist; the file must not). It refuses, wrapping ErrUnsafe: any entry that is not a regular
-// file named mesh-host (or ./mesh-host) — directories, symlinks, hard links, devices, FIFOs,
-// PAX global headers, absolute names, names with "..", a second entry; setuid, setgid or
-// sticky modes; a binary larger than the limit; a decoded stream larger than the binary plus
-// tar framing, or a zstd window larger than the limit (decompression bombs); anything but
-// zero padding after the tar end. It reads r to its end, so the zstd checksum is verified.
+// Extract reads a host archive from r and writes its binary to dir/mesh-host (dir must exist;
+// the file must not). It refuses, wrapping ErrUnsafe: a first entry that is not a regular file
+// named mesh-host (or ./mesh-host), a second that is not one named mesh-launcher, a third —
+// directories, symlinks, hard links, devices, FIFOs, PAX global headers, absolute names, names
+// with ".."; setuid, setgid or sticky modes; a binary larger than the limit; a decoded stream
+// larger than the binaries plus tar framing, or a zstd window larger than the limit
+// (decompression bombs); anything but zero padding after the tar end. A mesh-launcher entry is
+// read through and not written (ExtractRelease writes it). It reads r to its end, so the zstd
+// checksum is verified.
 // A failure to write dir/mesh-host (a full disk, an I/O error) is the machine's, not the
 // archive's: it is returned wrapping the *os.PathError, never ErrUnsafe.
 // On error the caller removes dir; Extract may have left a partial file there.
 func Extract(ctx context.Context, r io.Reader, dir string, lim Limits) (Binary, error) {
-	return extract(ctx, r, dir, lim, createFile)
+	rel, err := extract(ctx, r, dir, LauncherWant{}, lim, createFile)
+	return rel.Host, err
+}
+
+// LauncherWant says what ExtractRelease does with a mesh-launcher entry.
+type LauncherWant struct {
+	// Dir, when set, is where the launcher is written, as Dir/mesh-launcher (Dir must exist,
+	// the file must not); "" reads it through, hashing it, without writing it.
+	Dir string
+	// Size and Digest, required with Dir, are what the launcher must be (its manifest's): an
+	// entry of another size is not written, and the bytes are verified while they are written.
+	Size   int64
+	Digest digest.Digest
+}
+
+// Release is what ExtractRelease read.
+type Release struct {
+	Host Binary
+	// Launcher is the archive's mesh-launcher entry: nil when it holds none. Its Path is set
+	// only when it was written to LauncherWant.Dir and matched the size and digest wanted.
+	Launcher *Binary
+	// LauncherErr says why a launcher asked for was not written or not kept (another size or
+	// digest than wanted, a failed write); its partial file is removed. It is no fault of the
+	// host binary, which was extracted whole.
+	LauncherErr error
+}
+
+// ExtractRelease is Extract that also writes the archive's mesh-launcher, when it has one and
+// want.Dir is set: the same strict reading, the same single pass over r.
+func ExtractRelease(ctx context.Context, r io.Reader, dir string, want LauncherWant, lim Limits) (Release, error) {
+	return extract(ctx, r, dir, want, lim, createFile)
 }
 
 // Peek reads the archive's first entry, checks it as Extract does and returns the size of the
@@ -161,56 +216,138 @@ func createFile(path string) (dest, error) {
 	return f, nil
 }
 
-func extract(ctx context.Context, r io.Reader, dir string, lim Limits, create func(string) (dest, error)) (Binary, error) {
+func extract(ctx context.Context, r io.Reader, dir string, want LauncherWant, lim Limits, create func(string) (dest, error)) (Release, error) {
 	lim = lim.withDefaults()
 	zr, tr, capped, err := open(ctx, r, lim)
 	if err != nil {
-		return Binary{}, err
+		return Release{}, err
 	}
 	defer zr.Close()
 	if _, err := first(tr, lim); err != nil {
-		return Binary{}, err
+		return Release{}, err
 	}
 	out := filepath.Join(dir, BinaryName)
 	f, err := create(out)
 	if err != nil {
-		return Binary{}, fmt.Errorf("extract: %w", err)
+		return Release{}, fmt.Errorf("extract: %w", err)
 	}
 	h := sha256.New()
-	w := &WriteRecorder{W: f}
-	n, err := io.Copy(io.MultiWriter(w, h), tr)
+	n, err := writeEntry(f, out, io.MultiWriter(h), tr)
 	if err != nil {
-		f.Close()
-		if w.Err != nil {
-			return Binary{}, fmt.Errorf("extract: %w", w.Err)
-		}
-		return Binary{}, readErr(err)
+		return Release{}, err
 	}
-	if err := f.Chmod(Mode); err != nil {
-		f.Close()
-		return Binary{}, fmt.Errorf("extract: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return Binary{}, fmt.Errorf("extract: sync %s: %w", out, err)
-	}
-	if err := f.Close(); err != nil {
-		return Binary{}, fmt.Errorf("extract: %w", err)
-	}
+	rel := Release{Host: Binary{Path: out, Size: n, Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))}}
 	next, err := tr.Next()
 	switch {
 	case err == nil:
-		return Binary{}, fmt.Errorf("%w: it holds more than one entry (%q after %s); a host archive holds exactly one file named %s",
-			ErrUnsafe, next.Name, BinaryName, BinaryName)
+		if err := checkLauncherEntry(next, lim); err != nil {
+			return Release{}, err
+		}
+		// The second entry may be as large as the first: the cap grows by what it declares.
+		capped.extend(next.Size + tarSlack)
+		if err := readLauncher(&rel, tr, next, want, create); err != nil {
+			return Release{}, err
+		}
+		third, err := tr.Next()
+		switch {
+		case err == nil:
+			return Release{}, fmt.Errorf("%w: it holds a third entry (%q after %s and %s); a host archive holds %s, then at most %s",
+				ErrUnsafe, third.Name, BinaryName, LauncherName, BinaryName, LauncherName)
+		case !errors.Is(err, io.EOF):
+			return Release{}, readErr(err)
+		}
 	case !errors.Is(err, io.EOF):
-		return Binary{}, readErr(err)
+		return Release{}, readErr(err)
 	}
 	// After the tar end there may be only zero padding; reading to the end also makes the
 	// zstd decoder check the frame checksum.
 	if err := drainZeros(capped); err != nil {
-		return Binary{}, err
+		return Release{}, err
 	}
-	return Binary{Path: out, Size: n, Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))}, nil
+	return rel, nil
+}
+
+// writeEntry copies the current entry of tr to f (at path), through also, then sets the mode,
+// fsyncs and closes f. A write failure is the machine's (the *os.PathError), a read failure
+// the archive's.
+func writeEntry(f dest, path string, also io.Writer, tr io.Reader) (int64, error) {
+	w := &WriteRecorder{W: f}
+	n, err := io.Copy(io.MultiWriter(w, also), tr)
+	if err != nil {
+		f.Close()
+		if w.Err != nil {
+			return n, fmt.Errorf("extract: %w", w.Err)
+		}
+		return n, readErr(err)
+	}
+	if err := f.Chmod(Mode); err != nil {
+		f.Close()
+		return n, fmt.Errorf("extract: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return n, fmt.Errorf("extract: sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return n, fmt.Errorf("extract: %w", err)
+	}
+	return n, nil
+}
+
+// readLauncher reads the mesh-launcher entry: written to want.Dir, verified while it is
+// written, when asked and its size is the one wanted; otherwise read through and hashed. It
+// fills rel.Launcher, and rel.LauncherErr with why a launcher asked for was not kept (the
+// archive is still good); its error is a fault of the archive or of reading, which refuses the
+// archive whole.
+func readLauncher(rel *Release, tr io.Reader, hdr *tar.Header, want LauncherWant, create func(string) (dest, error)) error {
+	h := sha256.New()
+	sum := func(n int64) *Binary {
+		return &Binary{Size: n, Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))}
+	}
+	discard := func(why error) error {
+		n, err := io.Copy(h, tr)
+		if err != nil {
+			return readErr(err)
+		}
+		rel.Launcher, rel.LauncherErr = sum(n), why
+		return nil
+	}
+	switch {
+	case want.Dir == "":
+		return discard(nil)
+	case hdr.Size != want.Size:
+		return discard(fmt.Errorf("the archive's %s is %d bytes, its manifest signed %d", LauncherName, hdr.Size, want.Size))
+	case want.Digest.Validate() != nil:
+		return discard(fmt.Errorf("no valid digest to verify %s against (%q)", LauncherName, string(want.Digest)))
+	}
+	out := filepath.Join(want.Dir, LauncherName)
+	f, err := create(out)
+	if err != nil {
+		return discard(fmt.Errorf("write %s: %w", LauncherName, err))
+	}
+	v := want.Digest.Verifier()
+	n, err := writeEntry(f, out, io.MultiWriter(h, v), tr)
+	if err != nil {
+		os.Remove(out)
+		if errors.Is(err, ErrUnsafe) {
+			return err
+		}
+		// A write that failed (a full disk) leaves the rest of the entry to read through; what
+		// was hashed is not the whole entry, so no digest is said.
+		if _, rerr := io.Copy(io.Discard, tr); rerr != nil {
+			return readErr(rerr)
+		}
+		rel.Launcher, rel.LauncherErr = &Binary{Size: hdr.Size}, fmt.Errorf("write %s: %w", LauncherName, err)
+		return nil
+	}
+	rel.Launcher = sum(n)
+	if !v.Verified() {
+		os.Remove(out)
+		rel.LauncherErr = fmt.Errorf("the archive's %s is %s, its manifest signed %s", LauncherName, rel.Launcher.Digest, want.Digest)
+		return nil
+	}
+	rel.Launcher.Path = out
+	return nil
 }
 
 // open starts decoding r: the zstd decoder (the caller closes it), the tar reader on its
@@ -266,16 +403,29 @@ func (d *WriteRecorder) Write(p []byte) (int, error) {
 }
 
 func checkEntry(hdr *tar.Header, lim Limits) error {
+	return checkNamed(hdr, lim, BinaryName, "first")
+}
+
+// checkLauncherEntry checks an archive's second entry: the mesh-launcher, or nothing.
+func checkLauncherEntry(hdr *tar.Header, lim Limits) error {
+	return checkNamed(hdr, lim, LauncherName, "second")
+}
+
+func checkNamed(hdr *tar.Header, lim Limits, want, nth string) error {
 	name := hdr.Name
 	refuse := func(format string, args ...any) error {
-		return fmt.Errorf("%w: entry %q %s; a host archive holds exactly one regular file named %s",
-			ErrUnsafe, name, fmt.Sprintf(format, args...), BinaryName)
+		return fmt.Errorf("%w: entry %q %s; a host archive holds a regular file named %s, then at most one named %s",
+			ErrUnsafe, name, fmt.Sprintf(format, args...), BinaryName, LauncherName)
 	}
 	if p := kindProblem(hdr, false); p != "" {
 		return refuse("%s", p)
 	}
-	if name != BinaryName && name != "./"+BinaryName {
-		return refuse("is not named %s", BinaryName)
+	if name != want && name != "./"+want {
+		if nth == "second" {
+			return fmt.Errorf("%w: it holds more than one entry, and the second, %q, is not named %s; a host archive holds a regular file named %s, then at most one named %s",
+				ErrUnsafe, name, LauncherName, BinaryName, LauncherName)
+		}
+		return refuse("is not named %s (the %s entry must be)", want, nth)
 	}
 	if p := modeProblem(hdr); p != "" {
 		return refuse("%s", p)
@@ -379,6 +529,12 @@ type capReader struct {
 	r     io.Reader
 	left  int64
 	limit int64
+}
+
+// extend allows n more bytes: a second entry, checked against the size limit, declares them.
+func (c *capReader) extend(n int64) {
+	c.left += n
+	c.limit += n
 }
 
 func (c *capReader) Read(p []byte) (int, error) {

@@ -18,7 +18,102 @@ import (
 	"github.com/novox/mesh-host/internal/meshtest"
 )
 
-var binaryFixture = []byte("#!/bin/sh\necho v1.0.0\n")
+var (
+	binaryFixture   = []byte("#!/bin/sh\necho v1.0.0\n")
+	launcherFixture = []byte("#!/bin/sh\necho v0.3.0\n")
+)
+
+func packWithLauncher(t testing.TB) []byte {
+	t.Helper()
+	var a bytes.Buffer
+	if err := PackWithLauncher(&a, bytes.NewReader(binaryFixture), int64(len(binaryFixture)), bytes.NewReader(launcherFixture), int64(len(launcherFixture))); err != nil {
+		t.Fatal(err)
+	}
+	return a.Bytes()
+}
+
+func TestPackWithLauncherThenExtractReleaseWritesBoth(t *testing.T) {
+	a := packWithLauncher(t)
+	dir, ldir := t.TempDir(), t.TempDir()
+	want := LauncherWant{Dir: ldir, Size: int64(len(launcherFixture)), Digest: digest.FromBytes(launcherFixture)}
+	rel, err := ExtractRelease(context.Background(), bytes.NewReader(a), dir, want, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel.Host.Digest != digest.FromBytes(binaryFixture) || rel.LauncherErr != nil || rel.Launcher == nil {
+		t.Fatalf("got %+v", rel)
+	}
+	if rel.Launcher.Digest != want.Digest || rel.Launcher.Size != want.Size || rel.Launcher.Path != filepath.Join(ldir, LauncherName) {
+		t.Fatalf("launcher %+v, want %+v", rel.Launcher, want)
+	}
+	for path, body := range map[string][]byte{filepath.Join(dir, BinaryName): binaryFixture, rel.Launcher.Path: launcherFixture} {
+		b, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(b, body) {
+			t.Fatalf("%s: %q, %v", path, b, err)
+		}
+		if fi, _ := os.Stat(path); fi.Mode().Perm() != Mode {
+			t.Fatalf("%s: mode %v", path, fi.Mode().Perm())
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the host's directory holds %d entries; the launcher goes to its own", len(ents))
+	}
+}
+
+func TestExtractReadsThroughALauncherItIsNotAskedToWrite(t *testing.T) {
+	dir := t.TempDir()
+	rel, err := ExtractRelease(context.Background(), bytes.NewReader(packWithLauncher(t)), dir, LauncherWant{}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel.Launcher == nil || rel.Launcher.Path != "" || rel.Launcher.Digest != digest.FromBytes(launcherFixture) {
+		t.Fatalf("launcher %+v: want it hashed, not written", rel.Launcher)
+	}
+	if _, err := Extract(context.Background(), bytes.NewReader(packWithLauncher(t)), t.TempDir(), Limits{}); err != nil {
+		t.Fatalf("Extract of an archive carrying a launcher: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != BinaryName {
+		t.Fatalf("extract wrote %v", ents)
+	}
+}
+
+func TestExtractReleaseKeepsTheHostWhenTheLauncherIsNotTheOneSigned(t *testing.T) {
+	good := LauncherWant{Size: int64(len(launcherFixture)), Digest: digest.FromBytes(launcherFixture)}
+	for _, c := range []struct {
+		name string
+		edit func(*LauncherWant)
+		want string
+	}{
+		{"another digest", func(w *LauncherWant) { w.Digest = digest.FromString("other") }, "manifest signed sha256:"},
+		{"another size", func(w *LauncherWant) { w.Size++ }, "bytes, its manifest signed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := good
+			w.Dir = t.TempDir()
+			c.edit(&w)
+			dir := t.TempDir()
+			rel, err := ExtractRelease(context.Background(), bytes.NewReader(packWithLauncher(t)), dir, w, Limits{})
+			if err != nil {
+				t.Fatalf("the archive was refused for its launcher: %v", err)
+			}
+			if rel.LauncherErr == nil || !strings.Contains(rel.LauncherErr.Error(), c.want) {
+				t.Fatalf("launcher error %v, want one saying %q", rel.LauncherErr, c.want)
+			}
+			if ents, _ := os.ReadDir(w.Dir); len(ents) != 0 {
+				t.Fatalf("a launcher that does not match left %v", ents)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, BinaryName)); !bytes.Equal(b, binaryFixture) {
+				t.Fatal("the host binary was not extracted whole")
+			}
+		})
+	}
+}
+
+func TestPackWithLauncherIsReproducible(t *testing.T) {
+	if d0, d1 := digest.FromBytes(packWithLauncher(t)), digest.FromBytes(packWithLauncher(t)); d0 != d1 {
+		t.Fatalf("two packs of the same binaries differ: %s, %s", d0, d1)
+	}
+}
 
 func TestPackThenExtractGivesTheBinaryBack(t *testing.T) {
 	var a bytes.Buffer
@@ -101,7 +196,27 @@ func TestExtractRefuses(t *testing.T) {
 		{"TestExtractRefusesArchiveWithDirectory",
 			meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}}, meshtest.File("./mesh-host", binaryFixture)}, nil), Limits{}, "directory"},
 		{"TestExtractRefusesArchiveWithTwoFiles",
-			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("README", []byte("hi"))}, nil), Limits{}, "more than one entry"},
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("README", []byte("hi"))}, nil), Limits{}, "more than one entry, and the second"},
+		{"TestExtractRefusesArchiveWithAThirdEntry",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("mesh-launcher", launcherFixture), meshtest.File("README", []byte("hi"))}, nil), Limits{}, "third entry"},
+		{"TestExtractRefusesArchiveWithTheLauncherTwice",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("mesh-launcher", launcherFixture), meshtest.File("mesh-launcher", launcherFixture)}, nil), Limits{}, "third entry"},
+		{"TestExtractRefusesArchiveWithTheLauncherFirst",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-launcher", launcherFixture), meshtest.File("mesh-host", binaryFixture)}, nil), Limits{}, "is not named mesh-host"},
+		{"TestExtractRefusesArchiveWithTheHostTwice",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("mesh-host", binaryFixture)}, nil), Limits{}, "more than one entry, and the second"},
+		{"TestExtractRefusesALauncherThatIsASymlink",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), {Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-launcher", Linkname: "/usr/bin/mesh-launcher", Mode: 0o777}}}, nil), Limits{}, "symlink"},
+		{"TestExtractRefusesALauncherThatIsADirectory",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), {Header: tar.Header{Typeflag: tar.TypeDir, Name: "mesh-launcher/", Mode: 0o755}}}, nil), Limits{}, "directory"},
+		{"TestExtractRefusesASetuidLauncher",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), {Header: tar.Header{Typeflag: tar.TypeReg, Name: "mesh-launcher", Mode: 0o4755, Size: int64(len(launcherFixture))}, Body: launcherFixture}}, nil), Limits{}, "setuid"},
+		{"TestExtractRefusesALauncherOverTheLimit",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("mesh-launcher", make([]byte, 1<<20+1))}, nil), small, "over the"},
+		{"TestExtractRefusesALauncherEscapingWithDotDot",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("../mesh-launcher", launcherFixture)}, nil), Limits{}, "escapes"},
+		{"TestExtractRefusesDecompressionBombAfterALauncher",
+			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-host", binaryFixture), meshtest.File("mesh-launcher", launcherFixture)}, make([]byte, 8<<20)), small, "decompression bomb"},
 		{"TestExtractRefusesArchiveWithOtherName",
 			meshtest.Archive([]meshtest.Entry{meshtest.File("mesh-launcher", binaryFixture)}, nil), Limits{}, "not named"},
 		{"TestExtractRefusesSetuidBinary",
@@ -214,7 +329,7 @@ func TestExtractCallsAFullDiskTheMachinesFaultNotTheArchives(t *testing.T) {
 		t.Fatal(err)
 	}
 	create := func(path string) (dest, error) { return &fullDisk{path: path, room: len(binaryFixture) / 2}, nil }
-	_, err := extract(context.Background(), bytes.NewReader(a.Bytes()), t.TempDir(), Limits{}, create)
+	_, err := extract(context.Background(), bytes.NewReader(a.Bytes()), t.TempDir(), LauncherWant{}, Limits{}, create)
 	if errors.Is(err, ErrUnsafe) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("got %v, want the write's ENOSPC and not ErrUnsafe", err)
 	}

@@ -51,6 +51,6 @@ func ExampleExtract() {
 
 	// Output:
 	// mesh-host 22 -rwxr-xr-x sha256:ac45bc397221e770ff4d847fc6b32a9dc189fb787965156de10ade5d0f911973
-	// refused host archive: entry "mesh-host" is a symlink to "/bin/sh"; a host archive holds exactly one regular file named mesh-host
+	// refused host archive: entry "mesh-host" is a symlink to "/bin/sh"; a host archive holds a regular file named mesh-host, then at most one named mesh-launcher
 	// unsafe: true
 }

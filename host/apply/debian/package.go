@@ -49,10 +49,6 @@ const Forgotten = "forgotten: packages are never uninstalled; the host cannot kn
 // what went wrong.
 const outputTail = 1024
 
-// installation is the package of the host and its launcher: the installation owns the host,
-// never a declaration (the parser refuses it too; this is the second look).
-const installation = "mesh-host"
-
 // Debian policy's names (with an optional ":arch") and versions; checked before either reaches a command line, so neither
 // can be read as an option.
 var (
@@ -78,9 +74,6 @@ func resolve(r wire.Resource) (pkg, error) {
 	}
 	if !nameRE.MatchString(name) {
 		return pkg{}, fmt.Errorf("package %q: not a Debian package name (lower-case letters, digits, + - .; two or more; optionally :arch)", text.Bound(name))
-	}
-	if base, _, _ := strings.Cut(name, ":"); base == installation {
-		return pkg{}, fmt.Errorf("package %q is the installation of this host and its launcher: the installation owns the host, never a declaration", name)
 	}
 	if spec.Version != "" && !versionRE.MatchString(spec.Version) {
 		return pkg{}, fmt.Errorf("package %s: version %q is not a Debian version", name, text.Bound(spec.Version))

@@ -84,8 +84,9 @@ func TestResolve(t *testing.T) {
 		{"the id is the name by default", resource("hello", wire.PackageSpec{}), "hello", false},
 		{"name overrides the id", resource("web", wire.PackageSpec{Name: "nginx-light"}), "nginx-light", false},
 		{"a name with an architecture", resource("libc6:amd64", wire.PackageSpec{}), "libc6:amd64", false},
-		{"the installation's own package", resource("mesh-host", wire.PackageSpec{Source: "sha256:" + strings.Repeat("0", 64)}), "the installation of this host", true},
-		{"the installation's own package for an architecture", resource("x", wire.PackageSpec{Name: "mesh-host:amd64"}), "the installation of this host", true},
+		// Seed 000: the host may apply its own package (its postinst never stops the host; decision 0017).
+		{"the installation's own package", resource("mesh-host", wire.PackageSpec{Source: "sha256:" + strings.Repeat("0", 64)}), "mesh-host", false},
+		{"the installation's own package for an architecture", resource("x", wire.PackageSpec{Name: "mesh-host:amd64"}), "mesh-host:amd64", false},
 		{"a name that would be an option", resource("x", wire.PackageSpec{Name: "--force-all"}), "not a Debian package name", true},
 		{"a name with an apt version in it", resource("hello=1.0", wire.PackageSpec{}), "not a Debian package name", true},
 		{"upper case", resource("Hello", wire.PackageSpec{}), "not a Debian package name", true},

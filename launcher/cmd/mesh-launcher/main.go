@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,7 +44,28 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 			Run: func(args []string) int { return install(args, stdout, stderr, getenv) }},
 		{Name: "status", Summary: "show the versions, the running one, failures and the last rollback",
 			Run: func(args []string) int { return status(args, stdout, stderr, getenv) }},
+		{Name: "supports", Summary: "exit 0 if this launcher has FEATURE (" + strings.Join(features, ", ") + "), 1 if not",
+			Run: func(args []string) int { return supports(args, stdout, stderr) }},
 	})
+}
+
+// features are what this binary can do that an older launcher could not, asked of the running
+// image by the package's postinst (`/proc/$MAINPID/exe supports takeover`): takeover is taking
+// a new /usr/bin/mesh-launcher by exec, keeping the host, so the postinst need not restart the
+// unit. A launcher older than the word exits 2 (unknown command), which the postinst reads as no.
+var features = []string{"takeover"}
+
+func supports(args []string, stdout, stderr io.Writer) int {
+	fs := prog.NewFlagSetWithOperands("supports", "FEATURE", "Exit 0 if this launcher has FEATURE, 1 (saying so) if it does not. Features: "+strings.Join(features, ", ")+".\nThe package's postinst asks the running launcher `supports takeover` to know whether a\nnew /usr/bin/mesh-launcher is taken without restarting the unit.")
+	ops, code, ok := prog.ParseOperands(fs, args, []string{"FEATURE"}, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if slices.Contains(features, ops[0]) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "mesh-launcher supports: this launcher (%s) does not have %.64q; it has: %s\n", launcher.Version, ops[0], strings.Join(features, ", "))
+	return 1
 }
 
 func defaultRoot(getenv func(string) string) string {

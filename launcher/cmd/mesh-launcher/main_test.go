@@ -37,6 +37,14 @@ func TestTheCommandLineAnswersLikeEveryMeshCommand(t *testing.T) {
 		{[]string{"install", "a", "--version", "1.0"}, 2, "", "mesh-launcher install: --version \"1.0\" is not a canonical semantic version"},
 		{[]string{"install", "--version", "v1.0.0+build", "a"}, 2, "", "mesh-launcher install: --version \"v1.0.0+build\" is not"},
 		{[]string{"install", "--", "--version"}, 1, "", "mesh-launcher install: --version does not exist"},
+		// supports: what the package's postinst asks the running launcher (issue 19, 5).
+		{[]string{"supports", "takeover"}, 0, "", ""},
+		{[]string{"supports", "teleport"}, 1, "", "mesh-launcher supports: this launcher (" + launcher.Version + ") does not have \"teleport\"; it has: takeover\n"},
+		{[]string{"supports"}, 2, "", "mesh-launcher supports: missing FEATURE\nrun `mesh-launcher supports --help` for usage\n"},
+		{[]string{"supports", "takeover", "x"}, 2, "", "mesh-launcher supports: unexpected argument \"x\"; this command takes FEATURE\n"},
+		{[]string{"supports", "--all"}, 2, "", "mesh-launcher supports: flag provided but not defined: -all\n"},
+		{[]string{"supports", "--help"}, 0, "usage: mesh-launcher supports FEATURE\n", ""},
+		{[]string{"supports", strings.Repeat("x", 10000)}, 1, "", "mesh-launcher supports: this launcher (" + launcher.Version + ") does not have \"" + strings.Repeat("x", 64) + "\"; it has"},
 	} {
 		var out, errOut bytes.Buffer
 		code := cli(tc.args, &out, &errOut, func(string) string { return "" })

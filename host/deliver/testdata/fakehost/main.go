@@ -6,7 +6,8 @@
 // ok prints the version and checks that MESH_HOST_ROOT is a directory; fail prints the version
 // and exits 3 with a reason; hang prints the version and never exits; held prints the version
 // (nothing while the file $FAKEHOST_MUTE exists) and exits 0, leaving a child that holds its
-// stdout open for 30 s.
+// stdout open for 30 s. `fakehost version` stands in for `mesh-launcher version`: it prints the
+// version, then ok exits 0, fail exits 3 and hang never exits.
 package main
 
 import (
@@ -24,6 +25,19 @@ var (
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "hold" {
 		time.Sleep(30 * time.Second)
+		return
+	}
+	if len(os.Args) == 2 && os.Args[1] == "version" {
+		fmt.Println(version)
+		switch mode {
+		case "fail":
+			fmt.Fprintln(os.Stderr, "records.db: database is locked")
+			os.Exit(3)
+		case "hang":
+			for {
+				time.Sleep(time.Hour)
+			}
+		}
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "preflight" {

@@ -1,0 +1,206 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/novox/mesh-host/internal/text"
+	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
+)
+
+// A host release may carry the mesh-launcher built from the same tree (manifest schema 2,
+// decision 0014). The node stages it under ROOT/launchers/<v> from the same fetch as the host
+// binary, before the host version is renamed into place — so that when the host stands aside
+// for the new version, the launcher that will take it is already on disk — and only when it
+// has no launcher of that digest, none of that version, and it is not marked bad. A launcher
+// that cannot be staged is never a reason to refuse the host release: it is logged, and the
+// staged progress (the heartbeat's fetch) carries a bounded note saying why.
+
+// LauncherRecords is what staging a release's launcher needs from the records
+// (rollback.Records has it). Records without it stage host versions only.
+type LauncherRecords interface {
+	// HasLaunchers is false on a records.db older than schema 6: an older launcher runs, and
+	// launcher versions are left alone until one that knows them migrates it.
+	HasLaunchers() bool
+	HasLauncherDigest(ctx context.Context, d digest.Digest) (bool, error)
+	IsLauncherBad(ctx context.Context, version string, d digest.Digest) (bool, string, error)
+	LookupLauncher(ctx context.Context, version string) (rollback.LauncherRecord, bool, error)
+	rollback.LauncherRecorder
+}
+
+// maxLauncherNote bounds the note on a launcher that was not staged.
+const maxLauncherNote = 256
+
+// launcherOutputCap bounds what `mesh-launcher version` may print that is kept.
+const launcherOutputCap = 4 << 10
+
+// launcherPlan is a release's launcher being staged alongside its host binary: nil when it is
+// not to be staged.
+type launcherPlan struct {
+	want wire.ReleaseLauncher
+	rec  LauncherRecords
+	st   *rollback.Staging
+}
+
+// planLauncher decides whether m's launcher is staged and, if so, makes its staging directory.
+// The note says why not when that is worth reporting ("" when there is no launcher or this
+// node has it already).
+func (d *Deliverer) planLauncher(ctx context.Context, m wire.Manifest) (*launcherPlan, string) {
+	if !m.HasLauncher() {
+		return nil, ""
+	}
+	l := m.Launcher
+	rec, ok := d.cfg.Records.(LauncherRecords)
+	if !ok || !rec.HasLaunchers() {
+		d.oldRecords.Do(func() {
+			d.cfg.Log.Info("releases carry mesh-launcher, but records.db is older than launcher versions (schema 6): an older launcher runs, so launchers are not staged until a launcher that knows them migrates it; host versions are staged as before",
+				"launcher_version", l.Version)
+		})
+		return nil, d.launcherNote(m, "not staged: records.db is older than launcher versions (schema 6)")
+	}
+	if bad, reason, err := rec.IsLauncherBad(ctx, l.Version, l.Digest); err != nil {
+		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
+	} else if bad {
+		return nil, d.launcherNote(m, "not staged: it is marked bad on this node (%s)", reason)
+	}
+	if known, err := rec.HasLauncherDigest(ctx, l.Digest); err != nil {
+		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
+	} else if known {
+		d.cfg.Log.Debug("the release's launcher is here already", "version", m.Version, "launcher_version", l.Version)
+		return nil, ""
+	}
+	if r, ok, err := rec.LookupLauncher(ctx, l.Version); err != nil {
+		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
+	} else if ok {
+		// One version, two builds: a launcher changed without its version being bumped.
+		d.cfg.Log.Warn("the release's launcher conflicts with the one recorded", "err",
+			&rollback.DigestConflict{Version: "launcher " + l.Version, Recorded: r.Digest, Got: l.Digest})
+		return nil, d.launcherNote(m, "not staged: this node has %s with digest %s, the release carries digest %s under the same version",
+			l.Version, short(r.Digest), short(l.Digest))
+	}
+	if _, err := os.Lstat(rollback.LauncherDir(d.cfg.Root, l.Version)); err == nil {
+		return nil, d.launcherNote(m, "not staged: %s is already there, not recorded with this digest", rollback.LauncherDir(d.cfg.Root, l.Version))
+	}
+	if err := d.room(m.Version, d.cfg.Root, l.Size, fmt.Sprintf("the launcher (%s)", mib(l.Size))); err != nil {
+		return nil, d.launcherNote(m, "not staged: %v", errors.Unwrap(err))
+	}
+	st, err := rollback.NewLauncherStaging(d.cfg.Root)
+	if err != nil {
+		return nil, d.launcherNote(m, "not staged: %v", err)
+	}
+	d.launcherStagings.Add(1)
+	return &launcherPlan{want: l, rec: rec, st: st}, ""
+}
+
+// want is what the extractor writes and verifies: nothing when no launcher is to be staged.
+func (p *launcherPlan) extract() archive.LauncherWant {
+	if p == nil {
+		return archive.LauncherWant{}
+	}
+	return archive.LauncherWant{Dir: p.st.Dir(), Size: p.want.Size, Digest: p.want.Digest}
+}
+
+func (p *launcherPlan) discard() {
+	if p != nil {
+		p.st.Discard()
+	}
+}
+
+// commitLauncher checks the launcher the extractor wrote, runs its own preflight and puts it
+// in place as launchers/<v>, recorded as delivered with the host release that carried it. It
+// returns the note for the heartbeat.
+func (d *Deliverer) commitLauncher(ctx context.Context, p *launcherPlan, m wire.Manifest, rel archive.Release) string {
+	l := p.want
+	switch {
+	case rel.LauncherErr != nil:
+		return d.launcherNote(m, "not staged: %v", rel.LauncherErr)
+	case rel.Launcher == nil || rel.Launcher.Path == "":
+		return d.launcherNote(m, "not staged: the archive carries no %s though its manifest names one", archive.LauncherName)
+	}
+	if err := d.launcherPreflight(ctx, rel.Launcher.Path, l.Version); err != nil {
+		return d.launcherNote(m, "not staged: %v", err)
+	}
+	err := p.st.CommitLauncher(ctx, p.rec, rollback.LauncherVersion{
+		Version: l.Version, Digest: l.Digest, Size: l.Size,
+		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID},
+		CarriedBy:  m.Version,
+	})
+	if err != nil {
+		return d.launcherNote(m, "not staged: %v", err)
+	}
+	d.cfg.Log.Info("launcher version staged", "launcher_version", l.Version, "digest", string(l.Digest),
+		"carried_by", m.Version, "dir", rollback.LauncherDir(d.cfg.Root, l.Version))
+	return text.Cut("launcher "+l.Version+" staged", maxLauncherNote)
+}
+
+// launcherNote logs why m's launcher was not staged and returns it, bounded, for the heartbeat.
+func (d *Deliverer) launcherNote(m wire.Manifest, format string, args ...any) string {
+	note := text.Cut(fmt.Sprintf("launcher %s ", m.Launcher.Version)+fmt.Sprintf(format, args...), maxLauncherNote)
+	d.cfg.Log.Warn("the release's launcher is not staged; the host version is staged as it would be without it",
+		"version", m.Version, "launcher_version", m.Launcher.Version, "why", note)
+	return note
+}
+
+// launcherPreflight runs `BIN version`, which must print version on its first line, within
+// PreflightTimeout and with its output bounded, as the host's own preflight is run.
+func (d *Deliverer) launcherPreflight(ctx context.Context, bin, version string) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.PreflightTimeout)
+	defer cancel()
+	var stdout, stderr capped
+	stdout.max, stderr.max = launcherOutputCap, launcherOutputCap
+	var (
+		cmd *exec.Cmd
+		err error
+	)
+	for try := 0; ; try++ {
+		stdout.buf.Reset()
+		stderr.buf.Reset()
+		cmd = exec.CommandContext(ctx, bin, rollback.CmdVersion)
+		cmd.Env = append(os.Environ(), rollback.EnvRoot+"="+d.cfg.Root)
+		cmd.Dir = d.cfg.Root
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.WaitDelay = 2 * time.Second
+		ownGroup(cmd)
+		err = cmd.Run()
+		// Busy for a moment if another goroutine forked while it was open for writing.
+		if errors.Is(err, syscall.ETXTBSY) && try < 10 && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		_ = killGroup(cmd)
+	}
+	first, _, _ := strings.Cut(stdout.buf.String(), "\n")
+	got := strings.TrimSpace(first)
+	switch {
+	case errors.Is(err, exec.ErrWaitDelay) && got == version:
+		return nil
+	case ctx.Err() == context.DeadlineExceeded:
+		return fmt.Errorf("`mesh-launcher version` did not finish within %s%s", d.cfg.PreflightTimeout, stderr.tail())
+	case err != nil:
+		return fmt.Errorf("`mesh-launcher version` failed (%v)%s", err, stderr.tail())
+	case got != version:
+		return fmt.Errorf("`mesh-launcher version` printed %q but its manifest says %s", text.Bound(got), version)
+	}
+	return nil
+}
+
+// short is a digest's algorithm and first 12 hex digits, for a bounded note.
+func short(d digest.Digest) string {
+	if e := d.Encoded(); len(e) > 12 {
+		return d.Algorithm().String() + ":" + e[:12] + "…"
+	}
+	return string(d)
+}
