@@ -275,6 +275,44 @@ func TestLauncherUnderSystemd(t *testing.T) {
 		}
 	})
 
+	// 1, as the issue has it: a rollout of a host release carrying a newer launcher (manifest
+	// `launcher`, archive mesh-host + mesh-launcher). The node stages the launcher and takes it by
+	// exec: systemd sees the same MainPID and no restart, and the heartbeat names the launcher
+	// confirmed with the new host.
+	t.Run("rollout of a release carrying a newer launcher", func(t *testing.T) {
+		n := w.install(t, ctx, "lroll", nil)
+		before := show(t, ctx, n)
+		rel := *w.rel
+		rel.Launcher = good(t, "v9.3.0")
+		bin, err := w.builder.Build(ctx, lab.PkgHost, "v1.3.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rel.Ship(ctx, "v1.3.0", bin); err != nil {
+			t.Fatal(err)
+		}
+		if err := rel.Target(ctx, "v1.3.0", n.Name); err != nil {
+			t.Fatal(err)
+		}
+		w.waitBeat(t, ctx, n, "v1.3.0 confirmed under launcher v9.3.0 (confirmed)", func(b lab.Beat) bool {
+			return lab.RunningConfirmed("v1.3.0")(b) && b.Launcher != nil && b.Launcher.Version == "v9.3.0" &&
+				b.Launcher.State == "confirmed" && b.Launcher.Floor == launcher.Version
+		})
+		p := show(t, ctx, n)
+		if p["MainPID"] != before["MainPID"] || p["NRestarts"] != "0" || p["ActiveState"] != "active" {
+			t.Errorf("after the rollout %v, want MainPID %s, NRestarts=0, active", p, before["MainPID"])
+		}
+		if exe := exeOf(ctx, n, p["MainPID"]); exe != "/var/lib/mesh-host/launchers/v9.3.0/mesh-launcher" {
+			t.Errorf("MainPID %s runs %q, want the delivered launcher v9.3.0", p["MainPID"], exe)
+		}
+		if hosts := hostPIDs(t, ctx, n); len(hosts) != 1 || hosts[0].ppid != p["MainPID"] {
+			t.Errorf("hosts %+v, want one, a child of MainPID %s", hosts, p["MainPID"])
+		}
+		if stopped := hostLog(t, ctx, n, "reconcile stopped between steps"); len(stopped) > 0 {
+			t.Errorf("a reconcile was interrupted: %+v", stopped)
+		}
+	})
+
 	// 2. A launcher that crashes at start: systemd restarts the unit (Restart=always), the floor
 	// judges it — bad, with its reason and output — and execs the previous launcher, which runs
 	// the host again. The host release is not judged for it.
