@@ -70,6 +70,20 @@ func (l *Launcher) judgeLastLauncher(ctx context.Context) error {
 		return l.records.EndCurrentLauncher(ctx)
 	}
 	out, how := lastOutput(l.cfg.Root)
+	// systemd's own word, when the unit's ExecStopPost recorded it after this image began.
+	if u := cur.UnitExit; !u.At.IsZero() && !u.At.Before(cur.Since) {
+		switch {
+		case u.Result == "watchdog":
+			how = "it hung and systemd's watchdog killed it (" + u.String() + ")"
+		case u.Result == "oom-kill", u.Code == "killed" && (u.Status == "KILL" || u.Status == "TERM"):
+			// Killed from outside: an operator, the OOM killer, a shutdown that did not wait.
+			// Not the launcher's failure (decision 0003): it runs again, still on trial if it was.
+			l.log.Warn("the launcher the unit ran last was killed from outside; not judged", "launcher", cur.Version, "how", u.String())
+			return l.records.EndCurrentLauncher(ctx)
+		default:
+			how += " (" + u.String() + ")"
+		}
+	}
 	n, err := l.records.CountLauncherFailure(ctx)
 	if err != nil {
 		return err
@@ -90,7 +104,9 @@ func (l *Launcher) judgeLastLauncher(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rolledBackTo := len(rbs) == 1 && rbs[0].To == cur.Version
+	// The launcher a rollback went to, failing before it ever ran a host this time: the
+	// rollback's one chance is spent. One that ran a host before failing is counted instead.
+	rolledBackTo := len(rbs) == 1 && rbs[0].To == cur.Version && !cur.ConfirmedThisRun
 	if !rolledBackTo && n < 2 {
 		l.log.Warn("the launcher ended without stopping; running it again once", "launcher", cur.Version, "how", how)
 		return nil
@@ -256,3 +272,23 @@ func readCutLine(br *bufio.Reader) (string, error) {
 }
 
 const howUnknown = "it crashed, exited, hung or was killed before it said why"
+
+// RecordUnitExit is `mesh-launcher stopped`, the unit's ExecStopPost: it records systemd's word
+// on how the unit's main process ended ($SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS), so the next
+// start can tell a launcher that failed from one killed from outside. Records older than schema
+// 6, or none at all, are left alone.
+func RecordUnitExit(ctx context.Context, root string, getenv func(string) string) error {
+	result, code, status := getenv("SERVICE_RESULT"), getenv("EXIT_CODE"), getenv("EXIT_STATUS")
+	if result == "" || code == "" || status == "" {
+		return fmt.Errorf("SERVICE_RESULT, EXIT_CODE and EXIT_STATUS are not all set: run by the unit's ExecStopPost only")
+	}
+	r, err := rollback.OpenForHost(ctx, root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if !r.HasLaunchers() {
+		return nil
+	}
+	return r.RecordUnitExit(ctx, result, code, status)
+}

@@ -238,8 +238,8 @@ func TestCrashingLauncherHelper(t *testing.T) {
 	log.Info("took over as launcher", "from", floorVersion, "bus", "nats://mesh:hunter2@bus:4222")
 	switch mode {
 	case "panic":
-		var m map[string]int
-		m["the new launcher's scheduler"]++
+		// As the runtime says it for a nil map (staticcheck refuses the real assignment).
+		panic("assignment to entry in nil map")
 	case "abort":
 		syscall.Kill(os.Getpid(), syscall.SIGABRT)
 		time.Sleep(time.Minute)
@@ -324,6 +324,8 @@ func TestFloorJudgesTheLauncherTheUnitRanLast(t *testing.T) {
 		leftTrial, leftFloor bool
 		ended                bool   // it recorded its end as a launcher should
 		otherBoot            bool   // it ran on another boot
+		unitExit             string // systemd's word, as the unit's ExecStopPost records it ("result code status")
+		confirmedRun         bool   // it saw its host pulse before it was left
 		times                int    // the unit starts the floor this many times, left each time (default 1)
 		bad                  string // the version marked bad (only it), "" for none
 		badSays              []string
@@ -394,6 +396,42 @@ func TestFloorJudgesTheLauncherTheUnitRanLast(t *testing.T) {
 			pinned:    true,
 		},
 		{
+			name:  "a trial launcher SIGKILLed from outside (systemd's word) is not judged and runs again on trial",
+			trial: []string{"v1.3.0"}, confirmed: []string{"v1.2.0"}, output: goPanic,
+			left: "v1.3.0", leftTrial: true, unitExit: "signal killed KILL",
+			runsNext: "v1.3.0",
+		},
+		{
+			name:  "a trial launcher the OOM killer took is not judged",
+			trial: []string{"v1.3.0"},
+			left:  "v1.3.0", leftTrial: true, unitExit: "oom-kill killed KILL",
+			runsNext: "v1.3.0",
+		},
+		{
+			name:  "a trial launcher systemd's watchdog killed is bad, in systemd's words",
+			trial: []string{"v1.3.0"}, confirmed: []string{"v1.2.0"},
+			left: "v1.3.0", leftTrial: true, unitExit: "watchdog dumped ABRT",
+			bad:       "v1.3.0",
+			badSays:   []string{"it hung and systemd's watchdog killed it (systemd: result watchdog, dumped ABRT)"},
+			rollbacks: []rb{{"v1.3.0", "v1.2.0"}},
+			runsNext:  "v1.2.0",
+		},
+		{
+			name:  "a trial launcher that exited with a status is bad, and the reason adds systemd's word",
+			trial: []string{"v1.3.0"}, output: recordsError,
+			left: "v1.3.0", leftTrial: true, unitExit: "exit-code exited 1",
+			bad:       "v1.3.0",
+			badSays:   []string{"it failed:", "(systemd: result exit-code, exited 1)"},
+			rollbacks: []rb{{"v1.3.0", floorVersion}},
+		},
+		{
+			name:      "the launcher rolled back to that ran a host before it was left runs again once",
+			confirmed: []string{"v1.2.0"},
+			before:    []rb{{"v1.3.0", "v1.2.0"}}, output: recordsError,
+			left: "v1.2.0", confirmedRun: true,
+			runsNext: "v1.2.0",
+		},
+		{
 			name:  "a trial launcher left not ended on another boot is not judged",
 			trial: []string{"v1.3.0"}, output: goPanic,
 			left: "v1.3.0", leftTrial: true, otherBoot: true,
@@ -446,6 +484,18 @@ func TestFloorJudgesTheLauncherTheUnitRanLast(t *testing.T) {
 				}
 				if tc.otherBoot {
 					setCurrentBoot(t, g.root, "a boot before this one")
+				}
+				if tc.confirmedRun {
+					if err := g.r.ConfirmLauncher(ctx, tc.left); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if tc.unitExit != "" {
+					w := strings.Fields(tc.unitExit)
+					env := map[string]string{"SERVICE_RESULT": w[0], "EXIT_CODE": w[1], "EXIT_STATUS": w[2]}
+					if err := RecordUnitExit(ctx, g.root, func(k string) string { return env[k] }); err != nil {
+						t.Fatal(err)
+					}
 				}
 				g.unitStarts(t)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -99,6 +100,24 @@ type CurrentLauncher struct {
 	// not); launchers up to FloorPinnedUpTo stay passed over until one newer confirms.
 	FloorPinned     string `json:"floor_pinned,omitempty"`
 	FloorPinnedUpTo string `json:"-"`
+	// ConfirmedThisRun: this image has seen its host pulse (ConfirmLauncher since it began).
+	ConfirmedThisRun bool `json:"-"`
+	// UnitExit is systemd's word on how the unit's main process last ended, as ExecStopPost
+	// recorded it (RecordUnitExit); zero when the unit has no such hook or never stopped.
+	UnitExit UnitExit `json:"-"`
+}
+
+// UnitExit is how systemd saw the unit's main process end: $SERVICE_RESULT ("success",
+// "exit-code", "signal", "core-dump", "watchdog", "timeout", "oom-kill"…), $EXIT_CODE ("exited",
+// "killed", "dumped") and $EXIT_STATUS (a number, or a signal's name without SIG).
+type UnitExit struct {
+	Result, Code, Status string
+	At                   time.Time
+}
+
+// String says it as systemd's words, for a reason.
+func (u UnitExit) String() string {
+	return fmt.Sprintf("systemd: result %s, %s %s", u.Result, u.Code, u.Status)
 }
 
 // HasLaunchers reports whether these records can keep launcher versions: a file made by a
@@ -306,18 +325,41 @@ func (r *Records) CurrentLauncher(ctx context.Context) (CurrentLauncher, error) 
 	if !r.HasLaunchers() {
 		return c, nil
 	}
-	var since, unit sql.NullInt64
-	var floor, trial, ended int
+	var since, unit, exitAt sql.NullInt64
+	var floor, trial, ended, confirmed int
+	var exit string
 	err := r.db.QueryRowContext(ctx, `SELECT COALESCE(current_version, ''), current_floor, current_trial, current_since,
 		COALESCE(current_boot, ''), current_ended, current_failures, COALESCE(floor_version, ''), COALESCE(floor_path, ''),
-		unit_started_at, COALESCE(floor_pinned, ''), COALESCE(floor_pinned_upto, '') FROM launcher WHERE id = 1`).
-		Scan(&c.Version, &floor, &trial, &since, &c.Boot, &ended, &c.Failures, &c.FloorVersion, &c.FloorPath, &unit, &c.FloorPinned, &c.FloorPinnedUpTo)
+		unit_started_at, COALESCE(floor_pinned, ''), COALESCE(floor_pinned_upto, ''), current_confirmed,
+		COALESCE(unit_exit, ''), unit_exit_at FROM launcher WHERE id = 1`).
+		Scan(&c.Version, &floor, &trial, &since, &c.Boot, &ended, &c.Failures, &c.FloorVersion, &c.FloorPath, &unit, &c.FloorPinned, &c.FloorPinnedUpTo,
+			&confirmed, &exit, &exitAt)
 	if err != nil {
 		return c, r.wrap("read the launcher running", err)
 	}
-	c.Floor, c.Trial, c.Ended = floor == 1, trial == 1, ended == 1
+	c.Floor, c.Trial, c.Ended, c.ConfirmedThisRun = floor == 1, trial == 1, ended == 1, confirmed == 1
 	c.Since, c.UnitStarted = fromUS(since), fromUS(unit)
+	if f := strings.Fields(exit); len(f) == 3 {
+		c.UnitExit = UnitExit{Result: f[0], Code: f[1], Status: f[2], At: fromUS(exitAt)}
+	}
 	return c, nil
+}
+
+// RecordUnitExit records systemd's word on how the unit's main process ended (the unit's
+// ExecStopPost, `mesh-launcher stopped`), for the floor to judge the image that ended by it: a
+// watchdog is the launcher's failure, a SIGKILL from outside or the OOM killer is not. Each word
+// is one token of at most 32 bytes; anything else is refused.
+func (r *Records) RecordUnitExit(ctx context.Context, result, code, status string) error {
+	if !r.HasLaunchers() {
+		return errNoLauncherSchema
+	}
+	for _, w := range []string{result, code, status} {
+		if w == "" || len(w) > 32 || strings.ContainsFunc(w, func(c rune) bool { return c <= ' ' || c > '~' }) {
+			return fmt.Errorf("systemd's exit words %q %q %q: each must be one printable word of at most 32 bytes", text.Cut(result, 40), text.Cut(code, 40), text.Cut(status, 40))
+		}
+	}
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET unit_exit = ?, unit_exit_at = ? WHERE id = 1`, result+" "+code+" "+status, us(r.now()))
+	return r.wrapIf("record how the unit ended", err)
 }
 
 // BootID is this boot's id as the records keep it: an image left not ended on another boot was
@@ -335,8 +377,8 @@ func (r *Records) SetCurrentLauncher(ctx context.Context, version string, floor,
 	}
 	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET
 		current_failures = CASE WHEN ? = 1 OR current_floor = 1 OR current_version = ? THEN current_failures ELSE 0 END,
-		current_version = ?, current_floor = ?, current_trial = ?, current_since = ?, current_boot = ?, current_ended = 0
-		WHERE id = 1`, boolInt(floor), version, version, boolInt(floor), boolInt(trial), us(r.now()), r.boot().ID)
+		current_version = ?, current_floor = ?, current_trial = ?, current_since = ?, current_boot = ?, current_ended = 0,
+		current_confirmed = 0 WHERE id = 1`, boolInt(floor), version, version, boolInt(floor), boolInt(trial), us(r.now()), r.boot().ID)
 	return r.wrapIf("record the launcher running", err)
 }
 
@@ -430,7 +472,7 @@ func (r *Records) ConfirmLauncher(ctx context.Context, version string) error {
 		return r.wrap("confirm launcher "+version, err)
 	}
 	lift := semver.Compare(version, upTo) > 0
-	if _, err := tx.ExecContext(ctx, `UPDATE launcher SET current_trial = 0, current_failures = 0,
+	if _, err := tx.ExecContext(ctx, `UPDATE launcher SET current_trial = 0, current_failures = 0, current_confirmed = 1,
 		floor_pinned = CASE WHEN ? THEN NULL ELSE floor_pinned END
 		WHERE id = 1 AND current_version = ?`, lift, version); err != nil {
 		return r.wrap("confirm launcher "+version, err)

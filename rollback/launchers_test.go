@@ -698,3 +698,41 @@ func TestLauncherStatusSaysTheStateAndWhatItRolledBackFrom(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordUnitExitKeepsSystemdsWordsAndRefusesOthers(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		result, code, status string
+		ok                   bool
+	}{
+		{"a SIGKILL", "signal", "killed", "KILL", true},
+		{"the watchdog", "watchdog", "dumped", "ABRT", true},
+		{"an exit status", "exit-code", "exited", "1", true},
+		{"an empty word", "signal", "", "KILL", false},
+		{"a word with a space", "signal", "killed", "KILL 9", false},
+		{"a word too long", strings.Repeat("x", 33), "killed", "KILL", false},
+		{"a control character", "signal", "killed\n", "KILL", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := openRecords(t, newRoot(t))
+			err := r.RecordUnitExit(context.Background(), tc.result, tc.code, tc.status)
+			if (err == nil) != tc.ok {
+				t.Fatalf("RecordUnitExit: %v, want ok %v", err, tc.ok)
+			}
+			cur, err := r.CurrentLauncher(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := UnitExit{}
+			if tc.ok {
+				want = UnitExit{Result: tc.result, Code: tc.code, Status: tc.status, At: cur.UnitExit.At}
+				if cur.UnitExit.At.IsZero() {
+					t.Error("no time recorded with systemd's word")
+				}
+			}
+			if cur.UnitExit != want {
+				t.Errorf("recorded %+v, want %+v", cur.UnitExit, want)
+			}
+		})
+	}
+}

@@ -121,7 +121,10 @@ var migrations = [recordsSchema]string{
 	ALTER TABLE launcher ADD COLUMN floor_path TEXT;
 	ALTER TABLE launcher ADD COLUMN unit_started_at INTEGER; -- the last start of the unit (not an exec)
 	ALTER TABLE launcher ADD COLUMN floor_pinned TEXT;       -- why the floor runs though newer launchers are on disk
-	ALTER TABLE launcher ADD COLUMN floor_pinned_upto TEXT;  -- launchers up to this version stay passed over while it does`,
+	ALTER TABLE launcher ADD COLUMN floor_pinned_upto TEXT;  -- launchers up to this version stay passed over while it does
+	ALTER TABLE launcher ADD COLUMN current_confirmed INTEGER NOT NULL DEFAULT 0; -- 1: that image has seen its host pulse
+	ALTER TABLE launcher ADD COLUMN unit_exit TEXT;          -- systemd's word on how the unit's process last ended (ExecStopPost)
+	ALTER TABLE launcher ADD COLUMN unit_exit_at INTEGER;`,
 }
 
 // Records is ROOT/records.db.

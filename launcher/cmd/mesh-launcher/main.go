@@ -42,6 +42,8 @@ func cli(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 			Run: func(args []string) int { return run(args, stdout, stderr, getenv) }},
 		{Name: "install", Summary: "place a mesh-host binary under ROOT/versions as a version, checked and recorded",
 			Run: func(args []string) int { return install(args, stdout, stderr, getenv) }},
+		{Name: "stopped", Summary: "record how systemd saw the launcher end (the unit's ExecStopPost; not for people)",
+			Run: func(args []string) int { return stopped(args, stdout, stderr, getenv) }},
 		{Name: "status", Summary: "show the versions, the running one, failures and the last rollback",
 			Run: func(args []string) int { return status(args, stdout, stderr, getenv) }},
 		{Name: "supports", Summary: "exit 0 if this launcher has FEATURE (" + strings.Join(features, ", ") + "), 1 if not",
@@ -172,5 +174,22 @@ func install(args []string, stdout, stderr io.Writer, getenv func(string) string
 		return 1
 	}
 	in.WriteText(stdout)
+	return 0
+}
+
+// stopped is the unit's ExecStopPost: systemd's word on how the launcher ended, kept for the next
+// start's judgement of a launcher on trial. It never fails the unit for want of records.
+func stopped(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := prog.NewFlagSet("stopped", "Record how systemd saw the unit's main process end ($SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS),\nso the next start can tell a launcher that failed from one killed from outside. The unit's\nExecStopPost runs it.")
+	root := fs.String("root", defaultRoot(getenv), "the root holding versions/ and records.db (MESH_HOST_ROOT)")
+	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := launcher.RecordUnitExit(ctx, *root, getenv); err != nil {
+		fmt.Fprintf(stderr, "mesh-launcher stopped: %v\n", err)
+		return 1
+	}
 	return 0
 }
