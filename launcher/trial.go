@@ -46,6 +46,7 @@ func (l *Launcher) unitStarted(ctx context.Context) error {
 	if err := l.records.UnitStarted(ctx, l.self, l.floorPath); err != nil {
 		return err
 	}
+	l.recordUnitFile(ctx)
 	return l.records.SetCurrentLauncher(ctx, l.self, true, false)
 }
 

@@ -3,10 +3,13 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/rollback"
 )
@@ -53,11 +56,13 @@ func findUnitFile(ctx context.Context, systemctl string, paths []string) string 
 	return ""
 }
 
-// unitFileChanged reports whether the unit file find names was written after the unit's last
-// fresh start as the records hold it (an exec keeps the unit, so only a start counts). Written
-// is the later of its mtime and ctime: dpkg gives a file the archive's mtime (the package is
-// built with SOURCE_DATE_EPOCH, before any start), and its ctime is when it was put in place.
-// No start recorded, no unit file, or records without the launcher's tables: false.
+// unitFileChanged reports whether the unit file find names changed since the unit's last fresh
+// start as the records hold it (an exec keeps the unit, so only a start counts). When that start
+// recorded the file's digest, changed is other content: dpkg rewrites the file at every upgrade,
+// the same bytes or not. Otherwise it is a file written after the start, written being the later
+// of its mtime and ctime (dpkg keeps the archive's mtime, SOURCE_DATE_EPOCH; the ctime is when it
+// was put in place). No start recorded, no unit file, or records without the launcher's tables:
+// false.
 func unitFileChanged(ctx context.Context, r *rollback.Records, find func(context.Context) string) bool {
 	cur, err := r.CurrentLauncher(ctx)
 	if err != nil || cur.UnitStarted.IsZero() {
@@ -67,7 +72,39 @@ func unitFileChanged(ctx context.Context, r *rollback.Records, find func(context
 	if path == "" {
 		return false
 	}
+	if cur.UnitFileDigest != "" {
+		d, err := unitFileDigest(path)
+		return err == nil && d.String() != cur.UnitFileDigest
+	}
 	return fileWrittenAfter(path, cur.UnitStarted)
+}
+
+// maxUnitFile bounds what is read of a unit file to digest it.
+const maxUnitFile = 1 << 20
+
+// unitFileDigest is the sha256 of the unit file at path (at most maxUnitFile bytes of it).
+func unitFileDigest(path string) (digest.Digest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return digest.FromReader(io.LimitReader(f, maxUnitFile))
+}
+
+// recordUnitFile records, at the unit's start, the digest of the unit file systemd most likely
+// loaded (the first of the usual paths: the launcher asks systemctl nothing while it starts).
+func (l *Launcher) recordUnitFile(ctx context.Context) {
+	var d digest.Digest
+	for _, p := range unitFilePaths {
+		if got, err := unitFileDigest(p); err == nil {
+			d = got
+			break
+		}
+	}
+	if err := l.records.RecordUnitFile(ctx, d); err != nil {
+		l.log.Warn("could not record the unit file's digest", "err", err)
+	}
 }
 
 // fileWrittenAfter reports whether path's mtime or ctime is after t.

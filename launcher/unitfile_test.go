@@ -179,3 +179,42 @@ func TestStatusSaysTheUnitFileChangedSinceTheLauncherStarted(t *testing.T) {
 		}
 	}
 }
+
+func TestUnitFileChangedComparesContentWhenTheStartRecordedItsDigest(t *testing.T) {
+	longAgo := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	const first = "[Service]\nExecStart=/usr/bin/mesh-launcher run\n"
+	for _, tc := range []struct {
+		name    string
+		content string // what the package puts in place after the start
+		want    bool
+	}{
+		{"the same bytes put in place again by an upgrade are not a change", first, false},
+		{"other bytes put in place are a change", first + "ExecStopPost=-/usr/bin/mesh-launcher stopped\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			unit := filepath.Join(t.TempDir(), UnitName)
+			if err := os.WriteFile(unit, []byte(first), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, start := startedRecords(t, true)
+			d, err := unitFileDigest(unit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.RecordUnitFile(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			putInPlace(t, unit, longAgo, start)
+			if err := os.WriteFile(unit+".new", []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(unit+".new", unit); err != nil {
+				t.Fatal(err)
+			}
+			if got := unitFileChanged(ctx, r, func(context.Context) string { return unit }); got != tc.want {
+				t.Errorf("unitFileChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

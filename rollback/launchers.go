@@ -100,6 +100,8 @@ type CurrentLauncher struct {
 	// not); launchers up to FloorPinnedUpTo stay passed over until one newer confirms.
 	FloorPinned     string `json:"floor_pinned,omitempty"`
 	FloorPinnedUpTo string `json:"-"`
+	// UnitFileDigest is the unit file's digest as the unit's last start found it ("" unknown).
+	UnitFileDigest string `json:"-"`
 	// ConfirmedThisRun: this image has seen its host pulse (ConfirmLauncher since it began).
 	ConfirmedThisRun bool `json:"-"`
 	// UnitExit is systemd's word on how the unit's main process last ended, as ExecStopPost
@@ -331,9 +333,9 @@ func (r *Records) CurrentLauncher(ctx context.Context) (CurrentLauncher, error) 
 	err := r.db.QueryRowContext(ctx, `SELECT COALESCE(current_version, ''), current_floor, current_trial, current_since,
 		COALESCE(current_boot, ''), current_ended, current_failures, COALESCE(floor_version, ''), COALESCE(floor_path, ''),
 		unit_started_at, COALESCE(floor_pinned, ''), COALESCE(floor_pinned_upto, ''), current_confirmed,
-		COALESCE(unit_exit, ''), unit_exit_at FROM launcher WHERE id = 1`).
+		COALESCE(unit_exit, ''), unit_exit_at, COALESCE(unit_file_digest, '') FROM launcher WHERE id = 1`).
 		Scan(&c.Version, &floor, &trial, &since, &c.Boot, &ended, &c.Failures, &c.FloorVersion, &c.FloorPath, &unit, &c.FloorPinned, &c.FloorPinnedUpTo,
-			&confirmed, &exit, &exitAt)
+			&confirmed, &exit, &exitAt, &c.UnitFileDigest)
 	if err != nil {
 		return c, r.wrap("read the launcher running", err)
 	}
@@ -390,6 +392,16 @@ func (r *Records) UnitStarted(ctx context.Context, floorVersion, floorPath strin
 	}
 	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET floor_version = ?, floor_path = ?, unit_started_at = ? WHERE id = 1`, text.Cut(floorVersion, layout.MaxVersionBytes), text.Cut(floorPath, 4096), us(r.now()))
 	return r.wrapIf("record the unit's start", err)
+}
+
+// RecordUnitFile records the unit file's digest as the unit's start found it ("" when there is
+// none), so status can tell a unit file whose content changed from one merely rewritten.
+func (r *Records) RecordUnitFile(ctx context.Context, d digest.Digest) error {
+	if !r.HasLaunchers() {
+		return nil
+	}
+	_, err := r.db.ExecContext(ctx, `UPDATE launcher SET unit_file_digest = ? WHERE id = 1`, nullable(d.String()))
+	return r.wrapIf("record the unit file's digest", err)
 }
 
 // EndCurrentLauncher records that the image running ended as a launcher should: stopped, in

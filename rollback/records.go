@@ -124,7 +124,8 @@ var migrations = [recordsSchema]string{
 	ALTER TABLE launcher ADD COLUMN floor_pinned_upto TEXT;  -- launchers up to this version stay passed over while it does
 	ALTER TABLE launcher ADD COLUMN current_confirmed INTEGER NOT NULL DEFAULT 0; -- 1: that image has seen its host pulse
 	ALTER TABLE launcher ADD COLUMN unit_exit TEXT;          -- systemd's word on how the unit's process last ended (ExecStopPost)
-	ALTER TABLE launcher ADD COLUMN unit_exit_at INTEGER;`,
+	ALTER TABLE launcher ADD COLUMN unit_exit_at INTEGER;
+	ALTER TABLE launcher ADD COLUMN unit_file_digest TEXT;   -- sha256 of the unit file as the unit's last start found it`,
 }
 
 // Records is ROOT/records.db.
