@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -158,27 +156,7 @@ func (d *Deliverer) launcherPreflight(ctx context.Context, bin, version string) 
 	defer cancel()
 	var stdout, stderr capped
 	stdout.max, stderr.max = launcherOutputCap, launcherOutputCap
-	var (
-		cmd *exec.Cmd
-		err error
-	)
-	for try := 0; ; try++ {
-		stdout.buf.Reset()
-		stderr.buf.Reset()
-		cmd = exec.CommandContext(ctx, bin, rollback.CmdVersion)
-		cmd.Env = append(os.Environ(), rollback.EnvRoot+"="+d.cfg.Root)
-		cmd.Dir = d.cfg.Root
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.WaitDelay = 2 * time.Second
-		ownGroup(cmd)
-		err = cmd.Run()
-		// Busy for a moment if another goroutine forked while it was open for writing.
-		if errors.Is(err, syscall.ETXTBSY) && try < 10 && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		break
-	}
+	cmd, err := d.runStaged(ctx, bin, []string{rollback.CmdVersion}, nil, &stdout, &stderr)
 	if errors.Is(err, exec.ErrWaitDelay) {
 		_ = killGroup(cmd)
 	}

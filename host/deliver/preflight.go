@@ -26,26 +26,7 @@ func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
 	args := append([]string{rollback.CmdPreflight}, d.cfg.PreflightArgs...)
 	var stdout, stderr capped
 	stdout.max, stderr.max = 64<<10, 4<<10
-	var (
-		cmd *exec.Cmd
-		err error
-	)
-	for try := 0; ; try++ {
-		cmd = exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(append(os.Environ(), d.cfg.PreflightEnv...), rollback.EnvRoot+"="+d.cfg.Root)
-		cmd.Dir = d.cfg.Root
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.WaitDelay = 2 * time.Second
-		ownGroup(cmd)
-		err = cmd.Run()
-		// A file just written may be briefly busy if another goroutine forked while it was
-		// open for writing (golang.org/issue/22315); that passes.
-		if errors.Is(err, syscall.ETXTBSY) && try < 10 && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		break
-	}
+	cmd, err := d.runStaged(ctx, bin, args, d.cfg.PreflightEnv, &stdout, &stderr)
 	// Checked before the context: the process had exited 0 before WaitDelay began, so a
 	// deadline that passed during it does not make this a hang.
 	waitDelay := errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success()
@@ -73,6 +54,29 @@ func (d *Deliverer) preflight(ctx context.Context, version, bin string) error {
 		return refuse(version, KindVersionMismatch, "the binary reports version %q but its manifest says %s; it was stamped wrongly (build it with --version %s)", got, version, version)
 	}
 	return nil
+}
+
+// runStaged runs a binary just staged (BIN args…) in the root, with the host's environment, env
+// and MESH_HOST_ROOT, its output into stdout and stderr, in its own process group, waiting at
+// most 2 s for its output after it exits. A file just written may be briefly busy if another
+// goroutine forked while it was open for writing (golang.org/issue/22315): that is tried again.
+func (d *Deliverer) runStaged(ctx context.Context, bin string, args, env []string, stdout, stderr *capped) (*exec.Cmd, error) {
+	for try := 0; ; try++ {
+		stdout.buf.Reset()
+		stderr.buf.Reset()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(append(os.Environ(), env...), rollback.EnvRoot+"="+d.cfg.Root)
+		cmd.Dir = d.cfg.Root
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		cmd.WaitDelay = 2 * time.Second
+		ownGroup(cmd)
+		err := cmd.Run()
+		if errors.Is(err, syscall.ETXTBSY) && try < 10 && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		return cmd, err
+	}
 }
 
 // capped keeps at most max bytes written to it (the first ones), discarding the rest, so a
