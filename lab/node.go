@@ -283,3 +283,29 @@ func (n *Node) Has(version string) bool {
 	_, err := os.Stat(rollback.VersionDir(n.Root, version))
 	return err == nil
 }
+
+// StageLauncher puts binary under ROOT/launchers/<v> as a host stages a launcher a release
+// carries: a staging directory, its digest recorded as delivered (signed by "lab", carried by
+// carriedBy), then one rename.
+func StageLauncher(ctx context.Context, root, v, binary, carriedBy string) error {
+	r, err := rollback.OpenForInstall(ctx, root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	st, err := rollback.NewLauncherStaging(root)
+	if err != nil {
+		return err
+	}
+	defer st.Discard()
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(st.BinaryPath(), b, 0o755); err != nil {
+		return err
+	}
+	lv := rollback.LauncherVersion{Version: v, Digest: digest.FromBytes(b), Size: int64(len(b)),
+		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: "lab"}, CarriedBy: carriedBy}
+	return st.CommitLauncher(ctx, r, lv)
+}

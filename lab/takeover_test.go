@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
@@ -41,31 +39,10 @@ func badLauncher(t testing.TB, v, mode string) string {
 	return p
 }
 
-// stageLauncher puts binary under ROOT/launchers/<v> as a host stages one: a staging directory,
-// its digest recorded as delivered, one rename.
+// stageLauncher puts binary under ROOT/launchers/<v> as a host stages one (StageLauncher).
 func stageLauncher(t testing.TB, root, v, binary string) {
 	t.Helper()
-	ctx := context.Background()
-	r, err := rollback.OpenForInstall(ctx, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	st, err := rollback.NewLauncherStaging(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Discard()
-	if err := copyFile(binary, st.BinaryPath(), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(st.BinaryPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lv := rollback.LauncherVersion{Version: v, Digest: digest.FromBytes(b), Size: int64(len(b)),
-		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: "lab"}, CarriedBy: "v1.0.0"}
-	if err := st.CommitLauncher(ctx, r, lv); err != nil {
+	if err := StageLauncher(context.Background(), root, v, binary, "v1.0.0"); err != nil {
 		t.Fatal(err)
 	}
 }

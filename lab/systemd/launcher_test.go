@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/lab"
 	"github.com/novox/mesh-host/launcher"
@@ -33,27 +31,7 @@ func nodeRoot(n *Node) string { return filepath.Join(n.Root(), "var/lib/mesh-hos
 // stageIn stages binary as launcher version v in n's root, as a host does.
 func stageIn(t *testing.T, ctx context.Context, n *Node, v, binary string) {
 	t.Helper()
-	root := nodeRoot(n)
-	r, err := rollback.OpenForInstall(ctx, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	st, err := rollback.NewLauncherStaging(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Discard()
-	b, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(st.BinaryPath(), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lv := rollback.LauncherVersion{Version: v, Digest: digest.FromBytes(b), Size: int64(len(b)),
-		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: "lab"}, CarriedBy: packaged}
-	if err := st.CommitLauncher(ctx, r, lv); err != nil {
+	if err := lab.StageLauncher(ctx, nodeRoot(n), v, binary, packaged); err != nil {
 		t.Fatal(err)
 	}
 }
