@@ -13,6 +13,7 @@ import (
 
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -321,4 +322,60 @@ func TestARolloutOfAReleaseCarryingANewLauncherIsTakenWithoutARestart(t *testing
 		table, err := s.f.FleetTable(s.ctx)
 		return err == nil && strings.Count(table, "v9.0.0") >= len(s.f.Names())
 	})
+}
+
+// A rollout of a release carrying a launcher that crashes: each canary stages it, takes it,
+// and loses it; the unit's next start (systemd's Restart=always, done here by the test) judges
+// it bad and runs the floor, and the canary's heartbeat says its launcher rolled back — the
+// rollout halts after its canaries naming the launcher, the host release is not marked bad, and
+// no other node is targeted.
+func TestRolloutOfAReleaseCarryingACrashingLauncherHaltsAfterTheCanariesNamingIt(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 120*time.Second, FleetOptions{Nodes: 4, LauncherArgs: append(append([]string{}, ScaledLauncherArgs...), "--launcher-check", "200ms")})
+	s.f.Release.Launcher = badLauncher(t, "v9.0.0", "crash")
+	s.ship("v1.1.0", PkgHost)
+
+	// Restart=always: a node whose launcher died is started again, as the unit would be.
+	restarting, stop := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for restarting.Err() == nil {
+			for _, name := range s.f.Names() {
+				if n := s.f.Node(name); !n.Alive() {
+					n.Start()
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	st, c := s.halted("v1.1.0", "--canary", "2", "--steps", "50%,100%", "--window", "30s", "--soak", "2s")
+	stop()
+	<-done
+	canaries := BatchNodes(st, 0)
+	if st.Halt == nil || st.Halt.Batch != 0 || len(st.Halt.Nodes) == 0 {
+		t.Fatalf("the rollout ended %s (halt %+v); want halted in the canary batch", st.Status, st.Halt)
+	}
+	for _, r := range st.Halt.Nodes {
+		if !slices.Contains(canaries, r.Node) || r.Why != rollout.WhyLauncherRolledBack || !strings.HasPrefix(r.Detail, "launcher rolled back from v9.0.0: ") {
+			t.Errorf("the halt names %s %s %q; want only canaries, their launcher rolled back from v9.0.0", r.Node, r.Why, r.Detail)
+		}
+	}
+	if out := c.Output(); !strings.Contains(out, "launcher rolled back from v9.0.0") {
+		t.Errorf("the controller's report does not name the launcher:\n%s", out)
+	}
+	for _, name := range canaries {
+		n := s.f.Node(name)
+		if rep := launcherRecords(t, n.Root); !slices.ContainsFunc(rep.Versions, func(l rollback.LauncherRecord) bool { return l.Version == "v9.0.0" && !l.Bad.IsZero() }) {
+			t.Errorf("%s: launcher v9.0.0 not marked bad: %+v", name, rep.Versions)
+		}
+		if v, ok := Version(mustStatus(t, s.ctx, n), "v1.1.0"); ok && v.Bad {
+			t.Errorf("%s: the host release v1.1.0 was marked bad for its launcher's crash", name)
+		}
+	}
+	for _, n := range s.others(canaries) {
+		if s.touchedBy(n, "v1.1.0") {
+			t.Errorf("%s, not a canary, was targeted at, fetched or staged v1.1.0", n)
+		}
+	}
 }
