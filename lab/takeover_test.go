@@ -379,3 +379,44 @@ func TestRolloutOfAReleaseCarryingACrashingLauncherHaltsAfterTheCanariesNamingIt
 		}
 	}
 }
+
+// A launcher that cannot be exec'd (not a program for this machine) is marked bad by the image
+// that tried, which keeps running with its host; it is not tried again.
+func TestALauncherThatCannotBeExecdIsMarkedBadAndTheHostKeepsRunning(t *testing.T) {
+	t.Parallel()
+	ctx := meshtest.Context(t, 60*time.Second)
+	n, rep := confirmedNode(t, ctx, PkgHost, "--launcher-check", "50ms")
+	launcherPID, hostPID := n.PID(), rep.Running.PID
+	junk := filepath.Join(t.TempDir(), "mesh-launcher")
+	if err := os.WriteFile(junk, []byte("not a program for any machine\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stageLauncher(t, n.Root, "v9.0.0", junk)
+	meshtest.Eventually(t, "v9.0.0 marked bad", func() bool {
+		l, _ := launcherVersionOf(t, n.Root, "v9.0.0")
+		return !l.Bad.IsZero()
+	})
+	if l, _ := launcherVersionOf(t, n.Root, "v9.0.0"); !strings.Contains(l.BadReason, "exec format error") {
+		t.Errorf("bad reason %q, want the exec's error", l.BadReason)
+	}
+	time.Sleep(300 * time.Millisecond) // several checks: it is not tried again
+	if got := strings.Count(n.Log(), "could not take the new launcher"); got != 1 {
+		t.Errorf("tried %d times, want once:\n%s", got, n.Log())
+	}
+	if n.PID() != launcherPID || syscall.Kill(hostPID, 0) != nil || parentOf(hostPID) != launcherPID {
+		t.Errorf("the launcher or its host changed: launcher %d → %d, host %d parent %d", launcherPID, n.PID(), hostPID, parentOf(hostPID))
+	}
+	if cur := launcherRecords(t, n.Root); cur.Version != launcher.Version || cur.State != rollback.LauncherFloor {
+		t.Errorf("the records say %s (%s) runs, want the floor %s", cur.Version, cur.State, launcher.Version)
+	}
+}
+
+func launcherVersionOf(t testing.TB, root, v string) (rollback.LauncherRecord, bool) {
+	t.Helper()
+	for _, l := range launcherRecords(t, root).Versions {
+		if l.Version == v {
+			return l, true
+		}
+	}
+	return rollback.LauncherRecord{}, false
+}

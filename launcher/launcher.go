@@ -123,8 +123,9 @@ type Launcher struct {
 	floorPath, floorVersion, floorID string
 	// adopted is the host the image before this one handed over, until the loop takes it.
 	adopted *adoptedHost
-	// saidSkipped keeps each launcher passed over logged once.
-	saidSkipped map[string]bool
+	// saidSkipped keeps each launcher passed over logged once; execFailed, the launcher versions
+	// this image could not exec (not tried again until the unit starts again).
+	saidSkipped, execFailed map[string]bool
 }
 
 // adoptedHost is a host handed over by exec, and what the image before knew of it.
@@ -191,7 +192,7 @@ func run(ctx context.Context, cfg Config, captured *slog.Handler) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	l := &Launcher{cfg: cfg, log: log, records: records, lock: lock, self: Version, saidSkipped: map[string]bool{}}
+	l := &Launcher{cfg: cfg, log: log, records: records, lock: lock, self: Version, saidSkipped: map[string]bool{}, execFailed: map[string]bool{}}
 	defer func() { l.records.Close() }()
 	records.SetPolicy(cfg.Policy) // pruning keeps every failure within the interval judged by
 	if note != "" {

@@ -168,7 +168,7 @@ func (l *Launcher) takeoverTarget(ctx context.Context) *launcherTarget {
 			l.log.Warn("not taking a launcher version", "launcher", s.Version, "why", s.Why)
 		}
 	}
-	if c.Version == "" {
+	if c.Version == "" || l.execFailed[c.Version] {
 		return nil
 	}
 	return &launcherTarget{path: rollback.LauncherPath(l.cfg.Root, c.Version), version: c.Version, trial: !c.Confirmed}
@@ -236,6 +236,11 @@ func (l *Launcher) execLauncher(ctx context.Context, t *launcherTarget, p *hostP
 			if merr := l.records.MarkLauncherBad(ctx, t.version, reason, ""); merr != nil {
 				log.Error("could not mark the launcher bad", "err", merr)
 			}
+		}
+		// Not tried again by this image: an exec that failed for the machine's reasons (a noexec
+		// mount, memory) would fail every check. The unit's next start tries again.
+		if !t.floor {
+			l.execFailed[t.version] = true
 		}
 		log.Error("could not take the new launcher; this one keeps running", "err", err)
 	}
