@@ -61,6 +61,7 @@ bench:
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
 	$(BENCH) -bench ParseDeclaration -benchtime 20x ./wire/
+	$(BENCH) -bench DecodeHeartbeat -benchtime 20000x ./wire/
 	$(BENCH) -bench ThousandNodeUsers -benchtime 1x ./release/trust/
 	$(BENCH) -bench EnrolToFirstHeartbeat -benchtime 10x ./release/cmd/mesh-release/
 

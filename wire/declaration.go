@@ -145,10 +145,9 @@ func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) 
 		d.Node = *env.Node
 	}
 	seen := make(map[[2]string]int)
-	fields := map[reflect.Type]map[string]reflect.Type{}
 	for i, raw := range *env.Resources {
 		at := []segment{key("resources"), index(i)}
-		r, err := parseResource(raw, trusted, at, fields)
+		r, err := parseResource(raw, trusted, at)
 		if err != nil {
 			return Declaration{}, fmt.Errorf("declaration: %w", err)
 		}
@@ -165,7 +164,7 @@ func parseDeclaration(b []byte, node string, trusted bool) (Declaration, error) 
 // parseResource reads one resource of a declaration whose keys parseDeclaration has already
 // checked (every key exact, none twice, none unknown above the spec), then its spec, strictly.
 // at is where the resource is (resources[i]).
-func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[reflect.Type]map[string]reflect.Type) (Resource, error) {
+func parseResource(raw json.RawMessage, trusted bool, at []segment) (Resource, error) {
 	var r Resource
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return Resource{}, typeError(err, at)
@@ -202,7 +201,7 @@ func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[r
 	default:
 		r.Spec = append(json.RawMessage(nil), spec...)
 	}
-	parsed, err := parseSpec(r.Type, r.ID, r.Spec, "", at, fields)
+	parsed, err := parseSpec(r.Type, r.ID, r.Spec, "", at, true)
 	if err != nil {
 		return Resource{}, err
 	}
@@ -217,7 +216,7 @@ func parseResource(raw json.RawMessage, trusted bool, at []segment, fields map[r
 func CheckDeclarationPaths(d Declaration, root string) error {
 	for i, r := range d.Resources {
 		// Spec came from a parsed declaration, or was built by a caller: checked in full.
-		if _, err := parseSpec(r.Type, r.ID, r.Spec, root, []segment{key("resources"), index(i)}, nil); err != nil {
+		if _, err := parseSpec(r.Type, r.ID, r.Spec, root, []segment{key("resources"), index(i)}, false); err != nil {
 			return fmt.Errorf("declaration: %w", err)
 		}
 	}

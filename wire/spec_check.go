@@ -104,13 +104,12 @@ func specType(kind string) reflect.Type {
 // ("" checks DefaultRoot only). The kind "action" is accepted here: whether a source may
 // declare actions is the declaration parser's decision, already taken when it was stored.
 func ParseSpec(typ, id string, spec []byte, root string) (any, error) {
-	return parseSpec(typ, id, spec, root, nil, nil)
+	return parseSpec(typ, id, spec, root, nil, false)
 }
 
-// parseSpec is ParseSpec for the resource at path at of a declaration. fields, when not nil,
-// says spec was cut from a document already found valid, and caches each type's keys across
-// the declaration's resources (an 11,000-resource declaration parsed twice as slowly without).
-func parseSpec(typ, id string, spec []byte, root string, at []segment, fields map[reflect.Type]map[string]reflect.Type) (any, error) {
+// parseSpec is ParseSpec for the resource at path at of a declaration. valid says spec was cut
+// from a document already found valid, so it is not scanned for validity a second time.
+func parseSpec(typ, id string, spec []byte, root string, at []segment, valid bool) (any, error) {
 	v := newSpec(typ)
 	if v == nil {
 		return nil, withPath(fmt.Errorf("unknown type %q (one of %s)", text.Bound(typ), kindList()), at)
@@ -119,11 +118,11 @@ func parseSpec(typ, id string, spec []byte, root string, at []segment, fields ma
 		spec = []byte("{}")
 	}
 	specAt := append(at[:len(at):len(at)], key("spec"))
-	if fields == nil {
+	if !valid {
 		if err := decodeAt(spec, v, nil, refuseUnknown, specAt); err != nil {
 			return nil, err
 		}
-	} else if err := decodeValid(spec, v, specAt, fields); err != nil {
+	} else if err := decodeValid(spec, v, specAt); err != nil {
 		return nil, err
 	}
 	if fe := v.check(id, root); fe != nil {
