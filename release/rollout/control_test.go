@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os/exec"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -122,23 +122,21 @@ func TestTwoControllersStartingAtOnceOneActsTheOtherSaysWhoHoldsIt(t *testing.T)
 	}
 }
 
-// rewrite changes the stored state of rollout id (compare-and-set), as a killed controller
-// would have left it.
+// rewrite changes the stored state of rollout id (compare-and-set on its head), as a killed
+// controller would have left it.
 func rewrite(t *testing.T, b *meshtest.Bus, id string, change func(*State)) {
 	t.Helper()
 	ctx := meshtest.Context(t, 10*time.Second)
-	kv := b.KV(b.Names.Rollouts())
-	e, err := kv.Get(ctx, stateKey(id))
+	s, err := openStore(ctx, connect(t, b), b.Names, targets.Signer{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st State
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
+	st, rev, err := s.get(ctx, id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	change(&st)
-	nb, _ := json.Marshal(st)
-	if _, err := kv.Update(ctx, stateKey(id), nb, e.Revision()); err != nil {
+	if _, err := s.saveState(ctx, st, rev); err != nil {
 		t.Fatal(err)
 	}
 }
