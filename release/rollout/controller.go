@@ -306,7 +306,8 @@ func (c *Controller) lostStart(ctx context.Context, s *store, id string) error {
 	}
 	st, _, err := s.get(ctx, id)
 	if err != nil {
-		return err
+		// The other start wrote the chunks of its node list under this id and not yet its head.
+		return fmt.Errorf("another rollout (%s) was started at the same moment and is still being stored; start again: %w", text(id), err)
 	}
 	if !st.Status.Final() {
 		return &RunningError{State: st}
