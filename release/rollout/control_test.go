@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"strings"
@@ -141,6 +142,32 @@ func rewrite(t *testing.T, b *meshtest.Bus, id string, change func(*State)) {
 	}
 }
 
+// asSchemaOne replaces rollout st's head and chunks by the one value the layout before decision
+// 0021 wrote (compare-and-set on the head).
+func asSchemaOne(t *testing.T, b *meshtest.Bus, st State) {
+	t.Helper()
+	ctx := meshtest.Context(t, 10*time.Second)
+	kv := b.KV(b.Names.Rollouts())
+	e, err := kv.Get(ctx, stateKey(st.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h head
+	if err := json.Unmarshal(e.Value(), &h); err != nil || h.NodeList == nil {
+		t.Fatalf("the head %s names no chunks (%v)", e.Value(), err)
+	}
+	for k := range h.NodeList.Chunks {
+		if err := kv.Purge(ctx, chunkKey(st.ID, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Schema = schemaOneValue
+	v, _ := json.Marshal(st)
+	if _, err := kv.Update(ctx, stateKey(st.ID), v, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // deadPID is the pid of a process that has exited.
 func deadPID(t *testing.T) int {
 	cmd := exec.Command("true")
@@ -163,6 +190,11 @@ func TestAResumedRolloutContinuesWithoutRepeatingAFinishedBatch(t *testing.T) {
 					s.Holder = &Holder{ID: "killed", Host: c.host, PID: deadPID(t), Since: time.Now(), Until: time.Now().Add(time.Hour)}
 				})
 			}, why: "killed is gone"},
+		// Decision 0021: a rollout a controller of the previous layout stopped (one value, schema
+		// 1, no chunks) is resumed, and written back as a head and chunks.
+		{name: "the holder wrote the state as one value (schema 1)",
+			after: func(t *testing.T, b *meshtest.Bus, _ *Controller, st State) { asSchemaOne(t, b, st) },
+			why:   "no controller held it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartBus(t)
