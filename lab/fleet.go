@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -234,34 +233,11 @@ func (f *Fleet) StartRollout(args ...string) (*Controller, error) {
 	return c, c.Start()
 }
 
-// RolloutState reads the current rollout from KV (the `current` pointer, then rollout.<id>), as
-// the controller stored it; ok is false when there has been none.
+// RolloutState reads the current rollout as the controller stored it (the `current` pointer,
+// then the head rollout.<id> and the chunks of its node list, decision 0021); ok is false when
+// there has been none.
 func (f *Fleet) RolloutState(ctx context.Context) (st rollout.State, ok bool, err error) {
-	kv, err := f.Bus.Conn.JS.KeyValue(ctx, f.Bus.Names.Rollouts())
-	if err != nil {
-		return st, false, fmt.Errorf("open %s: %w", f.Bus.Names.Rollouts(), err)
-	}
-	cur, err := kv.Get(ctx, "current")
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return st, false, nil
-	}
-	if err != nil {
-		return st, false, err
-	}
-	var ptr struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(cur.Value(), &ptr); err != nil {
-		return st, false, fmt.Errorf("decode %s current: %w", f.Bus.Names.Rollouts(), err)
-	}
-	e, err := kv.Get(ctx, "rollout."+ptr.ID)
-	if err != nil {
-		return st, false, fmt.Errorf("rollout.%s: %w", ptr.ID, err)
-	}
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return st, false, fmt.Errorf("decode rollout.%s: %w", ptr.ID, err)
-	}
-	return st, true, nil
+	return rollout.Current(ctx, f.Bus.Conn.JS, f.Bus.Names)
 }
 
 // FleetTable is `mesh-release fleet`'s table, as a person sees it.

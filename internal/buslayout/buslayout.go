@@ -23,10 +23,19 @@ const (
 	// KVMaxConsumers is each KV bucket's consumer limit: every host watches the declarations
 	// and the targets bucket (one consumer each), and a server's default of 1,000 consumers per
 	// stream would leave the 1,001st node without its declaration and target.
-	KVMaxConsumers     = 1_000_000
-	MaxTargetBytes     = 1 << 10 // a signed target: version, seq, expires, key_id, signature (about 250 bytes)
-	MaxManifestBytes   = 64 << 10
-	MaxRolloutBytes    = 1 << 20
+	KVMaxConsumers   = 1_000_000
+	MaxTargetBytes   = 1 << 10 // a signed target: version, seq, expires, key_id, signature (about 250 bytes)
+	MaxManifestBytes = 64 << 10
+	// MaxRolloutBytes is the rollouts bucket's max value size. A rollout is stored as a small
+	// head under rollout.<id> (status, batches, halt, lease; no node list) and its node list in
+	// chunks under nodes.<id>.<n> (decision 0021), so the number of nodes is not bounded by it.
+	MaxRolloutBytes = 1 << 20
+	// RolloutChunkBytes bounds each chunk of a rollout's node list: a quarter of a value, so that
+	// one chunk with its headers fits a server's default max_payload (1 MiB) with room to spare.
+	RolloutChunkBytes = 256 << 10
+	// MaxRolloutChunks bounds the chunks a head may name, what a reader fetches for one rollout:
+	// 4,096 × 256 KiB is 1 GiB, some 25 million nodes with 20-byte ids.
+	MaxRolloutChunks   = 4096
 	HeartbeatMaxAge    = 30 * 24 * time.Hour // a node unheard for 30 days leaves the fleet view
 	HeartbeatMaxBytes  = 1 << 30             // the longest-silent nodes' words go first
 	declarationHistory = 10

@@ -16,6 +16,8 @@ const (
 	MaxTargetBytes    = buslayout.MaxTargetBytes
 	MaxManifestBytes  = buslayout.MaxManifestBytes
 	MaxRolloutBytes   = buslayout.MaxRolloutBytes
+	RolloutChunkBytes = buslayout.RolloutChunkBytes
+	MaxRolloutChunks  = buslayout.MaxRolloutChunks
 	HeartbeatMaxAge   = buslayout.HeartbeatMaxAge
 	HeartbeatMaxBytes = buslayout.HeartbeatMaxBytes
 )

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -122,23 +123,47 @@ func TestTwoControllersStartingAtOnceOneActsTheOtherSaysWhoHoldsIt(t *testing.T)
 	}
 }
 
-// rewrite changes the stored state of rollout id (compare-and-set), as a killed controller
-// would have left it.
+// rewrite changes the stored state of rollout id (compare-and-set on its head), as a killed
+// controller would have left it.
 func rewrite(t *testing.T, b *meshtest.Bus, id string, change func(*State)) {
 	t.Helper()
 	ctx := meshtest.Context(t, 10*time.Second)
-	kv := b.KV(b.Names.Rollouts())
-	e, err := kv.Get(ctx, stateKey(id))
+	s, err := openStore(ctx, connect(t, b), b.Names, targets.Signer{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st State
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
+	st, rev, err := s.get(ctx, id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	change(&st)
-	nb, _ := json.Marshal(st)
-	if _, err := kv.Update(ctx, stateKey(id), nb, e.Revision()); err != nil {
+	if _, err := s.saveState(ctx, st, rev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// asSchemaOne replaces rollout st's head and chunks by the one value the layout before decision
+// 0021 wrote (compare-and-set on the head).
+func asSchemaOne(t *testing.T, b *meshtest.Bus, st State) {
+	t.Helper()
+	ctx := meshtest.Context(t, 10*time.Second)
+	kv := b.KV(b.Names.Rollouts())
+	e, err := kv.Get(ctx, stateKey(st.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h head
+	if err := json.Unmarshal(e.Value(), &h); err != nil || h.NodeList == nil {
+		t.Fatalf("the head %s names no chunks (%v)", e.Value(), err)
+	}
+	for k := range h.NodeList.Chunks {
+		if err := kv.Purge(ctx, chunkKey(st.ID, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Schema = schemaOneValue
+	v, _ := json.Marshal(st)
+	if _, err := kv.Update(ctx, stateKey(st.ID), v, e.Revision()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,6 +190,11 @@ func TestAResumedRolloutContinuesWithoutRepeatingAFinishedBatch(t *testing.T) {
 					s.Holder = &Holder{ID: "killed", Host: c.host, PID: deadPID(t), Since: time.Now(), Until: time.Now().Add(time.Hour)}
 				})
 			}, why: "killed is gone"},
+		// Decision 0021: a rollout a controller of the previous layout stopped (one value, schema
+		// 1, no chunks) is resumed, and written back as a head and chunks.
+		{name: "the holder wrote the state as one value (schema 1)",
+			after: func(t *testing.T, b *meshtest.Bus, _ *Controller, st State) { asSchemaOne(t, b, st) },
+			why:   "no controller held it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartBus(t)

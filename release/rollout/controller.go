@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -283,16 +282,16 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	return st, nil
 }
 
-// fits refuses a planned state that would not fit the bucket's values with room for a halt
-// report (0006, "Consequences": about 10,000 nodes with 40-byte ids).
+// fits refuses a planned state that cannot be stored: a node list over the chunks a head may
+// name (bus.MaxRolloutChunks), or a head without room for a halt report. The node list is not
+// in the head (decision 0021): 100,000 nodes and more fit.
 func fits(st State, bucket string) error {
-	b, err := json.Marshal(st)
-	if err != nil {
+	if _, _, err := splitNodes(st); err != nil {
 		return err
 	}
-	if len(b)+haltBudget > bus.MaxRolloutBytes {
-		return fmt.Errorf("a rollout to %d nodes does not fit the rollout state (%d bytes with room for a halt report; %s holds values of at most %d): roll out to part of the fleet with a shorter --alive, or split the fleet across prefixes",
-			len(st.Nodes), len(b)+haltBudget, bucket, bus.MaxRolloutBytes)
+	if n := headSize(st) + haltBudget; n > bus.MaxRolloutBytes {
+		return fmt.Errorf("a rollout to %d nodes does not fit its head (%d bytes with room for a halt report; %s holds values of at most %d): name fewer canaries",
+			len(st.Nodes), n, bucket, bus.MaxRolloutBytes)
 	}
 	return nil
 }
@@ -307,7 +306,8 @@ func (c *Controller) lostStart(ctx context.Context, s *store, id string) error {
 	}
 	st, _, err := s.get(ctx, id)
 	if err != nil {
-		return err
+		// The other start wrote the chunks of its node list under this id and not yet its head.
+		return fmt.Errorf("another rollout (%s) was started at the same moment and is still being stored; start again: %w", text(id), err)
 	}
 	if !st.Status.Final() {
 		return &RunningError{State: st}
@@ -319,7 +319,7 @@ func (c *Controller) lostStart(ctx context.Context, s *store, id string) error {
 func (c *Controller) forget(s *store, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_ = s.rollouts.Purge(ctx, stateKey(id))
+	s.purge(ctx, id)
 }
 
 // supersede marks rollout id superseded by next, unless it has ended already, and returns it.

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,31 +118,53 @@ func TestJudgingANodeOnTime(t *testing.T) {
 	}
 }
 
-func TestAPlanTooLargeForTheBucketIsRefused(t *testing.T) {
-	st := State{Schema: Schema, ID: "x", Version: "v1.2.0"}
-	for i := 0; i < 10000; i++ {
-		st.Nodes = append(st.Nodes, strings.Repeat("n", 100)+string(rune('a'+i%26)))
-		st.Ran = append(st.Ran, "v1.1.0")
+// Before decision 0021 the node list was in the one value and 10,000 nodes with 100-byte ids
+// were refused ("does not fit"); it is in chunks now, and what is refused is a head with no
+// room for a halt report, or a node that no chunk holds.
+func TestAPlanIsRefusedOnlyWhenItsHeadOrAChunkCannotHoldIt(t *testing.T) {
+	plan := func(n int, id string) State {
+		st := State{Schema: Schema, ID: "x", Version: "v1.2.0"}
+		for i := range n {
+			st.Nodes = append(st.Nodes, id+strconv.Itoa(i))
+			st.Ran = append(st.Ran, "v1.1.0")
+		}
+		return st
 	}
-	err := fits(st, "mesh_rollouts")
-	if err == nil || !strings.Contains(err.Error(), "a rollout to 10000 nodes does not fit") {
-		t.Fatalf("err = %v", err)
+	tooManyCanaries := plan(10, "n")
+	for i := range 20000 {
+		tooManyCanaries.CanaryNodes = append(tooManyCanaries.CanaryNodes, strings.Repeat("c", 60)+strconv.Itoa(i))
 	}
-	st.Nodes, st.Ran = st.Nodes[:1000], st.Ran[:1000]
-	if err := fits(st, "mesh_rollouts"); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name   string
+		st     State
+		refuse string // "" when it fits
+	}{
+		{"10,000 nodes with 100-byte ids fit", plan(10000, strings.Repeat("n", 100)), ""},
+		{"100,000 nodes fit", plan(100000, "node-"), ""},
+		{"a head too large for a halt report is refused", tooManyCanaries, "does not fit its head"},
+		{"a node id no chunk holds is refused", plan(1, strings.Repeat("n", 300<<10)), "does not fit a chunk"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := fits(tc.st, "mesh_rollouts")
+			if tc.refuse == "" && err != nil {
+				t.Fatal(err)
+			}
+			if tc.refuse != "" && (err == nil || !strings.Contains(err.Error(), tc.refuse)) {
+				t.Fatalf("err = %v, want %q", err, tc.refuse)
+			}
+		})
 	}
 }
 
 func TestLeftOutNodesPastTheRoomAreCounted(t *testing.T) {
 	st := State{Schema: Schema, ID: "x", Version: "v1.2.0"}
-	for i := 0; i < 6000; i++ {
+	for i := 0; i < 20000; i++ {
 		n := strings.Repeat("n", 60)
 		st.Nodes, st.Ran = append(st.Nodes, n), append(st.Ran, "v1.1.0")
 		st.LeftOut = append(st.LeftOut, LeftOut{Node: n, Batch: 3, SilentSince: t0})
 	}
 	fit(&st)
-	if st.LeftOutMore == 0 || len(st.LeftOut)+st.LeftOutMore != 6000 {
+	if st.LeftOutMore == 0 || len(st.LeftOut)+st.LeftOutMore != 20000 {
 		t.Fatalf("listed %d, counted %d", len(st.LeftOut), st.LeftOutMore)
 	}
 	if err := fits(st, "b"); err != nil {

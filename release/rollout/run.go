@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -236,11 +235,7 @@ func (r *runner) release() {
 			return
 		}
 		st.Holder, st.Updated = nil, time.Now().UTC()
-		b, err := json.Marshal(st)
-		if err != nil {
-			return
-		}
-		if rev, err = r.s.rollouts.Update(ctx, stateKey(st.ID), b, rev); err == nil {
+		if rev, err = r.s.saveState(ctx, st, rev); err == nil {
 			r.st, r.rev = st, rev
 			return
 		}
@@ -616,12 +611,12 @@ func (r *runner) begin(ctx context.Context) error {
 	return nil
 }
 
-// fit keeps the state within the bucket's max value size, with room for a halt report: the
-// newest left-out nodes past the room are counted rather than listed.
+// fit keeps the state's head within the bucket's max value size, with room for a halt report:
+// the newest left-out nodes past the room are counted rather than listed. The node list is not
+// in the head (decision 0021), so only a batch with thousands of silent nodes comes near it.
 func fit(st *State) {
 	for len(st.LeftOut) > 0 {
-		b, _ := json.Marshal(st)
-		over := len(b) + haltBudget - bus.MaxRolloutBytes
+		over := headSize(*st) + haltBudget - bus.MaxRolloutBytes
 		if over <= 0 {
 			return
 		}

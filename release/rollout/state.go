@@ -2,8 +2,9 @@ package rollout
 
 import "time"
 
-// Schema is the format of the state this package writes under rollout.<id>.
-const Schema = 1
+// Schema is the format of the state this package writes: 2, a head under rollout.<id> and its
+// node list in chunks (decision 0021). Schema 1, the state as one value, is read still.
+const Schema = 2
 
 // Policy is how a rollout reaches the fleet.
 type Policy string
@@ -65,9 +66,10 @@ type Options struct {
 	Supersede   bool          // replace a running rollout instead of refusing to start
 }
 
-// State is a rollout as KV <prefix>_rollouts holds it under rollout.<ID>: what it was asked,
-// whom it covers, how far it got and why it stopped. It is bounded by the bucket's max value
-// size (bus.MaxRolloutBytes): node lists are stored once, batches as ends into them.
+// State is a rollout as KV <prefix>_rollouts holds it: what it was asked, whom it covers, how
+// far it got and why it stopped. Its head, under rollout.<ID>, is all of it but Nodes and Ran,
+// bounded by the bucket's max value size (bus.MaxRolloutBytes); Nodes and Ran are in chunks the
+// head names (layout.go, decision 0021). Node lists are stored once, batches as ends into them.
 type State struct {
 	Schema  int       `json:"schema"`
 	ID      string    `json:"id"`

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
@@ -35,6 +35,9 @@ type store struct {
 	rollouts jetstream.KeyValue
 	targets  jetstream.KeyValue
 	w        targets.Writer // signs and writes targets, each operation retried like the rest
+
+	mu    sync.Mutex
+	lists map[string]cached // node lists written or read, by rollout id (they never change)
 }
 
 func discard(l *slog.Logger) *slog.Logger {
@@ -91,7 +94,8 @@ func (s *store) entry(ctx context.Context, kv jetstream.KeyValue, key string) (e
 	return e, true, nil
 }
 
-// get reads rollout id and the revision it was read at.
+// get reads rollout id — its head, and the chunks of its node list the head names — and the
+// revision of the head, on which every write of the rollout is a compare-and-set.
 func (s *store) get(ctx context.Context, id string) (State, uint64, error) {
 	e, ok, err := s.entry(ctx, s.rollouts, stateKey(id))
 	if err != nil {
@@ -100,35 +104,17 @@ func (s *store) get(ctx context.Context, id string) (State, uint64, error) {
 	if !ok {
 		return State{}, 0, fmt.Errorf("no rollout %s in %s (`mesh-release rollout status` names the current one)", text(id), s.n.Rollouts())
 	}
-	st, err := decodeState(e.Value())
+	st, list, err := decodeHead(e.Value())
+	if err == nil && list != nil {
+		st, err = s.readNodes(ctx, st, *list)
+	}
+	if err == nil {
+		st, err = check(st)
+	}
 	if err != nil {
 		return State{}, 0, fmt.Errorf("%s in %s: %w", stateKey(id), s.n.Rollouts(), err)
 	}
 	return st, e.Revision(), nil
-}
-
-func decodeState(b []byte) (State, error) {
-	var st State
-	if err := json.Unmarshal(b, &st); err != nil {
-		return State{}, fmt.Errorf("unreadable rollout state: %w", err)
-	}
-	if st.Schema != Schema {
-		return State{}, fmt.Errorf("rollout state of schema %d; this tool reads schema %d", st.Schema, Schema)
-	}
-	if len(st.Ran) != len(st.Nodes) {
-		return State{}, fmt.Errorf("rollout state lists %d nodes but %d versions they ran", len(st.Nodes), len(st.Ran))
-	}
-	end := 0
-	for _, b := range st.Batches {
-		if b.End < end || b.End > len(st.Nodes) {
-			return State{}, fmt.Errorf("rollout state has a batch ending at %d of %d nodes", b.End, len(st.Nodes))
-		}
-		end = b.End
-	}
-	if st.Current < 0 || st.Current > len(st.Batches) {
-		return State{}, fmt.Errorf("rollout state is at batch %d of %d", st.Current, len(st.Batches))
-	}
-	return st, nil
 }
 
 // current reads the pointer to the newest rollout; rev is its revision (0: absent).
@@ -173,14 +159,16 @@ func (s *store) save(ctx context.Context, kv jetstream.KeyValue, key string, v [
 	return out, nil
 }
 
-// saveState writes st (its Updated set by the caller) with compare-and-set on rev.
+// saveState writes st (its Updated set by the caller) with compare-and-set on rev: the chunks
+// of its node list first if this store has not written or read them, then its head.
 func (s *store) saveState(ctx context.Context, st State, rev uint64) (uint64, error) {
-	b, err := json.Marshal(st)
+	list, err := s.writeNodes(ctx, st)
 	if err != nil {
 		return 0, err
 	}
-	if len(b) > bus.MaxRolloutBytes {
-		return 0, fmt.Errorf("rollout %s: its state is %d bytes, over the %d the bucket holds", st.ID, len(b), bus.MaxRolloutBytes)
+	b, err := encodeHead(st, list)
+	if err != nil {
+		return 0, err
 	}
 	return s.save(ctx, s.rollouts, stateKey(st.ID), b, rev)
 }
