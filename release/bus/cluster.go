@@ -15,12 +15,14 @@ import (
 	"github.com/novox/mesh-host/release/trust"
 )
 
-// A Member is one server of a cluster of stock nats-server processes: its name, the host its
-// clients and the other servers reach it by, its client port and its route port.
+// A Member is one server of a cluster of stock nats-server processes: its name, the address its
+// clients reach it at and the address the other servers reach its routes at (the same host, or
+// one on a network of the servers' own).
 type Member struct {
 	Name      string
 	Host      string
 	Port      int
+	RouteHost string
 	RoutePort int
 }
 
@@ -29,28 +31,34 @@ func (m Member) ClientURL() string {
 	return "tls://" + net.JoinHostPort(m.Host, strconv.Itoa(m.Port))
 }
 
-// ParseMember reads NAME=HOST:PORT:ROUTE_PORT (an IPv6 host in brackets: s1=[::1]:4222:6222).
+// memberForm is how a member is written on the command line.
+const memberForm = "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT (like s1=bus1.example:4222,bus1.example:6222)"
+
+// ParseMember reads NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT (an IPv6 host in brackets).
 func ParseMember(text string) (Member, error) {
-	name, addr, ok := strings.Cut(text, "=")
-	if !ok {
-		return Member{}, fmt.Errorf("server %q is not NAME=HOST:PORT:ROUTE_PORT (like s1=bus1.example:4222:6222)", cut(text))
+	name, addrs, ok := strings.Cut(text, "=")
+	client, route, ok2 := strings.Cut(addrs, ",")
+	if !ok || !ok2 {
+		return Member{}, fmt.Errorf("server %q is not %s", cut(text), memberForm)
 	}
-	i := strings.LastIndex(addr, ":")
-	if i < 0 {
-		return Member{}, fmt.Errorf("server %q is not NAME=HOST:PORT:ROUTE_PORT (like s1=bus1.example:4222:6222)", cut(text))
+	m := Member{Name: name}
+	var err error
+	if m.Host, m.Port, err = hostPort(client); err != nil {
+		return Member{}, fmt.Errorf("server %q: client address: %w", cut(text), err)
 	}
-	host, portText, err := net.SplitHostPort(addr[:i])
-	if err != nil {
-		return Member{}, fmt.Errorf("server %q is not NAME=HOST:PORT:ROUTE_PORT (like s1=bus1.example:4222:6222): %w", cut(text), err)
-	}
-	m := Member{Name: name, Host: host}
-	if m.Port, err = port(portText); err != nil {
-		return Member{}, fmt.Errorf("server %q: client port: %w", cut(text), err)
-	}
-	if m.RoutePort, err = port(addr[i+1:]); err != nil {
-		return Member{}, fmt.Errorf("server %q: route port: %w", cut(text), err)
+	if m.RouteHost, m.RoutePort, err = hostPort(route); err != nil {
+		return Member{}, fmt.Errorf("server %q: route address: %w", cut(text), err)
 	}
 	return m, m.check()
+}
+
+func hostPort(addr string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not HOST:PORT: %w", cut(addr), err)
+	}
+	p, err := port(portText)
+	return host, p, err
 }
 
 func port(text string) (int, error) {
@@ -77,14 +85,16 @@ func (m Member) check() error {
 	if !memberName.MatchString(m.Name) {
 		return fmt.Errorf("server name %q: use 1–64 letters, digits, - and _ (it names the server's directory)", cut(m.Name))
 	}
-	if m.Host == "" || strings.ContainsAny(m.Host, "\"\\ \t\n{}[]") {
-		return fmt.Errorf("server %s: host %q is not a host name or an IP address", m.Name, cut(m.Host))
+	for _, h := range []string{m.Host, m.RouteHost} {
+		if h == "" || strings.ContainsAny(h, "\"\\ \t\n{}[]=,") {
+			return fmt.Errorf("server %s: host %q is not a host name or an IP address", m.Name, cut(h))
+		}
+		if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+			return fmt.Errorf("server %s: host %s is every address; name the one the clients or the other servers reach it by", m.Name, h)
+		}
 	}
-	if ip := net.ParseIP(m.Host); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("server %s: host %s is every address; name the one the clients and the other servers reach it by", m.Name, m.Host)
-	}
-	if m.Port == m.RoutePort {
-		return fmt.Errorf("server %s: the client port and the route port are both %d", m.Name, m.Port)
+	if m.Port == m.RoutePort && m.Host == m.RouteHost {
+		return fmt.Errorf("server %s: the client and the route address are both %s", m.Name, net.JoinHostPort(m.Host, strconv.Itoa(m.Port)))
 	}
 	return nil
 }
@@ -106,8 +116,12 @@ type ClusterConfig struct {
 // ClusterName is a cluster's name unless told otherwise.
 const ClusterName = "mesh"
 
-// ServerConfigFile is each member's configuration in its directory.
-const ServerConfigFile = "nats-server.conf"
+// ServerConfigFile is each member's configuration in its directory, and PidFile where the running
+// server writes its process id.
+const (
+	ServerConfigFile = "nats-server.conf"
+	PidFile          = "nats-server.pid"
+)
 
 // WriteServerConfigs writes, for each member of a cluster of stock nats-server processes, the
 // configuration that makes it a server of the mesh's bus (nats-server -c Dir/<name>/nats-server.conf):
@@ -124,7 +138,7 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 		return nil, errors.New("server configs: no directory; pass --server-config DIR")
 	}
 	if len(c.Members) == 0 {
-		return nil, errors.New("server configs: no servers; name each with --server NAME=HOST:PORT:ROUTE_PORT")
+		return nil, errors.New("server configs: no servers; name each with --server "+memberForm)
 	}
 	if c.Name == "" {
 		c.Name = ClusterName
@@ -147,13 +161,13 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 			return nil, fmt.Errorf("server configs: two servers are named %s", m.Name)
 		}
 		seen[m.Name] = true
-		for _, a := range []string{net.JoinHostPort(m.Host, strconv.Itoa(m.Port)), net.JoinHostPort(m.Host, strconv.Itoa(m.RoutePort))} {
+		for _, a := range []string{net.JoinHostPort(m.Host, strconv.Itoa(m.Port)), net.JoinHostPort(m.RouteHost, strconv.Itoa(m.RoutePort))} {
 			if other, ok := addrs[a]; ok {
 				return nil, fmt.Errorf("server configs: servers %s and %s both listen on %s", other, m.Name, a)
 			}
 			addrs[a] = m.Name
 		}
-		names = append(names, m.Host)
+		names = append(names, m.Host, m.RouteHost)
 	}
 	certFile, keyFile, caFile, err := trust.EnsureTLS(store.DataDir(), names)
 	if err != nil {
@@ -197,7 +211,7 @@ func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, 
 	var routes []string
 	for _, o := range c.Members {
 		if o.Name != m.Name {
-			routes = append(routes, "nats-route://"+net.JoinHostPort(o.Host, strconv.Itoa(o.RoutePort)))
+			routes = append(routes, "nats-route://"+net.JoinHostPort(o.RouteHost, strconv.Itoa(o.RoutePort)))
 		}
 	}
 	var b strings.Builder
@@ -205,7 +219,9 @@ func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, 
 	fmt.Fprintf(&b, "# Written by mesh-release init --server-config: server %s of the mesh's cluster %s.\n", m.Name, c.Name)
 	fmt.Fprintf(&b, "# Run it as: nats-server -c %s\n", filepath.Join(own, ServerConfigFile))
 	fmt.Fprintf(&b, "# Written again by the next init --server-config; edit the flags, not this file.\n\n")
-	fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n\n", q(m.Name), q(net.JoinHostPort(m.Host, strconv.Itoa(m.Port))))
+	fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", q(m.Name), q(net.JoinHostPort(m.Host, strconv.Itoa(m.Port))))
+	// For nats-server --signal (stop, reload, ldm) and for whoever restarts it.
+	fmt.Fprintf(&b, "pid_file: %s\n\n", q(filepath.Join(own, PidFile)))
 	tlsBlock := func(indent string, verify bool) {
 		fmt.Fprintf(&b, "%stls {\n%s  cert_file: %s\n%s  key_file: %s\n%s  ca_file: %s\n", indent, indent, q(copied[0]), indent, q(copied[1]), indent, q(copied[2]))
 		if verify {
@@ -232,7 +248,7 @@ func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, 
 	b.WriteString("}\n\n")
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n\n", q(filepath.Join(own, "jetstream")))
 	b.WriteString("# Routes to every other server, over TLS, each server checking the other's certificate.\n")
-	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: %s\n  routes: [\n", q(c.Name), q(net.JoinHostPort(m.Host, strconv.Itoa(m.RoutePort))))
+	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: %s\n  routes: [\n", q(c.Name), q(net.JoinHostPort(m.RouteHost, strconv.Itoa(m.RoutePort))))
 	for _, r := range routes {
 		fmt.Fprintf(&b, "    %s\n", q(r))
 	}

@@ -34,8 +34,8 @@ func initCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 	serverConfig := fs.String("server-config", "", "write each --server's nats-server configuration under `DIR`/NAME/, and do nothing else")
 	dataFlag := fs.String("data", "", "with --server-config: the `DIR` whose trust/ and tls/ the servers use, made if missing (default $"+envReleaseData+", else "+defaultDataDir+")")
 	clusterName := fs.String("cluster-name", bus.ClusterName, "with --server-config: the cluster's `NAME`")
-	var servers namesFlag
-	fs.Var(&servers, "server", "with --server-config: a server of the cluster, `NAME=HOST:PORT:ROUTE_PORT` (HOST: how clients and the other servers reach it); repeat it for each server")
+	var servers listFlag
+	fs.Var(&servers, "server", "with --server-config: a server of the cluster, `NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT` (where clients reach it, where the other servers reach its routes); repeat it for each server")
 	var tlsNames namesFlag
 	fs.Var(&tlsNames, "tls-name", "with --server-config: another `NAME` clients reach the servers by, for their certificate; repeatable")
 	if err := noArgs(fs, args); err != nil {
@@ -82,7 +82,7 @@ func initCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 // writeServerConfigs is init --server-config: each server's configuration, and what to run next.
 func writeServerConfigs(s *stdio, dir, data, name string, servers, tlsNames []string) error {
 	if len(servers) == 0 {
-		return usagef("--server-config needs each server of the cluster: --server NAME=HOST:PORT:ROUTE_PORT, repeated")
+		return usagef("--server-config needs each server of the cluster: --server NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT, repeated")
 	}
 	var members []bus.Member
 	for _, v := range servers {
@@ -113,3 +113,9 @@ func writeServerConfigs(s *stdio, dir, data, name string, servers, tlsNames []st
 	s.printf("  mesh-release init   # every bucket and stream on %d servers\n", min(clusterReplicas, len(members)))
 	return nil
 }
+
+// listFlag is a repeatable flag whose values are kept whole (a --server's value holds a comma).
+type listFlag []string
+
+func (f *listFlag) String() string     { return strings.Join(*f, " ") }
+func (f *listFlag) Set(v string) error { *f = append(*f, v); return nil }
