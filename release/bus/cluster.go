@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/release/trust"
@@ -113,6 +114,11 @@ type ClusterConfig struct {
 	TLSNames []string
 }
 
+// ResolverSyncInterval is how often each server's full resolver asks the others for account
+// JWTs newer than its own: the longest a server that was down when a revocation was pushed
+// admits the revoked user after it returns.
+const ResolverSyncInterval = 5 * time.Second
+
 // ClusterName is a cluster's name unless told otherwise.
 const ClusterName = "mesh"
 
@@ -138,7 +144,7 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 		return nil, errors.New("server configs: no directory; pass --server-config DIR")
 	}
 	if len(c.Members) == 0 {
-		return nil, errors.New("server configs: no servers; name each with --server "+memberForm)
+		return nil, errors.New("server configs: no servers; name each with --server " + memberForm)
 	}
 	if c.Name == "" {
 		c.Name = ClusterName
@@ -234,7 +240,10 @@ func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, 
 	b.WriteString("\n# Operator mode: users are admitted by the operator's accounts; the full resolver keeps every\n")
 	b.WriteString("# account JWT in accounts/ and takes updates (revocations) on $SYS.REQ.CLAIMS.UPDATE.\n")
 	fmt.Fprintf(&b, "operator: %s\nsystem_account: %s\n", q(store.OperatorJWT()), q(store.SystemAccountPublicKey()))
-	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %s\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"5s\"\n}\n", q(filepath.Join(own, trust.ResolverDir)))
+	// interval: how often a server asks the others for the account JWTs it lacks. A server that
+	// was down when a revocation was pushed learns it only then (nats-server asks first one
+	// interval after it starts), so it is short: one small request per server per interval.
+	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %s\n  allow_delete: false\n  interval: %q\n  timeout: \"5s\"\n}\n", q(filepath.Join(own, trust.ResolverDir)), ResolverSyncInterval.String())
 	b.WriteString("# The accounts as init wrote them; a newer JWT in accounts/ (a revocation) wins.\n")
 	b.WriteString("resolver_preload {\n")
 	keys := make([]string, 0, len(jwts))
