@@ -23,8 +23,9 @@ import (
 
 // The README's "A cluster of three stock NATS servers", run as written from a copy of this
 // checkout: the stock nats-server built from the module go.mod pins, three of them on loopback
-// configured from what `mesh-release init --server-config` wrote, then init, an enrolment and a
-// publish against them. Every stream is then kept on 3 servers, what the enrolment service
+// configured from what `mesh-release init --server-config` wrote, then init, two enrolment
+// services of which one is SIGKILLed, an enrolment through the other (its token then refused a
+// second time) and a publish against them. Every stream is then kept on 3 servers, what the enrolment service
 // created later too; the node's credentials are admitted by each server, and after `node revoke`
 // refused by each — also by one restarted after the revocation, and by one that was down when it
 // was made and started after.
@@ -120,12 +121,23 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 	if !strings.Contains(out, "each on 3 servers") {
 		t.Errorf("init does not say it kept the streams on 3 servers:\n%s", out)
 	}
-	// As a person would read its line "enrolment service … answering": it answers a ping.
-	waitFor(t, ctx, "the enrolment service to answer", func() bool {
-		_, err := c.NC.Request("$SRV.PING."+enrol.ServiceName, nil, time.Second)
-		return err == nil
-	})
+	// As a person would read their lines "enrolment service … answering": both answer a ping.
+	waitFor(t, ctx, "both enrolment services to answer", func() bool { return pings(t, c.NC) == 2 })
+	// One of them is killed: enrolment goes on through the other.
+	services := groupProcesses(sh.cmd.Process.Pid, "enrol-service")
+	if len(services) != 2 {
+		t.Fatalf("the shell runs %d enrolment services (pids %v), want the README's 2", len(services), services)
+	}
+	if err := syscall.Kill(services[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the killed enrolment service to be gone", func() bool { return exited(services[0]) && pings(t, c.NC) == 1 })
 	run("enrol", blocks["enrol"])
+	// The token is spent: used again, on another root, it is refused.
+	again := run("the token again", fmt.Sprintf("if mesh-host enrol --root %s \"$TOKEN\"; then echo ENROLLED-TWICE; else echo REFUSED; fi\n", filepath.Join(work, "root2")))
+	if !strings.Contains(again, "REFUSED") {
+		t.Errorf("the spent token enrolled a second node:\n%s", again)
+	}
 	n := wire.NamesFor("")
 	// Init's streams, and the enrolment service's buckets, created after init.
 	for _, stream := range []string{"KV_" + n.Declarations(), "KV_" + n.Targets(), "KV_" + n.Releases(), "KV_" + n.Withdrawals(),
@@ -183,6 +195,48 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 			t.Errorf("the README no longer says %q: update this test's replacements with it", s.old)
 		}
 	}
+}
+
+// pings is how many enrolment services answer a micro ping within a second.
+func pings(t *testing.T, nc *nats.Conn) int {
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest("$SRV.PING."+enrol.ServiceName, inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		if _, err := sub.NextMsg(time.Second); err != nil {
+			return n
+		}
+		n++
+	}
+}
+
+// groupProcesses are the processes of process group pgid (the README's shell and what it
+// started) whose command line holds word, oldest first.
+func groupProcesses(pgid int, word string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err != nil || g != pgid || exited(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), word) {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids
 }
 
 // connectAs connects to the one server at url with creds, trusting ca, and closes at once.
