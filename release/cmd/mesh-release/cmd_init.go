@@ -49,6 +49,9 @@ func initCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 	if *serverConfig == "" && (len(servers) > 0 || *dataFlag != "" || len(tlsNames) > 0 || *clusterName != bus.ClusterName) {
 		return usagef("--server, --data, --tls-name and --cluster-name go with --server-config")
 	}
+	if *serverConfig != "" && *replicas != 0 {
+		return usagef("--replicas is for init against the running servers, not with --server-config")
+	}
 	if *serverConfig != "" {
 		return writeServerConfigs(s, *serverConfig, *dataFlag, *clusterName, servers, tlsNames)
 	}

@@ -46,6 +46,7 @@ func TestInitRefusesClusterFlagsThatDoNotGoTogether(t *testing.T) {
 		{"--server-config without servers", []string{"--server-config", "DIR"}, "needs each server"},
 		{"a server badly written", []string{"--server-config", "DIR", "--server", "s1=127.0.0.1:14222"}, "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT"},
 		{"replicas out of range", []string{"--replicas", "7"}, "1 to 5 servers"},
+		{"replicas with --server-config", []string{"--server-config", "DIR", "--replicas", "3", "--server", "s1=127.0.0.1:14222,127.0.0.1:16222"}, "not with --server-config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i, a := range tc.args {
