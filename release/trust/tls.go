@@ -194,7 +194,7 @@ func issueServer(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, 
 		NotAfter:     now.Add(ServerLifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		// Client auth too: the servers of a cluster present this certificate to each other on
-		// their routes, each checking the other's against the CA (ServerConfigs).
+		// their routes, each checking the other's against the CA (bus.WriteServerConfigs).
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	if tmpl.NotAfter.After(ca.NotAfter) {
