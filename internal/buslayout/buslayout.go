@@ -51,8 +51,23 @@ const (
 // wire.MaxWithdrawalsBytes); object stores host_archives and blobs (BlobsConfig); and the heartbeat stream
 // keeping one message per node subject on file storage, so every node's last word survives a
 // restart. Existing ones are left as the operator configured them, except that a heartbeat stream
-// not keeping exactly one message per subject is an error. Safe to repeat.
+// not keeping exactly one message per subject is an error. Safe to repeat. Each is kept on one
+// server; CreateReplicated keeps them on several.
 func Create(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
+	return CreateReplicated(ctx, js, n, 1)
+}
+
+// MaxReplicas is the most copies NATS JetStream keeps of a stream.
+const MaxReplicas = 5
+
+// CreateReplicated is Create with every bucket, object store and stream kept on replicas
+// servers of a cluster (3 on a cluster: any one server may be lost), so that losing a server
+// loses nothing and stops nothing. The replicas of one that exists are not changed: an
+// operator changes them with `nats stream edit --replicas`.
+func CreateReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, replicas int) error {
+	if replicas < 1 || replicas > MaxReplicas {
+		return fmt.Errorf("init: %d replicas: a stream is kept on 1 to %d servers", replicas, MaxReplicas)
+	}
 	kvs := []jetstream.KeyValueConfig{
 		{Bucket: n.Declarations(), Description: "mesh: each node's declaration, key = node id",
 			History: declarationHistory, MaxValueSize: wire.DefaultMaxDeclarationBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
@@ -66,6 +81,7 @@ func Create(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 			History: withdrawalsHistory, MaxValueSize: wire.MaxWithdrawalsBytes, MaxBytes: -1, Storage: jetstream.FileStorage},
 	}
 	for _, cfg := range kvs {
+		cfg.Replicas = replicas
 		if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("init: create KV bucket %s: %w", cfg.Bucket, err)
 		}
@@ -76,6 +92,7 @@ func Create(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 	// Archives are kept until an operator removes them: a node may need an old version again.
 	obj := jetstream.ObjectStoreConfig{Bucket: n.Archives(), Description: "mesh: host archives, fetched by digest", MaxBytes: -1, Storage: jetstream.FileStorage}
 	for _, cfg := range []jetstream.ObjectStoreConfig{obj, BlobsConfig(n)} {
+		cfg.Replicas = replicas
 		if _, err := js.CreateObjectStore(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("init: create object store %s: %w", cfg.Bucket, err)
 		}
@@ -92,6 +109,7 @@ func Create(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 		Storage:           jetstream.FileStorage,
 		Discard:           jetstream.DiscardOld,
 		AllowDirect:       true,
+		Replicas:          replicas,
 	}
 	_, err := js.CreateStream(ctx, sc)
 	if err == nil {
@@ -118,6 +136,24 @@ func Create(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 func BlobsConfig(n wire.Names) jetstream.ObjectStoreConfig {
 	return jetstream.ObjectStoreConfig{Bucket: n.Blobs(), Description: "mesh: blobs declarations name by digest, object name = the digest",
 		MaxBytes: -1, Storage: jetstream.FileStorage}
+}
+
+// Replicas is how many servers keep the mesh's streams, as the bus was made: the replicas of
+// the declarations bucket's stream, or 1 when it does not exist yet. What a command creates
+// later (the blobs store, the enrolment buckets) is kept on as many, so a cluster's bus has no
+// stream that one lost server takes with it.
+func Replicas(ctx context.Context, js jetstream.JetStream, n wire.Names) (int, error) {
+	st, err := js.Stream(ctx, "KV_"+n.Declarations())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the stream of KV bucket %s (how many servers keep the mesh's streams): %w", n.Declarations(), err)
+	}
+	if r := st.CachedInfo().Config.Replicas; r > 1 {
+		return r, nil
+	}
+	return 1, nil
 }
 
 // allowWatches gives the stream behind KV bucket an explicit consumer limit (KVMaxConsumers)

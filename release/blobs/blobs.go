@@ -91,7 +91,11 @@ func PutFile(ctx context.Context, js jetstream.JetStream, names wire.Names, path
 func Store(ctx context.Context, js jetstream.JetStream, names wire.Names, create bool) (jetstream.ObjectStore, error) {
 	obs, err := js.ObjectStore(ctx, names.Blobs())
 	if create && (errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)) {
-		obs, err = js.CreateObjectStore(ctx, bus.BlobsConfig(names))
+		cfg := bus.BlobsConfig(names)
+		if cfg.Replicas, err = bus.Replicas(ctx, js, names); err != nil {
+			return nil, err
+		}
+		obs, err = js.CreateObjectStore(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) { // made meanwhile by another put
 			obs, err = js.ObjectStore(ctx, names.Blobs())
 		}

@@ -28,5 +28,17 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names) error {
 	return buslayout.Create(ctx, js, n)
 }
 
+// InitReplicated is Init with every bucket, object store and stream kept on replicas servers of
+// a cluster (buslayout.CreateReplicated).
+func InitReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, replicas int) error {
+	return buslayout.CreateReplicated(ctx, js, n, replicas)
+}
+
+// Replicas is how many servers keep the mesh's streams, as init made them (1 before init): what
+// is created later is kept on as many.
+func Replicas(ctx context.Context, js jetstream.JetStream, n wire.Names) (int, error) {
+	return buslayout.Replicas(ctx, js, n)
+}
+
 // BlobsConfig is the object store of blobs, as Init and `mesh-release blob put` create it.
 func BlobsConfig(n wire.Names) jetstream.ObjectStoreConfig { return buslayout.BlobsConfig(n) }

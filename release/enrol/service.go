@@ -112,10 +112,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: logkey.Sub(cfg.Logger, "enrol"), caPEM: string(caPEM),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	if s.tokens, err = bucket(ctx, js, enrolmentBucket(cfg.Names)); err != nil {
+	if s.tokens, err = bucket(ctx, js, cfg.Names, enrolmentBucket(cfg.Names)); err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
-	if s.nodes, err = bucket(ctx, js, nodesBucket(cfg.Names)); err != nil {
+	if s.nodes, err = bucket(ctx, js, cfg.Names, nodesBucket(cfg.Names)); err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
 	s.svc, err = micro.AddService(cfg.Admin, micro.Config{

@@ -519,3 +519,32 @@ func TestRevokeIgnoresDeliveriesAndMessagesWithoutAReply(t *testing.T) {
 		t.Fatalf("record marked revoked: %+v", rec)
 	}
 }
+
+// Issue 20: the enrolment service runs as two or more processes sharing the requests (a queue
+// group). One killed — its connection gone without a word, as SIGKILL leaves it — enrolment goes
+// on through the other, for every request.
+func TestEnrolmentGoesOnWhenOneOfTwoServicesIsKilled(t *testing.T) {
+	e := startEnv(t)
+	nc, err := nats.Connect(e.bus.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	doomed, err := Start(context.Background(), Config{Admin: nc, System: nc, Store: e.store, Names: e.names, CAFile: e.ca,
+		TrustedKeys: []string{build.PublicKeyString(meshtest.ReleaseKey.Public)}, Now: e.clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { doomed.Stop() })
+	// Both answer: the queue group shares requests between them.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close() // killed: no unsubscription, no drain
+	for i := range 8 {
+		node := "node-" + string(rune('a'+i))
+		tok := e.issue(node)
+		if _, err := e.enrol(wire.EnrolRequest{Token: tok.Token, Node: node, PublicKey: newUser(t)}); err != nil {
+			t.Fatalf("enrolment %d after one service was killed: %v", i, err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -147,7 +148,7 @@ func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names 
 	}
 	rec := TokenRecord{SecretSHA256: hashHex([]byte(t.Secret)), TokenSHA256: hashHex([]byte(text)),
 		Node: o.Node, IssuedAt: now, Expires: expires}
-	kv, err := bucket(ctx, js, enrolmentBucket(names))
+	kv, err := bucket(ctx, js, names, enrolmentBucket(names))
 	if err != nil {
 		return Issued{}, fmt.Errorf("enrolment token: %w", err)
 	}
@@ -203,14 +204,18 @@ func nodesBucket(n wire.Names) jetstream.KeyValueConfig {
 }
 
 // bucket opens the KV bucket cfg names, creating it when it is missing; one an operator made
-// is used as it is.
-func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// is used as it is. It is kept on as many servers as the mesh's other streams (on a cluster, not
+// on one server whose loss would stop enrolment).
+func bucket(ctx context.Context, js jetstream.JetStream, names wire.Names, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if err == nil {
 		return kv, nil
 	}
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("open KV bucket %s: %w", cfg.Bucket, err)
+	}
+	if cfg.Replicas, err = bus.Replicas(ctx, js, names); err != nil {
+		return nil, err
 	}
 	kv, err = js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -23,8 +24,9 @@ const ClaimsUpdateSubject = "$SYS.REQ.CLAIMS.UPDATE"
 var ErrNotPushed = errors.New("the revocation is stored but the server has not taken it")
 
 // Revoke revokes every JWT issued to userPub at or before at: it adds the key to the nodes
-// account's revocations (node and token users are its users), re-signs the account JWT with the
-// operator key, stores it as DATA/trust/nodes.jwt, and pushes it on nc, a connection as the
+// account's revocations (node and token users are its users), together with those the servers on
+// nc already hold (pushed from another copy of DATA/trust: a second enrolment service elsewhere),
+// re-signs the account JWT with the operator key, stores it as DATA/trust/nodes.jwt, and pushes it on nc, a connection as the
 // system user (SystemCreds), through ClaimsUpdateSubject. The server then disconnects the user and refuses it from then
 // on. A revocation is never moved later than one already stored for the key.
 func (s *Store) Revoke(ctx context.Context, nc *nats.Conn, userPub string, at time.Time) error {
@@ -34,7 +36,7 @@ func (s *Store) Revoke(ctx context.Context, nc *nats.Conn, userPub string, at ti
 	if at.IsZero() {
 		at = time.Now()
 	}
-	text, err := s.storeRevocation(ctx, userPub, at)
+	text, err := s.storeRevocation(ctx, userPub, at, s.nodesOnBus(ctx, nc))
 	if err != nil {
 		return err
 	}
@@ -44,8 +46,37 @@ func (s *Store) Revoke(ctx context.Context, nc *nats.Conn, userPub string, at ti
 	return nil
 }
 
-// storeRevocation adds the revocation to nodes.jwt, re-signed, and returns the new JWT.
-func (s *Store) storeRevocation(ctx context.Context, userPub string, at time.Time) (string, error) {
+// accountLookupSubject is where a server with a directory resolver answers, to the system
+// account, with the account JWT it holds ("" when it has none).
+const accountLookupSubject = "$SYS.REQ.ACCOUNT.%s.CLAIMS.LOOKUP"
+
+// nodesOnBus is the nodes account as the servers on nc hold it, when one answers with a JWT the
+// operator signed for it; nil otherwise (no connection, no directory resolver). Another process
+// with a copy of DATA/trust (a second enrolment service) may have pushed revocations this
+// nodes.jwt lacks: a revocation made from nodes.jwt alone would drop them from the servers.
+func (s *Store) nodesOnBus(ctx context.Context, nc *nats.Conn) *jwt.AccountClaims {
+	if nc == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, fmt.Sprintf(accountLookupSubject, s.nodesPub), nil)
+	if err != nil || len(msg.Data) == 0 {
+		return nil
+	}
+	if s.checkAccount(NodesJWTFile, string(msg.Data), s.nodesPub) != nil {
+		return nil
+	}
+	ac, err := jwt.DecodeAccountClaims(string(msg.Data))
+	if err != nil {
+		return nil
+	}
+	return ac
+}
+
+// storeRevocation adds the revocation, and every revocation onBus holds, to nodes.jwt, re-signed,
+// and returns the new JWT.
+func (s *Store) storeRevocation(ctx context.Context, userPub string, at time.Time, onBus *jwt.AccountClaims) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	unlock, err := s.lockAccount()
@@ -58,11 +89,18 @@ func (s *Store) storeRevocation(ctx context.Context, userPub string, at time.Tim
 		return "", err
 	}
 	nc.RevokeAt(userPub, at)
+	issuedAt := nc.IssuedAt
+	if onBus != nil {
+		for pub, ts := range onBus.Revocations {
+			nc.RevokeAt(pub, time.Unix(ts, 0)) // the later of the two times: it revokes more
+		}
+		issuedAt = max(issuedAt, onBus.IssuedAt)
+	}
 	// A JWT's id is a hash of its standard claims alone (issuer, subject, issued at, …), not of
 	// its revocations, and a server's resolver ignores a JWT with the id of the one it holds: a
 	// JWT re-signed within the second of the one it replaces would be dropped as the same. So
 	// the new one is signed once the second of the old one is over.
-	if wait := time.Until(time.Unix(nc.IssuedAt+1, 0)); wait > 0 {
+	if wait := time.Until(time.Unix(issuedAt+1, 0)); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

@@ -2,6 +2,8 @@ package trust_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -125,5 +127,43 @@ func TestRevokeRefusesWhatIsNotAUserKey(t *testing.T) {
 	err := m.store.Revoke(meshtest.Context(t, 10*time.Second), m.systemConn(), m.store.AccountPublicKey(), time.Now())
 	if err == nil {
 		t.Fatal("revoked an account key as a user")
+	}
+}
+
+// Issue 20: the enrolment service runs as several processes, each with a copy of DATA/trust.
+// Before, each added its revocation to its own nodes.jwt and pushed it, so the later push
+// dropped the earlier revocation and the node revoked first was admitted again. Now a revocation
+// starts from the nodes account as the servers hold it: both nodes stay refused.
+func TestRevocationsFromTwoCopiesOfTheTrustStoreAreBothKept(t *testing.T) {
+	m := startMesh(t)
+	other := t.TempDir()
+	if err := os.CopyFS(filepath.Join(other, trust.Dir), os.DirFS(m.store.Dir())); err != nil {
+		t.Fatal(err)
+	}
+	copyStore, err := trust.Ensure(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := m.nodeUser("node-a"), m.nodeUser("node-b")
+	ctx := meshtest.Context(t, 30*time.Second)
+	if err := m.store.Revoke(ctx, m.systemConn(), a.pub, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyStore.Revoke(ctx, m.systemConn(), b.pub, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []struct {
+		node string
+		u    user
+	}{{"node-a", a}, {"node-b", b}} {
+		if err := m.refused(u.u, u.node); err != nil {
+			t.Errorf("%s, revoked through one copy of the trust store, after a revocation through the other: %v", u.node, err)
+		}
+	}
+	// The copy's nodes.jwt holds both too: a push from it later drops neither.
+	for _, pub := range []string{a.pub, b.pub} {
+		if revoked, err := copyStore.Revoked(pub); err != nil || !revoked {
+			t.Errorf("the copy's nodes.jwt: %s revoked %v, %v", pub, revoked, err)
+		}
 	}
 }

@@ -193,7 +193,9 @@ func issueServer(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, 
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(ServerLifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Client auth too: the servers of a cluster present this certificate to each other on
+		// their routes, each checking the other's against the CA (bus.WriteServerConfigs).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	if tmpl.NotAfter.After(ca.NotAfter) {
 		tmpl.NotAfter = ca.NotAfter
@@ -222,7 +224,8 @@ func issueServer(ca *x509.Certificate, caKey *ecdsa.PrivateKey, names []string, 
 
 // serverCertGood reports whether the certificate and key at certFile and keyFile match, are
 // signed by ca and followed by it in the file, stay valid for more than RenewBefore after now,
-// and cover every name.
+// cover every name, and serve for routes as well as clients (one issued before clusters were
+// configured is issued again).
 func serverCertGood(certFile, keyFile string, ca *x509.Certificate, names []string, now time.Time) bool {
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -236,6 +239,9 @@ func serverCertGood(certFile, keyFile string, ca *x509.Certificate, names []stri
 		return false // not the leaf and the CA: issued before the chain carried the CA
 	}
 	if now.Add(RenewBefore).After(cert.NotAfter) || now.Before(cert.NotBefore) {
+		return false
+	}
+	if !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		return false
 	}
 	for _, n := range names {

@@ -3,20 +3,41 @@ package main
 import (
 	"context"
 	"flag"
+	"strings"
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 )
 
 const initAbout = `For a NATS you run yourself (serve does this for its own). The account the credentials
-belong to needs JetStream. With --print-templates it connects to nothing and prints what to set
-up in that NATS for the mesh: the account, and the permissions of the release side's user, of
-each node's user and of an enrolment token's user (docs/decisions/0011-trust-on-the-bus.md).`
+belong to needs JetStream. On a cluster every bucket, object store and stream is kept on 3
+servers (--replicas says otherwise; a single server keeps 1). With --print-templates it connects
+to nothing and prints what to set up in that NATS for the mesh: the account, and the permissions
+of the release side's user, of each node's user and of an enrolment token's user
+(docs/decisions/0011-trust-on-the-bus.md).
+
+With --server-config DIR it connects to nothing and writes, for each --server, what a stock
+nats-server needs to be a server of the mesh's cluster: DIR/NAME/nats-server.conf (the operator
+and system account of --data's trust store, made there first if missing, the full account
+resolver preloaded with the accounts, TLS from --data's CA, routes to the other servers over
+TLS, JetStream) and its TLS files. Start each with nats-server -c DIR/NAME/nats-server.conf,
+then run init again against them (docs/decisions/0023-a-cluster-of-stock-servers.md).`
+
+// clusterReplicas is how many servers keep each stream on a cluster: any one may be lost.
+const clusterReplicas = 3
 
 func initCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	var b busFlags
 	b.register(fs, s.getenv)
 	templates := fs.Bool("print-templates", false, "print the account and user permission templates for your own NATS, and do nothing else")
+	replicas := fs.Int("replicas", 0, "how many servers keep each bucket, object store and stream (default 3 on a cluster, else 1)")
+	serverConfig := fs.String("server-config", "", "write each --server's nats-server configuration under `DIR`/NAME/, and do nothing else")
+	dataFlag := fs.String("data", "", "with --server-config: the `DIR` whose trust/ and tls/ the servers use, made if missing (default $"+envReleaseData+", else "+defaultDataDir+")")
+	clusterName := fs.String("cluster-name", bus.ClusterName, "with --server-config: the cluster's `NAME`")
+	var servers listFlag
+	fs.Var(&servers, "server", "with --server-config: a server of the cluster, `NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT` (where clients reach it, where the other servers reach its routes); repeat it for each server")
+	var tlsNames namesFlag
+	fs.Var(&tlsNames, "tls-name", "with --server-config: another `NAME` clients reach the servers by, for their certificate; repeatable")
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
@@ -25,16 +46,79 @@ func initCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 		s.printf("%s", trust.Templates(n))
 		return nil
 	}
+	if *serverConfig == "" && (len(servers) > 0 || *dataFlag != "" || len(tlsNames) > 0 || *clusterName != bus.ClusterName) {
+		return usagef("--server, --data, --tls-name and --cluster-name go with --server-config")
+	}
+	if *serverConfig != "" && *replicas != 0 {
+		return usagef("--replicas is for init against the running servers, not with --server-config")
+	}
+	if *serverConfig != "" {
+		return writeServerConfigs(s, *serverConfig, *dataFlag, *clusterName, servers, tlsNames)
+	}
+	if *replicas < 0 || *replicas > 5 {
+		return usagef("--replicas %d: a stream is kept on 1 to 5 servers", *replicas)
+	}
 	c, err := b.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := bus.Init(ctx, c.JS, n); err != nil {
+	r := *replicas
+	if r == 0 {
+		r = 1
+		// A server that is one of a cluster says the cluster's name (a lone server says none)
+		// and the other servers' client URLs, which the connection adds to its own.
+		if c.NC.ConnectedClusterName() != "" {
+			r = min(clusterReplicas, max(1, len(c.NC.Servers())))
+		}
+	}
+	if err := bus.InitReplicated(ctx, c.JS, n, r); err != nil {
 		return err
 	}
-	s.printf("ready: KV %s, %s, %s, %s, %s; object stores %s, %s; stream %s on %s\n",
-		n.Declarations(), n.Targets(), n.Releases(), n.Withdrawals(), n.Rollouts(), n.Archives(), n.Blobs(), n.HeartbeatStream(), n.HeartbeatWildcard())
+	s.printf("ready: KV %s, %s, %s, %s, %s; object stores %s, %s; stream %s on %s; each on %d %s\n",
+		n.Declarations(), n.Targets(), n.Releases(), n.Withdrawals(), n.Rollouts(), n.Archives(), n.Blobs(), n.HeartbeatStream(), n.HeartbeatWildcard(),
+		r, map[bool]string{true: "server", false: "servers"}[r == 1])
 	s.printf("for your own NATS's accounts and users: mesh-release init --print-templates\n")
 	return nil
 }
+
+// writeServerConfigs is init --server-config: each server's configuration, and what to run next.
+func writeServerConfigs(s *stdio, dir, data, name string, servers, tlsNames []string) error {
+	if len(servers) == 0 {
+		return usagef("--server-config needs each server of the cluster: --server NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT, repeated")
+	}
+	var members []bus.Member
+	for _, v := range servers {
+		m, err := bus.ParseMember(v)
+		if err != nil {
+			return usagef("--server: %v", err)
+		}
+		members = append(members, m)
+	}
+	if data == "" {
+		data = serveDataDir(s.getenv)
+	}
+	store, err := trust.Ensure(data)
+	if err != nil {
+		return err
+	}
+	paths, err := bus.WriteServerConfigs(store, bus.ClusterConfig{Dir: dir, Name: name, Members: members, TLSNames: tlsNames})
+	if err != nil {
+		return err
+	}
+	var urls []string
+	for i, m := range members {
+		s.printf("server %s: nats-server -c %s\n", m.Name, paths[i])
+		urls = append(urls, m.ClientURL())
+	}
+	s.printf("copy each server's directory to its machine at the same path; once they run, in this shell:\n")
+	s.printf("  export %s=%s\n  export %s=%s\n  export %s=%s\n", envNATSURL, strings.Join(urls, ","), envNATSCreds, store.AdminCreds(), envNATSCA, store.CAFile())
+	s.printf("  mesh-release init   # every bucket and stream on %d servers\n", min(clusterReplicas, len(members)))
+	return nil
+}
+
+// listFlag is a repeatable flag whose values are kept whole (a --server's value holds a comma).
+type listFlag []string
+
+func (f *listFlag) String() string     { return strings.Join(*f, " ") }
+func (f *listFlag) Set(v string) error { *f = append(*f, v); return nil }

@@ -31,7 +31,7 @@ var commands = []command{
 		func(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 			return serveCmd(ctx, s, fs, args, nil)
 		}},
-	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent)", initAbout, initCmd},
+	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent), or write a cluster's server configurations", initAbout, initCmd},
 	{"declare", "NODE FILE", "validate a declaration file and store it for a node", declareAbout, declareCmd},
 	{"fleet", "", "show every node's last heartbeat; silent nodes stand out", "", fleetCmd},
 	{"keygen", "", "make an ed25519 release key pair", "", keygenCmd},
