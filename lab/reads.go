@@ -15,18 +15,17 @@ import (
 )
 
 // ArchiveReads counts reads of release archives from the object store, as the server sees them.
-// Reading an object is creating a consumer on its chunks: nats.go's object Get subscribes with
-// an ordered consumer filtered on $O.<bucket>.C.<the object's nuid>, through the consumer-create
-// API of the bucket's stream. The lab listens, with core subscriptions, to two real signals:
+// A node reads an object with direct gets of its chunks, one request each on the stream's
+// direct-get subject, $JS.API.DIRECT.GET.OBJ_<bucket>, whose body names the chunk subject
+// ($O.<bucket>.C.<the object's nuid>) and the sequence to look from: a read starts with the
+// request from sequence 1 (internal/objfetch). The lab listens, with core subscriptions, to two
+// real signals:
 //
-//   - the create requests, $JS.API.CONSUMER.CREATE.OBJ_<bucket>[.…], whose body carries the
-//     filter subject, so which object is read (Count); and
-//   - the server's advisories that it created a consumer on that stream,
-//     $JS.EVENT.ADVISORY.CONSUMER.CREATED.OBJ_<bucket>.<name> (Created). An ordered consumer is
-//     created unnamed (the server names it), so an advisory cannot be tied to an object: it is
-//     the cross-check that each request did create a consumer.
+//   - those requests, whose body says which object is read (Count); and
+//   - the server's advisories that it created a consumer on the archives' stream,
+//     $JS.EVENT.ADVISORY.CONSUMER.CREATED.OBJ_<bucket>.<name> (Created): a node creates none,
+//     so a read must announce none.
 //
-// An ordered consumer that resets (after a lost connection) asks again: that is another read.
 // Nothing of the host or the release tool is changed to be counted.
 type ArchiveReads struct {
 	nc     *nats.Conn
@@ -35,15 +34,14 @@ type ArchiveReads struct {
 	subs   []*nats.Subscription
 
 	mu       sync.Mutex
-	requests []string // the filter subject of each create request, in order
+	requests []string // the chunk subject of each read's first direct get, in order
 	created  int      // advisories: consumers the server created on the stream
 }
 
 // CountArchiveReads starts counting on nc; the subscriptions are in place when it returns.
 func CountArchiveReads(nc *nats.Conn, names wire.Names) (*ArchiveReads, error) {
 	r := &ArchiveReads{nc: nc, names: names, stream: "OBJ_" + names.Archives()}
-	api := "$JS.API.CONSUMER.CREATE." + r.stream
-	for _, subject := range []string{api, api + ".>", "$JS.EVENT.ADVISORY.CONSUMER.CREATED." + r.stream + ".>"} {
+	for _, subject := range []string{"$JS.API.DIRECT.GET." + r.stream, "$JS.EVENT.ADVISORY.CONSUMER.CREATED." + r.stream + ".>"} {
 		sub, err := nc.Subscribe(subject, r.saw)
 		if err != nil {
 			r.Stop()
@@ -67,19 +65,13 @@ func (r *ArchiveReads) saw(m *nats.Msg) {
 		return
 	}
 	var req struct {
-		Config struct {
-			Filter  string   `json:"filter_subject"`
-			Filters []string `json:"filter_subjects"`
-		} `json:"config"`
+		Seq  uint64 `json:"seq"`
+		Next string `json:"next_by_subj"`
 	}
-	if json.Unmarshal(m.Data, &req) != nil {
-		return
+	if json.Unmarshal(m.Data, &req) != nil || req.Seq != 1 || req.Next == "" {
+		return // a later chunk of a read already counted
 	}
-	filter := req.Config.Filter
-	if filter == "" && len(req.Config.Filters) == 1 {
-		filter = req.Config.Filters[0]
-	}
-	r.requests = append(r.requests, filter)
+	r.requests = append(r.requests, req.Next)
 }
 
 // Count is how many times the archive of version (for this machine's platform, as the lab
@@ -111,7 +103,7 @@ func (r *ArchiveReads) Count(ctx context.Context, version string) (int, error) {
 }
 
 // Created is how many consumers the server announced it created on the archives' stream, for
-// any object: every read, and anything else that consumed the stream.
+// any object: none for the nodes' reads, which use direct gets.
 func (r *ArchiveReads) Created() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,19 +16,26 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
-// countFetches counts the archive fetches the bus serves: each object Get makes one ordered
-// consumer on the archives' stream, and the test's own subscription sees the request.
+// countFetches counts the archive fetches the bus serves: each starts with a direct get of the
+// object's first chunk, from sequence 1, on the archives' stream (internal/objfetch), and the
+// test's own subscription sees the request.
 func countFetches(t *testing.T, b *meshtest.Bus) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
 	stream := "OBJ_" + b.Names.Archives()
-	for _, subj := range []string{"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".>"} {
-		sub, err := b.Conn.NC.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
-		if err != nil {
-			t.Fatal(err)
+	sub, err := b.Conn.NC.Subscribe("$JS.API.DIRECT.GET."+stream, func(m *nats.Msg) {
+		var req struct {
+			Seq  uint64 `json:"seq"`
+			Next string `json:"next_by_subj"`
 		}
-		t.Cleanup(func() { sub.Unsubscribe() })
+		if json.Unmarshal(m.Data, &req) == nil && req.Seq == 1 && req.Next != "" {
+			n.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { sub.Unsubscribe() })
 	if err := b.Conn.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}

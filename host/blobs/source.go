@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/ctxio"
+	"github.com/novox/mesh-host/internal/objfetch"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
@@ -27,7 +28,7 @@ func (l *limited) Limit() int64 { return l.max }
 // Bus is the blobs object store bucket (wire.Names.Blobs) read through js, the host's link:
 // the object named by the digest string ("sha256:<hex>"), as `mesh-release blob put` stores
 // it. A node reads it with the same permissions as the archives bucket (stream info, a direct
-// get of its metadata, an ordered consumer on its chunks; release/trust.NodePermissions).
+// get of its metadata, direct gets of its chunks, no consumer (internal/objfetch); release/trust.NodePermissions).
 // Before fetching it checks the object store's own record of the object's size and digest;
 // nats.go checks the chunks against that digest as they arrive, and the cache checks them
 // against the name.
@@ -50,15 +51,10 @@ func (b busSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int
 	if err != nil {
 		return 0, fmt.Errorf("open object store %s: %w", b.bucket, err)
 	}
-	res, err := obs.Get(ctx, d.String())
+	info, err := obs.GetInfo(ctx, d.String())
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return 0, fmt.Errorf("%w: object store %s has no object of that name; publish it with `mesh-release blob put FILE`", ErrNotFound, b.bucket)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("get it from object store %s: %w", b.bucket, err)
-	}
-	defer res.Close()
-	info, err := res.Info()
 	if err != nil {
 		return 0, fmt.Errorf("get it from object store %s: %w", b.bucket, err)
 	}
@@ -68,6 +64,12 @@ func (b busSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int
 	if l, ok := w.(limiter); ok && int64(info.Size) > l.Limit() {
 		return 0, fmt.Errorf("%w: object store %s holds it as %d bytes", ErrTooLarge, b.bucket, info.Size)
 	}
+	// Direct gets of the chunks, no consumer: a node may create none (docs/security.md).
+	res, err := objfetch.Open(ctx, b.js, b.bucket, info)
+	if err != nil {
+		return 0, fmt.Errorf("get it from object store %s: %w", b.bucket, err)
+	}
+	defer res.Close()
 	n, err := io.Copy(w, res)
 	if errors.Is(err, jetstream.ErrDigestMismatch) {
 		return n, fmt.Errorf("%w: its chunks in object store %s do not match the store's own digest of it; put the file again", ErrDigestMismatch, b.bucket)

@@ -43,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/novox/mesh-host/internal/objfetch"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -431,7 +432,8 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 	meter := newMeter(v, m.Size, progress)
 	w := d.watch(ctx, m.Size)
 	defer w.close()
-	res, err := obs.Get(w.ctx, m.Object)
+	// Direct gets of the chunks, no consumer: a node may create none (docs/security.md).
+	res, err := objfetch.Open(w.ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
 	if err != nil {
 		f.Close()
 		if why := w.failed(); why != nil {
@@ -442,7 +444,7 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 		}
 		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
 	}
-	if err := copyVerified(f, w.reader(res, meter.stalled), m, meter); err != nil {
+	if err := copyVerified(f, w.reader(io.NopCloser(res), meter.stalled), m, meter); err != nil {
 		f.Close()
 		return nil, err
 	}

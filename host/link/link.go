@@ -1,6 +1,7 @@
-// Package link is the host's one outbound connection to the bus. It watches the node's
+// Package link is the host's one outbound connection to the bus. It follows the node's
 // declaration, its target and the fleet's, and the withdrawal list (pushed by the server, never
-// polled), reports what arrives as events, and publishes the host's heartbeats. It opens no listening socket; it keeps reconnecting for
+// polled, with no JetStream consumer: watch.go), reports what arrives as events, and publishes
+// the host's heartbeats. It opens no listening socket; it keeps reconnecting for
 // as long as it is open, including when the server is down at start.
 package link
 
@@ -254,12 +255,6 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
 			}
-			if refusedConsumerDelete(err) {
-				// nats.go deletes the consumer of an object fetch when it ends; a node may not
-				// (decision 0011), and the server removes the consumer itself.
-				l.log.Debug("link: the server refused to delete a consumer, as a node's permissions say; it removes it itself", "err", err)
-				return
-			}
 			l.fail.asyncError(err)
 		}),
 	}
@@ -333,13 +328,6 @@ func CheckPlaintext(urls []string, ca string, insecure bool) error {
 		text.Redact(strings.Join(plain, ",")))
 }
 
-// refusedConsumerDelete reports whether err is the server refusing this node a consumer delete.
-func refusedConsumerDelete(err error) bool {
-	// "$JS.API.CONSUMER.DELETE." in one account, "$JS.mesh.API.CONSUMER.DELETE." through the nodes
-	// account's import (wire.NodeJSAPIPrefix).
-	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `.API.CONSUMER.DELETE.`)
-}
-
 // isRevoked reports whether err is the server saying this node's user was revoked.
 func isRevoked(err error) bool {
 	return errors.Is(err, nats.ErrAuthRevoked) || strings.Contains(strings.ToLower(err.Error()), "authentication revoked")
@@ -395,7 +383,8 @@ func (l *Link) poke() {
 // Close.
 func (l *Link) Events() <-chan Event { return l.events }
 
-// JetStream is the link's JetStream context, for fetching what the bus announces (archives).
+// JetStream is the link's JetStream context, for fetching what the bus announces (manifests by
+// direct get, archives and blobs by direct gets of their chunks: internal/objfetch).
 func (l *Link) JetStream() jetstream.JetStream { return l.js }
 
 // Connected reports whether the link is up now.

@@ -14,16 +14,23 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
-// nodePermissions are the subjects decision 0011 lets node n1 use for what the link does, and no
-// others: its heartbeat; a consumer filtered to each of its four keys; flow-control replies;
-// receiving below its own inbox prefix.
+// nodePermissions are the subjects decisions 0011 and 0022 let node n1 use for what the link
+// does, and no others: its heartbeat; for each of its four keys the stream's info, a direct get
+// of the key's last value and a subscription on its subject; receiving below its own inbox
+// prefix. No consumer: a node creates none.
 func nodePermissions(node string) (publish, subscribe []string) {
+	subscribe = []string{wire.NodeInboxPrefix(node) + ".>"}
+	streams := map[string]bool{}
 	for subject, stream := range WatchedSubjects(names, node) {
-		publish = append(publish, "$JS.API.CONSUMER.CREATE."+stream+".*."+subject)
+		publish = append(publish, "$JS.API.DIRECT.GET."+stream+"."+subject)
+		subscribe = append(subscribe, subject)
+		if !streams[stream] {
+			streams[stream] = true
+			publish = append(publish, "$JS.API.STREAM.INFO."+stream)
+		}
 	}
-	publish = append(publish, names.Heartbeat(node),
-		"$JS.FC."+kvStream(names.Declarations())+".>", "$JS.FC."+kvStream(names.Targets())+".>", "$JS.FC."+kvStream(names.Withdrawals())+".>")
-	return publish, []string{wire.NodeInboxPrefix(node) + ".>"}
+	publish = append(publish, names.Heartbeat(node))
+	return publish, subscribe
 }
 
 // permissionedBus runs a server whose mesh account has an admin user with every permission and

@@ -7,24 +7,30 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/wire"
 )
 
-// A node's user may create a consumer only filtered to one of its own keys
-// ($JS.API.CONSUMER.CREATE.<stream>.*.<filter>, decision 0011), and may not delete one. So each
-// key the link follows has its own watch, a push consumer filtered to exactly that key's subject,
-// which the server removes consumerIdle after its subscription ends. nats.go's KV Watch creates
-// the same consumer but deletes it when stopped, which a node may not do: every stop would wait
-// for a refused request and log a permissions violation.
+// A node creates no JetStream consumer (docs/security.md, "A node creates no consumer"): a
+// consumer's deliver subject is the creator's choice, and a push consumer delivering onto a
+// heartbeat subject made the heartbeat stream store whatever the node could read. So each key
+// the link follows is a plain subscription on the key's subject, which tells that the key was
+// written, and a direct get of the key's last value, which says what it now holds and at which
+// revision. The get runs once the subscription is in place (so no write falls between them),
+// after every notice, and again in each new session, that is after every reconnect.
 const (
-	// consumerIdle is how long the server keeps a watch's consumer once nobody receives from it.
-	consumerIdle = 30 * time.Second
-	// watchHeartbeat is the consumer's idle heartbeat; two missed end the watch, which starts
-	// again.
-	watchHeartbeat = 5 * time.Second
+	// maxNotices is how many write notices wait to be acted on; more are dropped, harmlessly:
+	// the ones waiting are each followed by a get of the key's latest value.
+	maxNotices = 64
 )
+
+// staleRetries are the pauses before the link asks again when a notice came and the get still
+// returned the revision already seen: on a cluster a direct get may be answered by a replica
+// that has not stored the write yet. Bounded: after the last, the next write or reconnect
+// catches up.
+var staleRetries = []time.Duration{50 * time.Millisecond, 250 * time.Millisecond, time.Second, 4 * time.Second}
 
 // keyEntry is one value of a watched key: its stream sequence (the KV revision), its bytes, and
 // whether it is a delete or purge marker (Value empty).
@@ -75,93 +81,120 @@ func (l *Link) watch(ctx context.Context, k watchedKey) {
 func kvStream(bucket string) string       { return "KV_" + bucket }
 func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
-// watchOnce follows k on one consumer until ctx ends or the watch fails: the key's current value
-// (none, a value, or a delete marker), the end-of-initial-values mark, then every change.
+// watchOnce follows k until ctx ends or the watch fails: the key's current value (none, a value,
+// or a delete marker), the end-of-initial-values mark, then every change.
 func (l *Link) watchOnce(ctx context.Context, k watchedKey, healthy func()) error {
-	cons, err := l.js.CreatePushConsumer(ctx, kvStream(k.bucket), jetstream.ConsumerConfig{
-		DeliverSubject:    l.nc.NewInbox(), // below the node's inbox prefix, the only place it may receive
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		FilterSubject:     kvSubject(k.bucket, k.key),
-		AckPolicy:         jetstream.AckNonePolicy,
-		FlowControl:       true,
-		IdleHeartbeat:     watchHeartbeat,
-		InactiveThreshold: consumerIdle,
-		MemoryStorage:     true,
-		Replicas:          1,
-	})
+	subject := kvSubject(k.bucket, k.key)
+	notices := make(chan *nats.Msg, maxNotices)
+	sub, err := l.nc.ChanSubscribe(subject, notices)
 	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", k.bucket, err)
-		}
-		return fmt.Errorf("create a consumer on %s: %w", kvSubject(k.bucket, k.key), err)
+		return fmt.Errorf("subscribe to %s: %w", subject, err)
 	}
-	done := make(chan struct{})
-	defer close(done)
-	msgs := make(chan jetstream.Msg, 16)
-	failed := make(chan error, 1)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-done:
-		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-			select {
-			case failed <- err:
-			default:
-			}
-		}
-	}))
+	defer sub.Unsubscribe()
+	// The subscription is on the server before the first get: a write after the get is noticed.
+	fctx, cancel := context.WithTimeout(ctx, l.opts.PublishTimeout)
+	err = l.nc.FlushWithContext(fctx)
+	cancel()
 	if err != nil {
-		return fmt.Errorf("receive from the consumer on %s: %w", kvSubject(k.bucket, k.key), err)
+		return fmt.Errorf("subscribe to %s: %w", subject, err)
 	}
-	defer cc.Stop() // unsubscribes only; the server removes the consumer consumerIdle later
+	st, err := l.js.Stream(ctx, kvStream(k.bucket))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", k.bucket, err)
+	}
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", k.bucket, err)
+	}
+	if !st.CachedInfo().Config.AllowDirect {
+		return fmt.Errorf("KV bucket %s does not allow direct gets (its stream's allow_direct), which a node reads its keys with; recreate it with `mesh-release init`", k.bucket)
+	}
+	e, err := l.lastEntry(ctx, st, k)
+	if err != nil {
+		return err
+	}
 	healthy()
 	if k.start != nil {
 		k.start()
 	}
-	initial := cons.CachedInfo().NumPending > 0
-	if !initial && !k.handle(ctx, nil) {
+	if e != nil && !k.handle(ctx, e) {
 		return ctx.Err()
 	}
-	var delivered uint64
+	if !k.handle(ctx, nil) {
+		return ctx.Err()
+	}
+	var seen uint64
+	if e != nil {
+		seen = e.Revision
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-failed:
-			return fmt.Errorf("the watch of %s ended: %w", kvSubject(k.bucket, k.key), err)
-		case m := <-msgs:
-			md, err := m.Metadata()
+		case <-notices:
+		}
+		// One get answers every notice waiting.
+		for drained := false; !drained; {
+			select {
+			case <-notices:
+			default:
+				drained = true
+			}
+		}
+		for try := 0; ; try++ {
+			e, err := l.lastEntry(ctx, st, k)
 			if err != nil {
-				return fmt.Errorf("a message on %s without JetStream metadata: %w", kvSubject(k.bucket, k.key), err)
+				return err
 			}
-			if md.Sequence.Consumer != delivered+1 {
-				// A slow consumer dropped a message: start again from the key's latest value.
-				return fmt.Errorf("the watch of %s missed a change (delivery %d after %d); watching it again", kvSubject(k.bucket, k.key), md.Sequence.Consumer, delivered)
+			if e == nil && seen != 0 {
+				// The key's whole history is gone (a purge of the stream): it is no more.
+				e = &keyEntry{Key: k.key, Deleted: true}
 			}
-			delivered = md.Sequence.Consumer
-			e := &keyEntry{Key: k.key, Revision: md.Sequence.Stream, Deleted: isDeleteMarker(m)}
-			if !e.Deleted {
-				e.Value = m.Data()
-			}
-			if !k.handle(ctx, e) {
-				return ctx.Err()
-			}
-			if initial && md.NumPending == 0 {
-				initial = false
-				if !k.handle(ctx, nil) {
+			if e != nil && e.Revision != seen {
+				seen = e.Revision
+				if !k.handle(ctx, e) {
 					return ctx.Err()
 				}
+				break
+			}
+			if try == len(staleRetries) {
+				break
+			}
+			t := time.NewTimer(staleRetries[try])
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-notices:
+				t.Stop()
+			case <-t.C:
 			}
 		}
 	}
 }
 
+// lastEntry is k's last value on the bus, by a direct get of the last message on its subject;
+// nil when the key was never written (or its history is gone).
+func (l *Link) lastEntry(ctx context.Context, st jetstream.Stream, k watchedKey) (*keyEntry, error) {
+	m, err := st.GetLastMsgForSubject(ctx, kvSubject(k.bucket, k.key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", kvSubject(k.bucket, k.key), err)
+	}
+	if m.Subject != kvSubject(k.bucket, k.key) || m.Sequence == 0 {
+		return nil, fmt.Errorf("get %s: the server answered with %s #%d", kvSubject(k.bucket, k.key), m.Subject, m.Sequence)
+	}
+	e := &keyEntry{Key: k.key, Revision: m.Sequence, Deleted: isDeleteMarker(m.Header)}
+	if !e.Deleted {
+		e.Value = m.Data
+	}
+	return e, nil
+}
+
 // isDeleteMarker tells a KV delete or purge, or a marker the server left when the value aged
 // out, from a value (as nats.go's KV watch does).
-func isDeleteMarker(m jetstream.Msg) bool {
-	h := m.Headers()
+func isDeleteMarker(h nats.Header) bool {
 	if h == nil {
 		return false
 	}
@@ -266,9 +299,9 @@ func (l *Link) reportTarget(ctx context.Context, node, fleet *keyEntry) bool {
 	return true
 }
 
-// WatchedSubjects are the KV subjects the link creates a consumer filtered to, one each, for a
-// node: its declaration, its target, the fleet target and the withdrawal list. A node's
-// permissions name each in $JS.API.CONSUMER.CREATE.<stream>.*.<subject>.
+// WatchedSubjects are the KV subjects the link follows for a node, each with its stream: its
+// declaration, its target, the fleet target and the withdrawal list. A node's permissions let it
+// subscribe to each and get its last value directly ($JS.API.DIRECT.GET.<stream>.<subject>).
 func WatchedSubjects(names wire.Names, node string) map[string]string {
 	return map[string]string{
 		kvSubject(names.Declarations(), node):                kvStream(names.Declarations()),

@@ -42,24 +42,43 @@ var shared = func() []sharing {
 	return []sharing{
 		// js.KeyValue, js.ObjectStore.
 		api("JetStream stream info", "STREAM.INFO.*"),
-		// A watch on one key; an object's chunks (obs.Get).
-		api("JetStream consumer create", "CONSUMER.CREATE.>"),
-		// kv.Get of a manifest, obs.GetInfo.
+		// A key's last value, kv.Get of a manifest, obs.GetInfo, an object's chunks. No
+		// consumer create: a node creates no consumer (docs/security.md).
 		api("JetStream direct get", "DIRECT.GET.>"),
-		// The replies a node's push consumers ask for flow control on (their reply subject
-		// reaches the node unchanged, so the node publishes it in its own account).
-		{name: "JetStream flow control", subject: "$JS.FC.>", kind: jwt.Service},
+		// The writes of the KV buckets, which tell a node that a key it follows changed; each
+		// node's user may subscribe to its own keys' subjects alone (NodePermissions).
+		{name: "key writes", subject: "$KV.>", kind: jwt.Stream},
 		// A node's heartbeat, stored by the heartbeat stream, its PubAck carried back.
 		{name: "heartbeats", subject: every.HeartbeatWildcard(), kind: jwt.Service},
 		// The enrolment service (not its revoke subject: admin only).
 		{name: "enrolment", subject: every.EnrolSubject(), kind: jwt.Service},
-		// Push consumers deliver to the node's inbox (wire.NodeInboxPrefix), in the mesh account.
+		// What the mesh account sends to a node's inbox (wire.NodeInboxPrefix).
 		{name: "node inboxes", subject: wire.NodeInboxPrefix(">"), kind: jwt.Stream},
 	}
 }()
 
+// legacyShared is what shared was until decision 0022: nodes created consumers (a watch on one
+// key, an object's chunks) and answered their flow control. A store signed with it is signed
+// again with shared when it is loaded (Store.reshare); nothing else is.
+var legacyShared = func() []sharing {
+	out := []sharing{}
+	for _, s := range shared {
+		if s.subject == "$KV.>" {
+			continue
+		}
+		out = append(out, s)
+		if s.subject == "$JS.API.STREAM.INFO.*" {
+			out = append(out, sharing{name: "JetStream consumer create", subject: "$JS.API.CONSUMER.CREATE.>",
+				local: wire.NodeJSAPIPrefix + ".CONSUMER.CREATE.>", kind: jwt.Service})
+		}
+	}
+	return append(out, sharing{name: "JetStream flow control", subject: "$JS.FC.>", kind: jwt.Service})
+}()
+
 // meshExports are the mesh account's exports: shared, private.
-func meshExports() jwt.Exports {
+func meshExports() jwt.Exports { return exportsOf(shared) }
+
+func exportsOf(shared []sharing) jwt.Exports {
 	var out jwt.Exports
 	for _, s := range shared {
 		e := &jwt.Export{Name: s.name, Subject: jwt.Subject(s.subject), Type: s.kind, TokenReq: true}
@@ -74,6 +93,10 @@ func meshExports() jwt.Exports {
 // nodesImports are the nodes account's imports of shared, each with its activation token signed
 // by the mesh account's key.
 func nodesImports(mesh nkeys.KeyPair, nodesPub string) (jwt.Imports, error) {
+	return importsOf(shared, mesh, nodesPub)
+}
+
+func importsOf(shared []sharing, mesh nkeys.KeyPair, nodesPub string) (jwt.Imports, error) {
 	meshPub, err := mesh.PublicKey()
 	if err != nil {
 		return nil, err
@@ -98,7 +121,9 @@ func nodesImports(mesh nkeys.KeyPair, nodesPub string) (jwt.Imports, error) {
 
 // checkShared checks that the mesh account exports, and the nodes account imports from it,
 // exactly shared: what decides which of a node's calls reach the mesh account.
-func checkShared(mesh, nodes *jwt.AccountClaims) error {
+func checkShared(mesh, nodes *jwt.AccountClaims) error { return checkSharing(shared, mesh, nodes) }
+
+func checkSharing(shared []sharing, mesh, nodes *jwt.AccountClaims) error {
 	if len(mesh.Exports) != len(shared) || len(nodes.Imports) != len(shared) {
 		return fmt.Errorf("the mesh account has %d exports and the nodes account %d imports, want %d each", len(mesh.Exports), len(nodes.Imports), len(shared))
 	}

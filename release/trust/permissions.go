@@ -14,10 +14,8 @@ import (
 // was found by watching what nats.go v1.55's jetstream package sends for the calls the host
 // makes; permissions_test.go proves each against a real server.
 const (
-	jsStreamInfo   = wire.NodeJSAPIPrefix + ".STREAM.INFO."     // + stream: js.KeyValue, js.ObjectStore
-	jsConsumerNew  = wire.NodeJSAPIPrefix + ".CONSUMER.CREATE." // + stream.name.filter: a watch on one key
-	jsDirectGet    = wire.NodeJSAPIPrefix + ".DIRECT.GET."      // + stream.subject: kv.Get, obs.GetInfo
-	jsFlowControl  = "$JS.FC."                                  // + stream.consumer.x: a push consumer's flow control reply, imported as it is
+	jsStreamInfo   = wire.NodeJSAPIPrefix + ".STREAM.INFO." // + stream: js.KeyValue, js.ObjectStore
+	jsDirectGet    = wire.NodeJSAPIPrefix + ".DIRECT.GET."  // + stream.subject: a key's last value, obs.GetInfo; + stream: an object's chunks
 	kvStreamPrefix = "KV_"
 	objStreamPrefx = "OBJ_"
 )
@@ -29,18 +27,10 @@ func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 // objStream is an object store's stream.
 func objStream(bucket string) string { return objStreamPrefx + bucket }
 
-// watchKey is the permission to create a consumer on bucket filtered to key alone. The server
-// refuses a create whose filter_subject differs from the one in the subject, and one with
-// filter_subjects when the subject names a filter, so the subject is the whole filter.
-func watchKey(bucket, key string) string {
-	return jsConsumerNew + kvStream(bucket) + ".*." + kvSubject(bucket, key)
-}
-
-// flowControl are the subjects a push consumer on stream asks flow control replies on, in the
-// server's two formats ($JS.FC.<stream>.<consumer>.<n>, and with the js_ack_fc_v2 feature
-// $JS.FC.<domain>.<account hash>.<stream>.<consumer>.<n>).
-func flowControl(stream string) []string {
-	return []string{jsFlowControl + stream + ".*.*", jsFlowControl + "*.*." + stream + ".*.*"}
+// getKey is the permission to get key's last value in bucket directly, and nothing else of the
+// bucket: the subject names the key, and the server refuses a body with this form.
+func getKey(bucket, key string) string {
+	return jsDirectGet + kvStream(bucket) + "." + kvSubject(bucket, key)
 }
 
 // NodePermissions is everything node's user, in the nodes account, may do on the bus under
@@ -49,27 +39,29 @@ func flowControl(stream string) []string {
 //
 //   - publish its heartbeat, names.Heartbeat(node);
 //   - stream info of the streams of the buckets it reads (declarations, targets, releases,
-//     withdrawals) and of the archive and blob stores: what js.KeyValue and js.ObjectStore ask;
-//   - create a consumer filtered to exactly one of its keys: its declaration, its target
+//     withdrawals) and of the archive and blob stores: what js.KeyValue, js.ObjectStore and
+//     js.Stream ask;
+//   - follow exactly its own keys: subscribe to each key's subject (the mesh account's writes,
+//     imported) and get its last value directly — its declaration, its target
 //     (wire.NodeTargetKey), the fleet target (wire.FleetTargetKey), the withdrawals list
-//     (wire.WithdrawalsKey), and an archive's or a blob's chunks: what a KV watch on one key and
-//     obs.Get ask (a watch on two keys at once creates a consumer with filter_subjects and no
-//     filter in its subject, and is refused: watch each key on its own);
-//   - direct gets of a release manifest (kv.Get on releases) and of an archive's or a blob's
-//     metadata (obs.GetInfo);
-//   - flow control replies to the consumers on those streams;
-//   - subscribe below its own inbox prefix, wire.NodeInboxPrefix(node), only.
+//     (wire.WithdrawalsKey);
+//   - direct gets of a release manifest (kv.Get on releases), of an archive's or a blob's
+//     metadata (obs.GetInfo), and of the messages of the archive and blob stores (an object's
+//     chunks, one direct get each: internal/objfetch);
+//   - subscribe below its own inbox prefix, wire.NodeInboxPrefix(node).
 //
-// Refused, among the rest: writing any bucket, reading another node's declaration or target by
-// any means (a watch, a direct or stream get, a consumer on the whole bucket), consumer info,
-// list or delete, and heartbeats as another node. The JetStream API calls are those of the mesh
-// account, imported; the nodes account has no JetStream of its own, and the answer to any
-// request comes back into the nodes account, whatever reply subject the request names.
+// It creates no consumer at all: a consumer's deliver subject is in its body, which permissions
+// cannot see, and a push consumer delivering onto a heartbeat subject had the heartbeat stream
+// store whatever the node could read (docs/security.md). Refused, among the rest: writing any
+// bucket, reading another node's declaration or target by any means, creating, listing or
+// deleting a consumer, and heartbeats as another node. The JetStream API calls are those of
+// the mesh account, imported; the nodes account has no JetStream of its own, and the answer to
+// any request comes back into the nodes account, whatever reply subject the request names.
 func NodePermissions(names wire.Names, node string) jwt.Permissions {
 	var p jwt.Permissions
 	p.Pub.Allow.Add(names.Heartbeat(node))
-	// The object stores a node reads the same way (js.ObjectStore, obs.GetInfo, obs.Get): host
-	// archives, and blobs, what declarations name by digest (host/blobs).
+	// The object stores a node reads the same way: host archives, and blobs, what declarations
+	// name by digest (host/blobs).
 	objs := []string{names.Archives(), names.Blobs()}
 	for _, s := range []string{
 		kvStream(names.Declarations()), kvStream(names.Targets()), kvStream(names.Releases()),
@@ -80,31 +72,36 @@ func NodePermissions(names wire.Names, node string) jwt.Permissions {
 	for _, o := range objs {
 		p.Pub.Allow.Add(jsStreamInfo + objStream(o))
 	}
-	p.Pub.Allow.Add(
-		watchKey(names.Declarations(), node),
-		watchKey(names.Targets(), wire.NodeTargetKey(node)),
-		watchKey(names.Targets(), wire.FleetTargetKey),
-		watchKey(names.Withdrawals(), wire.WithdrawalsKey),
-		// A version may hold dots, so a manifest's key is one or more tokens.
-		jsDirectGet+kvStream(names.Releases())+"."+kvSubject(names.Releases(), ">"),
-	)
+	for _, k := range nodeKeys(names, node) {
+		p.Pub.Allow.Add(getKey(k.bucket, k.key))
+		p.Sub.Allow.Add(kvSubject(k.bucket, k.key))
+	}
+	// A version may hold dots, so a manifest's key is one or more tokens.
+	p.Pub.Allow.Add(jsDirectGet + kvStream(names.Releases()) + "." + kvSubject(names.Releases(), ">"))
 	for _, o := range objs {
 		p.Pub.Allow.Add(
-			// An object's chunks are $O.<bucket>.C.<nuid>: obs.Get reads them with an ordered
-			// consumer filtered to the one object.
-			jsConsumerNew+objStream(o)+".*.$O."+o+".C.*",
+			// The next message on an object's chunk subject, $O.<bucket>.C.<nuid>, from a
+			// sequence: a body ({"seq", "next_by_subj"}) the subject cannot name. It may read
+			// any message of the store, which every node may (archives and blobs are for every
+			// node; secrets go in a declaration).
+			jsDirectGet+objStream(o),
 			// Object names are base64url-encoded in the metadata subject: one token.
 			jsDirectGet+objStream(o)+".$O."+o+".M.*",
 		)
 	}
-	for _, s := range []string{kvStream(names.Declarations()), kvStream(names.Targets()), kvStream(names.Withdrawals())} {
-		p.Pub.Allow.Add(flowControl(s)...)
-	}
-	for _, o := range objs {
-		p.Pub.Allow.Add(flowControl(objStream(o))...)
-	}
 	p.Sub.Allow.Add(wire.NodeInboxPrefix(node) + ".>")
 	return p
+}
+
+// nodeKeys are the keys a node follows: its declaration, its target, the fleet target and the
+// withdrawal list.
+func nodeKeys(names wire.Names, node string) []struct{ bucket, key string } {
+	return []struct{ bucket, key string }{
+		{names.Declarations(), node},
+		{names.Targets(), wire.NodeTargetKey(node)},
+		{names.Targets(), wire.FleetTargetKey},
+		{names.Withdrawals(), wire.WithdrawalsKey},
+	}
 }
 
 // TokenInboxPrefix is the inbox prefix an enrolment token's connection must use

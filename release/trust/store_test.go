@@ -144,12 +144,11 @@ func TestIdentitiesAreWhatTheServerNeeds(t *testing.T) {
 	}
 	slices.Sort(imported)
 	want := []string{
-		"service $JS.API.CONSUMER.CREATE.> as $JS.mesh.API.CONSUMER.CREATE.>",
 		"service $JS.API.DIRECT.GET.> as $JS.mesh.API.DIRECT.GET.>",
 		"service $JS.API.STREAM.INFO.* as $JS.mesh.API.STREAM.INFO.*",
-		"service $JS.FC.> as $JS.FC.>",
 		"service *.enrol.node as *.enrol.node",
 		"service *.node.*.heartbeat as *.node.*.heartbeat",
+		"stream $KV.> as $KV.>",
 		"stream _INBOX.node.> as _INBOX.node.>",
 	}
 	if !slices.Equal(imported, want) {
@@ -383,25 +382,23 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_host_withdrawals",
 		"$JS.mesh.API.STREAM.INFO.OBJ_mesh_host_archives",
 		"$JS.mesh.API.STREAM.INFO.OBJ_mesh_blobs",
-		"$JS.mesh.API.CONSUMER.CREATE.KV_mesh_declarations.*.$KV.mesh_declarations.web-01",
-		"$JS.mesh.API.CONSUMER.CREATE.KV_mesh_host_targets.*.$KV.mesh_host_targets.node.web-01",
-		"$JS.mesh.API.CONSUMER.CREATE.KV_mesh_host_targets.*.$KV.mesh_host_targets.fleet",
-		"$JS.mesh.API.CONSUMER.CREATE.KV_mesh_host_withdrawals.*.$KV.mesh_host_withdrawals.list",
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_declarations.$KV.mesh_declarations.web-01",
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.node.web-01",
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.fleet",
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_withdrawals.$KV.mesh_host_withdrawals.list",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_releases.$KV.mesh_host_releases.>",
-		"$JS.mesh.API.CONSUMER.CREATE.OBJ_mesh_host_archives.*.$O.mesh_host_archives.C.*",
+		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_host_archives",
 		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_host_archives.$O.mesh_host_archives.M.*",
-		"$JS.mesh.API.CONSUMER.CREATE.OBJ_mesh_blobs.*.$O.mesh_blobs.C.*",
+		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_blobs",
 		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_blobs.$O.mesh_blobs.M.*",
-		"$JS.FC.KV_mesh_declarations.*.*", "$JS.FC.*.*.KV_mesh_declarations.*.*",
-		"$JS.FC.KV_mesh_host_targets.*.*", "$JS.FC.*.*.KV_mesh_host_targets.*.*",
-		"$JS.FC.KV_mesh_host_withdrawals.*.*", "$JS.FC.*.*.KV_mesh_host_withdrawals.*.*",
-		"$JS.FC.OBJ_mesh_host_archives.*.*", "$JS.FC.*.*.OBJ_mesh_host_archives.*.*",
-		"$JS.FC.OBJ_mesh_blobs.*.*", "$JS.FC.*.*.OBJ_mesh_blobs.*.*",
 	}
 	if !slices.Equal([]string(p.Pub.Allow), wantPub) {
 		t.Errorf("publish:\n got %q\nwant %q", p.Pub.Allow, wantPub)
 	}
-	if want := []string{"_INBOX.node.web-01.>"}; !slices.Equal([]string(p.Sub.Allow), want) {
+	if want := []string{
+		"$KV.mesh_declarations.web-01", "$KV.mesh_host_targets.node.web-01", "$KV.mesh_host_targets.fleet",
+		"$KV.mesh_host_withdrawals.list", "_INBOX.node.web-01.>",
+	}; !slices.Equal([]string(p.Sub.Allow), want) {
 		t.Errorf("subscribe: got %q, want %q", p.Sub.Allow, want)
 	}
 	if len(p.Pub.Deny)+len(p.Sub.Deny) != 0 || p.Resp != nil {
@@ -452,5 +449,49 @@ func TestEachRevocationIsANewerJWT(t *testing.T) {
 			t.Fatalf("revocation %d: id %s issued %d with %d revocations, after id %s issued %d", i, next.ID, next.IssuedAt, len(next.Revocations), prev.ID, prev.IssuedAt)
 		}
 		prev = next
+	}
+}
+
+// A store signed before decision 0022 (nodes imported consumer create and flow control) is
+// signed again with today's sharing when loaded, its revocations kept; one whose sharing is
+// neither is still refused (TestEnsureRefusesANodesAccountWithAForeignActivation).
+func TestEnsureSignsAStoreFromBeforeNodesLostConsumersAgain(t *testing.T) {
+	data := t.TempDir()
+	s, err := Ensure(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwts, _ := s.AccountJWTs()
+	ac, _ := jwt.DecodeAccountClaims(jwts[s.AccountPublicKey()])
+	nc, _ := jwt.DecodeAccountClaims(jwts[s.NodesAccountPublicKey()])
+	ac.Exports = exportsOf(legacyShared)
+	if nc.Imports, err = importsOf(legacyShared, s.account, s.NodesAccountPublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	nc.RevokeAt("UAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", time.Unix(1_700_000_000, 0))
+	for name, c := range map[string]*jwt.AccountClaims{AccountJWTFile: ac, NodesJWTFile: nc} {
+		text, err := c.Encode(s.operator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, Dir, name), []byte(text+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checkShared(ac, nc) == nil {
+		t.Fatal("the legacy sharing passes today's check")
+	}
+	s2, err := Ensure(data)
+	if err != nil {
+		t.Fatalf("Ensure of a store from before: %v", err)
+	}
+	jwts, _ = s2.AccountJWTs()
+	ac, _ = jwt.DecodeAccountClaims(jwts[s2.AccountPublicKey()])
+	nc, _ = jwt.DecodeAccountClaims(jwts[s2.NodesAccountPublicKey()])
+	if err := checkShared(ac, nc); err != nil {
+		t.Errorf("after Ensure: %v", err)
+	}
+	if !nc.Revocations.IsRevoked("UAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", time.Unix(1_699_999_999, 0)) {
+		t.Error("the revocation was lost")
 	}
 }

@@ -175,10 +175,16 @@ func TestInitPrintsTheTemplatesWithoutABus(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	for _, s := range []string{"fleet.node.<node>.heartbeat", "_INBOX.node.<node>.>", "$JS.mesh.API.CONSUMER.CREATE.KV_fleet_declarations.*.$KV.fleet_declarations.<node>", "fleet.enrol.node", "JetStream",
-		"$JS.API.CONSUMER.CREATE.>", "mesh-nodes", "_INBOX.node.>"} {
+	for _, s := range []string{"fleet.node.<node>.heartbeat", "_INBOX.node.<node>.>", "$JS.mesh.API.DIRECT.GET.KV_fleet_declarations.$KV.fleet_declarations.<node>", "$KV.fleet_declarations.<node>", "fleet.enrol.node", "JetStream",
+		"$JS.API.DIRECT.GET.>", "$KV.>", "mesh-nodes", "_INBOX.node.>"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the templates lack %s:\n%s", s, out)
+		}
+	}
+	// A node creates no consumer (docs/security.md): the templates give none.
+	for _, s := range []string{"CONSUMER.CREATE", "$JS.FC"} {
+		if strings.Contains(out, s) {
+			t.Errorf("the templates give a node %s:\n%s", s, out)
 		}
 	}
 }
