@@ -179,6 +179,10 @@ func (l *Link) lastEntry(ctx context.Context, st jetstream.Stream, k watchedKey)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+		// The server drops a request the user may not make and answers nothing.
+		return nil, fmt.Errorf("get %s: no answer; if the link is up, this node's user may not get its keys directly — a node enrolled while nodes followed their keys with consumers must enrol again (`mesh-host enrol --replace TOKEN`): %w", kvSubject(k.bucket, k.key), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", kvSubject(k.bucket, k.key), err)
 	}
