@@ -20,9 +20,10 @@ import (
 // full KV bucket refuses new values (it discards new, not old), which would stop declaring for
 // the whole fleet; keys × history × max value size bound them instead.
 const (
-	// KVMaxConsumers is each KV bucket's consumer limit: every host watches the declarations
-	// and the targets bucket (one consumer each), and a server's default of 1,000 consumers per
-	// stream would leave the 1,001st node without its declaration and target.
+	// KVMaxConsumers is each KV bucket's consumer limit. Hosts hold none since decision 0022
+	// (they follow their keys by subscription and direct get); it stays for buckets and hosts
+	// from before, when every host watched the declarations and the targets bucket with one
+	// consumer each and a server's default of 1,000 per stream left the 1,001st node out.
 	KVMaxConsumers   = 1_000_000
 	MaxTargetBytes   = 1 << 10 // a signed target: version, seq, expires, key_id, signature (about 250 bytes)
 	MaxManifestBytes = 64 << 10
