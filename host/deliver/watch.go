@@ -14,10 +14,10 @@ var (
 	errTooSlow = errors.New("the fetch is too slow")
 )
 
-// watch bounds one fetch. nats.go's object Get applies its 5 s default timeout to the whole
-// download when its context has no deadline, so the fetch runs under ctx, whose deadline is
-// the total bound (FetchStall + size/FetchMinRate), and a watchdog cancels ctx when no byte
-// has arrived for FetchStall — the wait for the first byte included.
+// watch bounds one fetch (direct gets of the archive's chunks, internal/objfetch, each under
+// ctx): the fetch runs under ctx, whose deadline is the total bound (FetchStall +
+// size/FetchMinRate), and a watchdog cancels ctx when no byte has arrived for FetchStall — the
+// wait for the first byte included.
 type watch struct {
 	ctx      context.Context
 	size     int64 // the archive's signed size
@@ -73,10 +73,9 @@ func (w *watch) failed() error {
 // reader returns src read under the watch: each byte that arrives feeds the watchdog, and
 // idle is called, at most every meterInterval, while none arrives for a second or more.
 //
-// src is read in its own goroutine because nats.go's object reader blocks until the next
-// chunk or its context's deadline and does not notice cancellation; Read returns as soon as
-// the watch ends. After a stall that goroutine ends at the next chunk (which nats.go then
-// refuses) or at the deadline, and closes src.
+// src is read in its own goroutine so that Read returns as soon as the watch ends, whatever src
+// is blocked in; the goroutine ends once src returns (a direct get ends with the watch's
+// context) and closes src.
 func (w *watch) reader(src io.ReadCloser, idle func(time.Duration)) io.Reader {
 	r := &watched{w: w, idle: idle, chunks: make(chan chunk), free: make(chan []byte, 2), last: time.Now()}
 	for range 2 {
@@ -144,9 +143,9 @@ func (r *watched) Read(p []byte) (int, error) {
 				r.last = time.Now()
 				r.w.dog.Reset(r.w.stall)
 			}
-			// io.EOF is the end of a complete stream (nats.go checked its digest); any other
-			// error once the watch ended (a timeout, the digest of a cut-off stream) is
-			// nats.go's view of it, not the reason.
+			// io.EOF is the end of a complete stream (objfetch checked its digest); any other
+			// error once the watch ended (a timeout, a cancelled get) is the reader's view of
+			// it, not the reason.
 			if r.err = c.err; r.err != nil && !errors.Is(r.err, io.EOF) {
 				if why := r.w.failed(); why != nil {
 					r.err = why
