@@ -56,6 +56,7 @@ const (
 	RenewCredentialsLegacy = "legacy"
 	MaxCredentialsBytes    = 16 << 10
 )
+
 func (n Names) HeartbeatStream() string {
 	return strings.ToUpper(n.Prefix) + "_HEARTBEATS"
 }
