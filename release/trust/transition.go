@@ -310,3 +310,52 @@ func waitPastSecond(ctx context.Context, iat int64) error {
 		return ctx.Err()
 	}
 }
+
+// adoptCutOver ends the transition in this copy of DATA/trust when the servers' nodes account
+// (onBus) shows another copy cut over: without it this copy's next revocation would push the
+// first signing key back. s.mu and the account lock are held; nc is changed in place.
+func (s *Store) adoptCutOver(nc, onBus *jwt.AccountClaims) error {
+	if onBus == nil || s.legacySigningPub == "" || onBus.SigningKeys.Contains(s.legacySigningPub) ||
+		!onBus.SigningKeys.Contains(s.nodesSigningPub) || len(onBus.Imports) != len(shared) {
+		return nil
+	}
+	text, err := readJWT(s.dir, AccountJWTFile)
+	if err != nil {
+		return err
+	}
+	ac, err := jwt.DecodeAccountClaims(text)
+	if err != nil {
+		return broken(s.dir, AccountJWTFile, err)
+	}
+	nc.SigningKeys.Remove(s.legacySigningPub)
+	if err := s.signSharing(ac, nc, shared); err != nil {
+		return fmt.Errorf("trust: take the cut-over another copy of %s made: %w", Dir, err)
+	}
+	if err := os.Remove(filepath.Join(s.dir, NodesLegacySigningSeedFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	s.legacySigningPub = ""
+	return nil
+}
+
+// PushIfNewer pushes the accounts on sys (a system user's connection) when the servers hold an
+// older nodes account than DATA/trust (signed again for the transition by this process, or by
+// another copy while the servers were away); it says whether it pushed. With no answer from the
+// servers it does nothing: a server started from DATA/trust loads it.
+func (s *Store) PushIfNewer(ctx context.Context, sys *nats.Conn) (bool, error) {
+	onBus := s.nodesOnBus(ctx, sys)
+	if onBus == nil {
+		return false, nil
+	}
+	s.mu.Lock()
+	text, err := s.readNodesJWT()
+	s.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	local, err := jwt.DecodeAccountClaims(text)
+	if err != nil || local.IssuedAt <= onBus.IssuedAt {
+		return false, err
+	}
+	return true, s.Push(ctx, sys)
+}
