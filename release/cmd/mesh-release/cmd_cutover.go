@@ -106,4 +106,3 @@ func listPending(nodes []string) string {
 	}
 	return ": " + strings.Join(shown, ", ") + more
 }
-
