@@ -113,15 +113,15 @@ func (l *Link) acceptCredentials(data []byte, now time.Time) (string, error) {
 	token := string(bytes.TrimSpace(data))
 	uc, err := jwt.DecodeUserClaims(token)
 	if err != nil {
-		return "", fmt.Errorf("not a user JWT (%s): %s", text.Bound(token), text.Bound(err.Error()))
+		return "", fmt.Errorf("not a user JWT (%s): %s", quoted(token), quoted(err.Error()))
 	}
 	cur := l.user
 	switch {
 	case uc.Subject != cur.subject:
-		return "", fmt.Errorf("the JWT is for user %s, not this node's key %s", text.Bound(uc.Subject), cur.subject)
+		return "", fmt.Errorf("the JWT is for user %s, not this node's key %s", quoted(uc.Subject), cur.subject)
 	case uc.Issuer != cur.issuer || uc.IssuerAccount != cur.issuerAccount:
 		return "", fmt.Errorf("the JWT was issued by %s for account %s, not by %s for %s as this node's credentials were",
-			text.Bound(uc.Issuer), text.Bound(uc.IssuerAccount), cur.issuer, cur.issuerAccount)
+			quoted(uc.Issuer), quoted(uc.IssuerAccount), cur.issuer, cur.issuerAccount)
 	case uc.Expires != 0 && uc.Expires <= now.Unix():
 		return "", fmt.Errorf("the JWT expired at %s", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
 	case legacyPermissions(uc):
@@ -130,10 +130,14 @@ func (l *Link) acceptCredentials(data []byte, now time.Time) (string, error) {
 	vr := jwt.CreateValidationResults()
 	uc.Validate(vr)
 	if vr.IsBlocking(true) {
-		return "", fmt.Errorf("the JWT is not valid: %s", text.Bound(errors.Join(vr.Errors()...).Error()))
+		return "", fmt.Errorf("the JWT is not valid: %s", quoted(errors.Join(vr.Errors()...).Error()))
 	}
 	return token, nil
 }
+
+// quoted is text from the bus as a refusal names it: bounded, and nothing that could drive a
+// terminal.
+func quoted(s string) string { return text.Printable(text.Bound(s)) }
 
 // storeCredentials writes the creds file again with token and the seed already in it, atomically
 // (temporary file, fsync, rename, directory fsync) and with the file's mode.
