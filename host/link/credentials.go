@@ -87,6 +87,12 @@ func (l *Link) renewCredentials(m *nats.Msg) {
 		l.log.Warn("link: refused the credentials sent on "+m.Subject+"; the next heartbeat asks again", "err", err)
 		return
 	}
+	// Stored only once the bus has taken it: a JWT signed by a key the account does not name
+	// would lock the node out at its next reconnect.
+	if err := l.tryCredentials(token); err != nil {
+		l.log.Warn("link: refused the credentials sent on "+m.Subject+"; the next heartbeat asks again", "err", fmt.Errorf("the bus refused them, the current ones are kept: %w", err))
+		return
+	}
 	if err := l.storeCredentials(token); err != nil {
 		l.log.Error("link: could not store the renewed credentials; the next heartbeat asks again", "err", err)
 		return
@@ -103,9 +109,19 @@ func (l *Link) renewCredentials(m *nats.Msg) {
 	}
 }
 
+// accountOf is the account a user JWT belongs to: its issuer account, or its issuer when the
+// account signed it with its own key.
+func accountOf(issuer, issuerAccount string) string {
+	if issuerAccount != "" {
+		return issuerAccount
+	}
+	return issuer
+}
+
 // acceptCredentials checks a JWT sent as this node's renewed credentials and returns it: a user
-// JWT, valid and unexpired at now, for this node's key, issued by the issuer of the current one
-// for the same account, and without the permissions from before decision 0022.
+// JWT, valid and unexpired at now, for this node's key and the same account as the current one
+// (signed by any key: the server checks it is one of the account's), and without the permissions
+// from before decision 0022.
 func (l *Link) acceptCredentials(data []byte, now time.Time) (string, error) {
 	if len(data) > wire.MaxCredentialsBytes {
 		return "", fmt.Errorf("%d bytes, more than the %d a user JWT may have", len(data), wire.MaxCredentialsBytes)
@@ -119,9 +135,11 @@ func (l *Link) acceptCredentials(data []byte, now time.Time) (string, error) {
 	switch {
 	case uc.Subject != cur.subject:
 		return "", fmt.Errorf("the JWT is for user %s, not this node's key %s", quoted(uc.Subject), cur.subject)
-	case uc.Issuer != cur.issuer || uc.IssuerAccount != cur.issuerAccount:
-		return "", fmt.Errorf("the JWT was issued by %s for account %s, not by %s for %s as this node's credentials were",
-			quoted(uc.Issuer), quoted(uc.IssuerAccount), cur.issuer, cur.issuerAccount)
+	case accountOf(uc.Issuer, uc.IssuerAccount) != accountOf(cur.issuer, cur.issuerAccount):
+		// The signing key may differ (the transition signs with a second one): the account may
+		// not. Whether the key is one of the account's, the server says (tryCredentials).
+		return "", fmt.Errorf("the JWT is for account %s, not %s as this node's credentials are",
+			quoted(accountOf(uc.Issuer, uc.IssuerAccount)), accountOf(cur.issuer, cur.issuerAccount))
 	case uc.Expires != 0 && uc.Expires <= now.Unix():
 		return "", fmt.Errorf("the JWT expired at %s", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
 	case legacyPermissions(uc):
@@ -185,3 +203,40 @@ func renewHeader() nats.Header {
 // renewHeaderBytes is what the header adds to a heartbeat on the wire, counted against the
 // server's and the stream's largest message.
 var renewHeaderBytes = len("NATS/1.0\r\n") + len(wire.RenewCredentialsHeader) + len(": ") + len(wire.RenewCredentialsLegacy) + len("\r\n\r\n")
+
+// tryCredentials connects once, with token and this node's seed, to the server the link is on,
+// and reports whether the server took them.
+func (l *Link) tryCredentials(token string) error {
+	b, err := os.ReadFile(l.user.path)
+	if err != nil {
+		return err
+	}
+	kp, err := jwt.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return fmt.Errorf("the seed in %s: %w", l.user.path, err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return fmt.Errorf("the seed in %s: %w", l.user.path, err)
+	}
+	opts := []nats.Option{
+		nats.Name(l.opts.Name + " (renewed credentials check)"),
+		nats.UserJWTAndSeed(token, string(seed)),
+		nats.CustomInboxPrefix(wire.NodeInboxPrefix(l.opts.Node)),
+		nats.Timeout(10 * time.Second),
+		nats.NoReconnect(),
+	}
+	if l.opts.CA != "" {
+		opts = append(opts, nats.RootCAs(l.opts.CA))
+	}
+	url := l.nc.ConnectedUrl()
+	if url == "" {
+		return errors.New("the link is not connected")
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to %s with them: %w", text.Redact(url), text.RedactError(err))
+	}
+	nc.Close()
+	return nil
+}

@@ -262,7 +262,7 @@ func TestRenewedCredentialsAreRefusedUnlessTheyAreThisNodesFromItsIssuerUnexpire
 		name, data, why string
 	}{
 		{"another node's key", n.bus.NodeJWT(t, otherPub, today, time.Time{}), "not this node's key"},
-		{"another issuer", foreignJWT, "not by"},
+		{"a key the account does not name", foreignJWT, "the bus refused"},
 		{"expired", n.bus.NodeJWT(t, n.user, today, time.Now().Add(-time.Hour)), "expired"},
 		{"the permissions from before 0022", n.bus.NodeJWT(t, n.user, meshtest.LegacyNodePermissions(n.bus.Names, "n1"), time.Time{}), "create consumers"},
 		{"larger than a JWT may be", strings.Repeat("e", wire.MaxCredentialsBytes+1), "more than the"},
