@@ -132,9 +132,16 @@ func TestAHostWithCredentialsFromBefore0022FollowsItsKeysByConsumerAndAsksForRen
 			if got := n.link.LegacyCredentials(); got != tc.legacy {
 				t.Fatalf("LegacyCredentials() = %v, want %v", got, tc.legacy)
 			}
-			n.followsDeclaration(t, rev)
-			waitFor[TargetChanged](t, n.link, "the fleet target", func(e TargetChanged) bool {
-				return e.Target != nil && e.Target.Version == "v1.1.0"
+			// The declaration and the target come from separate watches, in either order.
+			var gotDecl, tgt bool
+			waitFor[Event](t, n.link, "the declaration and the fleet target", func(ev Event) bool {
+				switch e := ev.(type) {
+				case DeclarationArrived:
+					gotDecl = gotDecl || e.Revision == rev
+				case TargetChanged:
+					tgt = tgt || (e.Target != nil && e.Target.Version == "v1.1.0")
+				}
+				return gotDecl && tgt
 			})
 			// Pushed, not polled: a write after the watches are up arrives.
 			n.followsDeclaration(t, n.put(t, names.Declarations(), "n1", decl("n1")))
