@@ -3,12 +3,9 @@ package blobs_test
 import (
 	"bytes"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/host/blobs"
 	"github.com/novox/mesh-host/internal/meshtest"
@@ -33,40 +30,19 @@ func TestANodeFetchesABlobByConsumerWithLegacyCredentialsAndByDirectGetsWithToda
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartOperatorBus(t)
 			creds, _ := b.NodeCreds(t, t.TempDir(), "n1", tc.perms(b.Names, "n1"))
-			var (
-				mu      sync.Mutex
-				refused []string
-			)
-			nc, err := nats.Connect(b.URL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(wire.NodeInboxPrefix("n1")),
-				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-					mu.Lock()
-					refused = append(refused, err.Error())
-					mu.Unlock()
-				}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, err := jetstream.NewWithAPIPrefix(nc, wire.NodeJSAPIPrefix)
-			if err != nil {
-				t.Fatal(err)
-			}
+			node := b.ConnectNode(t, creds, "n1")
+			js := node.JS
 			body := bytes.Repeat([]byte("legacy "), 100_000) // several chunks
 			d := put(t, b.Admin.JS, body)
 			c := blobs.New(t.TempDir(), blobs.Bus(js, b.Names.Blobs(), func() bool { return tc.legacy }))
 			if got := read(t, c, d); !bytes.Equal(got, body) {
 				t.Fatalf("read %d bytes, want the %d put", len(got), len(body))
 			}
-			if err := nc.Flush(); err != nil { // a refusal comes back before the flush does
-				t.Fatal(err)
-			}
-			mu.Lock()
-			for _, r := range refused {
+			for _, r := range node.Refused(t) {
 				if !(tc.legacy && strings.Contains(r, ".API.CONSUMER.DELETE.")) {
 					t.Errorf("the fetch used a subject the node may not: %s", r)
 				}
 			}
-			mu.Unlock()
 			st, err := b.Admin.JS.Stream(t.Context(), "OBJ_"+b.Names.Blobs())
 			if err != nil {
 				t.Fatal(err)

@@ -5,13 +5,10 @@ import (
 	"crypto/ed25519"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/trust"
@@ -36,24 +33,8 @@ func TestANodeFetchesAnArchiveByConsumerWithLegacyCredentialsAndByDirectGetsWith
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartOperatorBus(t)
 			creds, _ := b.NodeCreds(t, t.TempDir(), "n1", tc.perms(b.Names, "n1"))
-			var (
-				mu      sync.Mutex
-				refused []string
-			)
-			nc, err := nats.Connect(b.URL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(wire.NodeInboxPrefix("n1")),
-				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-					mu.Lock()
-					refused = append(refused, err.Error())
-					mu.Unlock()
-				}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, err := jetstream.NewWithAPIPrefix(nc, wire.NodeJSAPIPrefix)
-			if err != nil {
-				t.Fatal(err)
-			}
+			node := b.ConnectNode(t, creds, "n1")
+			js := node.JS
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			root := t.TempDir()
@@ -75,16 +56,11 @@ func TestANodeFetchesAnArchiveByConsumerWithLegacyCredentialsAndByDirectGetsWith
 			if !d.Have(v1) {
 				t.Fatal("not staged")
 			}
-			if err := nc.Flush(); err != nil { // a refusal comes back before the flush does
-				t.Fatal(err)
-			}
-			mu.Lock()
-			for _, r := range refused {
+			for _, r := range node.Refused(t) {
 				if !(tc.legacy && strings.Contains(r, ".API.CONSUMER.DELETE.")) {
 					t.Errorf("the fetch used a subject the node may not: %s", r)
 				}
 			}
-			mu.Unlock()
 			st, err := b.Admin.JS.Stream(ctx, "OBJ_"+b.Names.Archives())
 			if err != nil {
 				t.Fatal(err)

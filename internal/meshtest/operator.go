@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,4 +254,47 @@ func LegacyNodePermissions(names wire.Names, node string) jwt.Permissions {
 	}
 	p.Sub.Allow.Add(wire.NodeInboxPrefix(node) + ".>")
 	return p
+}
+
+// NodeConn is a connection as a node's user (creds, a .creds file for node), the JetStream
+// context a host uses (under wire.NodeJSAPIPrefix), and what the server refused it.
+type NodeConn struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+
+	mu      sync.Mutex
+	refused []string
+}
+
+// ConnectNode connects to b as node with creds; the connection is closed when the test ends.
+func (b *OperatorBus) ConnectNode(tb testing.TB, creds, node string) *NodeConn {
+	tb.Helper()
+	c := &NodeConn{}
+	nc, err := nats.Connect(b.URL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(wire.NodeInboxPrefix(node)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			c.mu.Lock()
+			c.refused = append(c.refused, err.Error())
+			c.mu.Unlock()
+		}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	if c.JS, err = jetstream.NewWithAPIPrefix(nc, wire.NodeJSAPIPrefix); err != nil {
+		tb.Fatal(err)
+	}
+	c.NC = nc
+	return c
+}
+
+// Refused is every asynchronous error the server sent the connection so far (permission
+// violations among them), once a flush has come back after them.
+func (c *NodeConn) Refused(tb testing.TB) []string {
+	tb.Helper()
+	if err := c.NC.Flush(); err != nil { // a refusal comes back before the flush does
+		tb.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.refused...)
 }
