@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"slices"
 	"strings"
 
 	"github.com/novox/mesh-host/release/bus"
@@ -133,6 +134,9 @@ func writeServerConfigs(s *stdio, a serverConfigArgs) error {
 		if hub, err = bus.ParseHubURLs(a.hub); err != nil {
 			return usagef("--hub: %v", err)
 		}
+	}
+	if len(leaves) > 0 && len(hub) == 0 && !slices.ContainsFunc(members, func(m bus.Member) bool { return m.LeafURL() != "" }) {
+		return usagef("--leaf needs the hub's leaf URLs: give the cluster's servers a leaf address (--server NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT,LEAF_HOST:LEAF_PORT) or name them with --hub tls://HOST:PORT,…")
 	}
 	data := a.data
 	if data == "" {
