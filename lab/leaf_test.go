@@ -28,7 +28,8 @@ import (
 // running and reconciling from their own stores (a file deleted by hand is put back) while the
 // hub stores a new declaration; once the line is back, their heartbeats reach the hub again,
 // the declaration stored meanwhile reaches them, and so does one stored after. Finally one node
-// is revoked on the hub, and the leaf refuses it.
+// is revoked on the hub, and the leaf refuses it; the other is revoked while the line is cut
+// again, and the leaf refuses it once the line is back.
 func TestASiteBehindALeafServerFollowsTheHubAndReconcilesWhileCutOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the stock nats-server and runs a hub, a leaf server and two nodes")
@@ -254,18 +255,27 @@ func TestASiteBehindALeafServerFollowsTheHubAndReconcilesWhileCutOff(t *testing.
 		applied(id, declare(id, "three\n"), "three\n")
 	}
 
-	// A revocation on the hub reaches the leaf's resolver: the leaf refuses the node.
+	// A revocation on the hub is pushed to the leaf's resolver: the leaf refuses the node.
+	creds := func(id string) string { return filepath.Join(work, id, "node.creds") }
+	refused := func(id string) bool {
+		err := connectAs(ctx, leafURL, creds(id), ca)
+		return err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+	}
 	if _, err := rel.Run(ctx, "node", "revoke", ids[1], "--data", data); err != nil {
 		t.Fatal(err)
 	}
-	creds := filepath.Join(work, ids[1], "node.creds")
-	waitFor(t, ctx, "the leaf to refuse the revoked node", func() bool {
-		err := connectAs(ctx, leafURL, creds, ca)
-		return err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization violation")
-	})
-	if err := connectAs(ctx, leafURL, filepath.Join(work, ids[0], "node.creds"), ca); err != nil {
+	waitFor(t, ctx, "the leaf to refuse the revoked node", func() bool { return refused(ids[1]) })
+	if err := connectAs(ctx, leafURL, creds(ids[0]), ca); err != nil {
 		t.Errorf("the leaf refuses %s, not revoked: %v", ids[0], err)
 	}
+	// One revoked while the line is cut: the leaf learns it from the hub when the line returns
+	// (its resolver asks for newer account JWTs every 5 s).
+	proxy.Cut()
+	if _, err := rel.Run(ctx, "node", "revoke", ids[0], "--data", data); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Restore()
+	waitFor(t, ctx, "the leaf to refuse the node revoked while its line was cut", func() bool { return refused(ids[0]) })
 }
 
 // firstLine is a command's output up to its first newline (enrol-token prints the token first).
