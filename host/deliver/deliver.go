@@ -74,6 +74,11 @@ type Config struct {
 	// accepted) and why; such a version is never fetched, its manifest refused. Nil: none is.
 	Withdrawn func(version string) (reason string, ok bool)
 	Log       *slog.Logger // default: discard
+	// LegacyCredentials reports whether the node's user still has the permissions from before
+	// decision 0022 (link.Link.LegacyCredentials): it may create consumers but not get chunks
+	// directly, so an archive is fetched with nats.go's obs.Get. Asked before each fetch; nil:
+	// never, chunks are read by direct gets (internal/objfetch).
+	LegacyCredentials func() bool
 
 	// PreflightArgs follow "preflight" on the staged binary's command line (e.g. --config
 	// FILE when the host was started with one); PreflightEnv is added to the host's own
@@ -432,8 +437,7 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 	meter := newMeter(v, m.Size, progress)
 	w := d.watch(ctx, m.Size)
 	defer w.close()
-	// Direct gets of the chunks, no consumer: a node may create none (docs/security.md).
-	res, err := objfetch.Open(w.ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
+	res, err := d.open(w.ctx, obs, info)
 	if err != nil {
 		f.Close()
 		if why := w.failed(); why != nil {
@@ -444,11 +448,25 @@ func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, 
 		}
 		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
 	}
-	if err := copyVerified(f, w.reader(io.NopCloser(res), meter.stalled), m, meter); err != nil {
+	if err := copyVerified(f, w.reader(res, meter.stalled), m, meter); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// open starts reading the object info describes: by direct gets of its chunks, no consumer, as a
+// node may create none (docs/security.md); or, while the node's credentials are legacy, with
+// obs.Get's ordered consumer, the one way such a user may read chunks (decision 0024).
+func (d *Deliverer) open(ctx context.Context, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	if d.cfg.LegacyCredentials != nil && d.cfg.LegacyCredentials() {
+		return obs.Get(ctx, info.Name)
+	}
+	res, err := objfetch.Open(ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(res), nil
 }
 
 // copyVerified copies at most m.Size+1 bytes of src to dst, verifying them on the way, and

@@ -1,7 +1,8 @@
 // Package link is the host's one outbound connection to the bus. It follows the node's
 // declaration, its target and the fleet's, and the withdrawal list (pushed by the server, never
-// polled, with no JetStream consumer: watch.go), reports what arrives as events, and publishes
-// the host's heartbeats. It opens no listening socket; it keeps reconnecting for
+// polled, with no JetStream consumer: watch.go; with credentials from before decision 0022, with
+// consumers until renewed ones arrive: credentials.go), reports what arrives as events, and
+// publishes the host's heartbeats. It opens no listening socket; it keeps reconnecting for
 // as long as it is open, including when the server is down at start.
 package link
 
@@ -135,6 +136,11 @@ type Link struct {
 	fail       *failures    // failed connection attempts: logged, the last one kept
 	// conn is nc for the nats callbacks, which may run before Open has set l.nc.
 	conn atomic.Pointer[nats.Conn]
+	// user is the creds file's user JWT (nil for an nkey seed or no credentials); legacy says
+	// it predates decision 0022 until renewed credentials replace it (credentials.go).
+	user     *userCreds
+	legacy   atomic.Bool
+	renewSub *nats.Subscription
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -216,6 +222,14 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	}
 	l.nc, l.js = nc, js
 	l.conn.Store(nc)
+	if l.legacy.Load() {
+		l.log.Warn("link: this node's credentials were issued before decision 0022: it follows its keys with consumers and asks for renewed credentials with every heartbeat",
+			"creds", o.Creds)
+		if err := l.listenForCredentials(); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	l.poke()
@@ -260,6 +274,12 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
 			}
+			if refusedConsumerDelete(err) {
+				// With legacy credentials nats.go deletes the consumer of an object fetch when
+				// it ends; such a node may not, and the server removes the consumer itself.
+				l.log.Debug("link: the server refused to delete a consumer, as a node's permissions say; it removes it itself", "err", err)
+				return
+			}
 			l.fail.asyncError(err)
 		}),
 	}
@@ -270,7 +290,13 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		}
 		switch {
 		case bytes.Contains(b, []byte("BEGIN NATS USER JWT")):
+			// UserCredentials reads the file on every connect: renewed credentials written
+			// there are used from the next reconnect on.
 			opts = append(opts, nats.UserCredentials(o.Creds))
+			if user, claims, err := readUserCreds(o.Creds, b); err == nil {
+				l.user = user
+				l.legacy.Store(legacyPermissions(claims))
+			}
 		case bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")):
 			opt, err := nats.NkeyOptionFromSeed(o.Creds)
 			if err != nil {
@@ -333,6 +359,13 @@ func CheckPlaintext(urls []string, ca string, insecure bool) error {
 		text.Redact(strings.Join(plain, ",")))
 }
 
+// refusedConsumerDelete reports whether err is the server refusing this node a consumer delete.
+func refusedConsumerDelete(err error) bool {
+	// "$JS.API.CONSUMER.DELETE." in one account, "$JS.mesh.API.CONSUMER.DELETE." through the nodes
+	// account's import (wire.NodeJSAPIPrefix).
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `.API.CONSUMER.DELETE.`)
+}
+
 // isRevoked reports whether err is the server saying this node's user was revoked.
 func isRevoked(err error) bool {
 	return errors.Is(err, nats.ErrAuthRevoked) || strings.Contains(strings.ToLower(err.Error()), "authentication revoked")
@@ -389,7 +422,8 @@ func (l *Link) poke() {
 func (l *Link) Events() <-chan Event { return l.events }
 
 // JetStream is the link's JetStream context, for fetching what the bus announces (manifests by
-// direct get, archives and blobs by direct gets of their chunks: internal/objfetch).
+// direct get, archives and blobs by direct gets of their chunks: internal/objfetch; with
+// LegacyCredentials, by nats.go's obs.Get).
 func (l *Link) JetStream() jetstream.JetStream { return l.js }
 
 // Connected reports whether the link is up now.
@@ -431,6 +465,10 @@ func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 	// Never over what the server or the stream accepts: cut by the documented rules instead, so
 	// the node is never silenced by what it has to say.
 	max := int(min(l.nc.MaxPayload(), wire.MaxHeartbeatBytes))
+	legacy := l.legacy.Load()
+	if legacy {
+		max -= renewHeaderBytes
+	}
 	data, truncated, err := FitHeartbeat(hb, max)
 	if err != nil {
 		return fmt.Errorf("link: heartbeat on %s: %w", subject, err)
@@ -442,7 +480,12 @@ func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 			l.log.Info("link: heartbeats fit again without cutting")
 		}
 	}
-	if _, err := l.js.Publish(ctx, subject, data); err != nil {
+	msg := &nats.Msg{Subject: subject, Data: data}
+	if legacy {
+		// Asks the enrolment service for credentials with today's permissions (decision 0024).
+		msg.Header = renewHeader()
+	}
+	if _, err := l.js.PublishMsg(ctx, msg); err != nil {
 		l.unanswered.Store(true)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("link: heartbeat on %s: no stream answered: the bus has no %s (`mesh-release init` creates it), or the server this node is connected to cannot reach it (a leaf server cut off from its hub): %w", subject, l.opts.Names.HeartbeatStream(), err)

@@ -58,7 +58,13 @@ func (l *Link) watch(ctx context.Context, k watchedKey) {
 	backoff := l.opts.RetryMin
 	warned := false
 	for ctx.Err() == nil {
-		err := l.watchOnce(ctx, k, func() { backoff, warned = l.opts.RetryMin, false })
+		healthy := func() { backoff, warned = l.opts.RetryMin, false }
+		var err error
+		if l.legacy.Load() {
+			err = l.watchOnceByConsumer(ctx, k, healthy)
+		} else {
+			err = l.watchOnce(ctx, k, healthy)
+		}
 		if ctx.Err() != nil {
 			return
 		}

@@ -1,0 +1,79 @@
+package blobs_test
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/novox/mesh-host/host/blobs"
+	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/trust"
+	"github.com/novox/mesh-host/wire"
+)
+
+// A node fetches a blob with the credentials it has: with those from before decision 0022 by
+// nats.go's obs.Get, whose consumer the server removes since the node may not (the one thing
+// refused), and with today's by direct gets of the chunks, leaving no consumer and refused
+// nothing (decision 0024).
+func TestANodeFetchesABlobByConsumerWithLegacyCredentialsAndByDirectGetsWithTodays(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		perms     func(wire.Names, string) jwt.Permissions
+		legacy    bool
+		consumers int
+	}{
+		{"legacy credentials", meshtest.LegacyNodePermissions, true, 1},
+		{"today's credentials", trust.NodePermissions, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := meshtest.StartOperatorBus(t)
+			creds, _ := b.NodeCreds(t, t.TempDir(), "n1", tc.perms(b.Names, "n1"))
+			var (
+				mu      sync.Mutex
+				refused []string
+			)
+			nc, err := nats.Connect(b.URL(), nats.UserCredentials(creds), nats.CustomInboxPrefix(wire.NodeInboxPrefix("n1")),
+				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+					mu.Lock()
+					refused = append(refused, err.Error())
+					mu.Unlock()
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			js, err := jetstream.NewWithAPIPrefix(nc, wire.NodeJSAPIPrefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := bytes.Repeat([]byte("legacy "), 100_000) // several chunks
+			d := put(t, b.Admin.JS, body)
+			c := blobs.New(t.TempDir(), blobs.Bus(js, b.Names.Blobs(), func() bool { return tc.legacy }))
+			if got := read(t, c, d); !bytes.Equal(got, body) {
+				t.Fatalf("read %d bytes, want the %d put", len(got), len(body))
+			}
+			if err := nc.Flush(); err != nil { // a refusal comes back before the flush does
+				t.Fatal(err)
+			}
+			mu.Lock()
+			for _, r := range refused {
+				if !(tc.legacy && strings.Contains(r, ".API.CONSUMER.DELETE.")) {
+					t.Errorf("the fetch used a subject the node may not: %s", r)
+				}
+			}
+			mu.Unlock()
+			st, err := b.Admin.JS.Stream(t.Context(), "OBJ_"+b.Names.Blobs())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info, err := st.Info(t.Context()); err != nil || info.State.Consumers != tc.consumers {
+				t.Errorf("consumers on the blobs store after the fetch: %+v %v, want %d", info.State, err, tc.consumers)
+			}
+		})
+	}
+}
