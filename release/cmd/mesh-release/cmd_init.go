@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
@@ -165,7 +166,8 @@ func writeServerConfigs(s *stdio, a serverConfigArgs) error {
 	}
 	s.printf("copy each server's directory to its machine at the same path; once they run, in this shell:\n")
 	s.printf("  export %s=%s\n  export %s=%s\n  export %s=%s\n", envNATSURL, strings.Join(urls, ","), envNATSCreds, store.AdminCreds(), envNATSCA, store.CAFile())
-	s.printf("  mesh-release init   # every bucket and stream on %d servers\n", min(clusterReplicas, len(members)))
+	r := min(clusterReplicas, len(members))
+	s.printf("  mesh-release init   # every bucket and stream on %d %s\n", r, text.Plural(r, "server", "servers"))
 	return nil
 }
 
