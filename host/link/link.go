@@ -127,8 +127,13 @@ type Link struct {
 	kick       chan struct{} // connection status may have changed
 	truncated  atomic.Bool   // the last heartbeat published was cut to fit
 	reconnects atomic.Uint64 // reconnects seen by the nats callback
-	lastErr    atomic.Value  // error, the last disconnect's cause
-	fail       *failures     // failed connection attempts: logged, the last one kept
+	// unanswered: a heartbeat went unanswered while connected, so the stream behind the server
+	// may be out of its reach (a leaf server cut off from its hub). catchUps counts the times a
+	// heartbeat was answered again after that: each starts the watches again (run).
+	unanswered atomic.Bool
+	catchUps   atomic.Uint64
+	lastErr    atomic.Value // error, the last disconnect's cause
+	fail       *failures    // failed connection attempts: logged, the last one kept
 	// conn is nc for the nats callbacks, which may run before Open has set l.nc.
 	conn atomic.Pointer[nats.Conn]
 	// user is the creds file's user JWT (nil for an nkey seed or no credentials); legacy says
@@ -481,10 +486,18 @@ func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 		msg.Header = renewHeader()
 	}
 	if _, err := l.js.PublishMsg(ctx, msg); err != nil {
+		l.unanswered.Store(true)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("link: heartbeat on %s: no stream stores it; create %s with `mesh-release init`: %w", subject, l.opts.Names.HeartbeatStream(), err)
+			return fmt.Errorf("link: heartbeat on %s: no stream answered: the bus has no %s (`mesh-release init` creates it), or the server this node is connected to cannot reach it (a leaf server cut off from its hub): %w", subject, l.opts.Names.HeartbeatStream(), err)
 		}
 		return fmt.Errorf("link: heartbeat on %s: %w", subject, err)
+	}
+	if l.unanswered.Swap(false) {
+		// The stream answers again after it did not. The connection may never have dropped (a
+		// leaf server's line to its hub came back), so no reconnect catches up on the writes
+		// made meanwhile, which the subscriptions never saw: the watches start again instead.
+		l.catchUps.Add(1)
+		l.poke()
 	}
 	return nil
 }
@@ -497,6 +510,7 @@ func (l *Link) run(ctx context.Context) {
 		up       bool
 		ever     bool
 		seenRC   uint64
+		seenCU   uint64
 		stopSess = func() {}
 	)
 	defer func() { stopSess() }()
@@ -508,11 +522,12 @@ func (l *Link) run(ctx context.Context) {
 		}
 		connected := l.nc.IsConnected()
 		rc := l.reconnects.Load()
+		cu := l.catchUps.Load()
 		switch {
 		case connected && (!up || rc != seenRC):
 			stopSess()
 			stopSess = func() {}
-			seenRC = rc
+			seenRC, seenCU = rc, cu
 			// Not ConnectedUrlRedacted: it leaves a token (nats://token@host) in place.
 			server := text.Redact(l.nc.ConnectedUrl())
 			var ev Event = Connected{URL: server}
@@ -529,6 +544,13 @@ func (l *Link) run(ctx context.Context) {
 			if !l.send(ctx, ev) {
 				return
 			}
+			stopSess = l.startSession(ctx)
+		case connected && cu != seenCU:
+			// A heartbeat is answered again after it was not: catch up on every key, as after a
+			// reconnect.
+			seenCU = cu
+			stopSess()
+			l.log.Info("link: heartbeats are answered again; catching up on every key", "url", text.Redact(l.nc.ConnectedUrl()))
 			stopSess = l.startSession(ctx)
 		case !connected && up:
 			up = false

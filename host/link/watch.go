@@ -19,7 +19,9 @@ import (
 // the link follows is a plain subscription on the key's subject, which tells that the key was
 // written, and a direct get of the key's last value, which says what it now holds and at which
 // revision. The get runs once the subscription is in place (so no write falls between them),
-// after every notice, and again in each new session, that is after every reconnect.
+// after every notice, and again in each new session, that is after every reconnect and when a
+// heartbeat is answered after one was not (PublishHeartbeat: the server stayed, the bus behind
+// it was out of reach).
 const (
 	// maxNotices is how many write notices wait to be acted on; more are dropped, harmlessly:
 	// the ones waiting are each followed by a get of the key's latest value.
