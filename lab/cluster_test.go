@@ -132,6 +132,7 @@ func initReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, r
 		{Bucket: n.Targets(), History: 10, MaxValueSize: bus.MaxTargetBytes},
 		{Bucket: n.Releases(), History: 1, MaxValueSize: bus.MaxManifestBytes},
 		{Bucket: n.Rollouts(), History: 5, MaxValueSize: bus.MaxRolloutBytes},
+		{Bucket: n.Withdrawals(), History: 10, MaxValueSize: wire.MaxWithdrawalsBytes},
 	}
 	// Until the meta leader is elected a request may go unanswered: each try has its own bound.
 	retry := func(what string, f func(context.Context) error) error {
