@@ -272,7 +272,7 @@ func scaleSummary(p scaleParams, good, bad scaleFigures, waits time.Duration) st
 		fmt.Fprintf(&w, "%s: %s\n%s  servers: %s\n  simulated nodes (the test process): %.1f CPU-s; heartbeats stored %.0f/s; consumers on the servers once targeting began: %d\n",
 			f.Version, f.Run.summary(), batchTimeline(f.Run), serverSummary(f), f.Self.Seconds(), float64(f.Heartbeats)/f.Run.Wall.Seconds(), f.Consumers)
 	}
-	fmt.Fprintf(&w, "v1.1.0 took %.1fs; its configured waits at most %.1fs (per batch: a node starts within %s, confirms %s later, and its next heartbeat at least %s after, within %s, shows the soak): %.1fs of its own, of which %.1fs the controller setting targets\n",
+	fmt.Fprintf(&w, "v1.1.0 took %.1fs; its configured waits at most %.1fs (per batch: a node starts within %s, confirms %s later, and its next heartbeat at least %s after, within %s, shows the soak): at least %.1fs of its own; the controller setting targets and completing alone %.1fs\n",
 		good.Run.Wall.Seconds(), waits.Seconds(), p.StartMax, p.ConfirmAfter, p.Soak, p.Heartbeat, (good.Run.Wall - waits).Seconds(), controllerSteps(good.Run).Seconds())
 	return w.String()
 }

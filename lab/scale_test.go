@@ -33,8 +33,8 @@ type scaleParams struct {
 	Soak, Window, Silent   time.Duration
 	// FailBatch is the batch (0 the canaries) in which FailCount nodes roll back the bad release.
 	FailBatch, FailCount int
-	// Watch makes each simulated node follow its keys with a KV watch, as a real host does,
-	// instead of plain subscriptions (sim.Config.Watch).
+	// Watch makes each simulated node follow its four keys with a KV watch each, as hosts did
+	// before decision 0022, instead of subscriptions and direct gets (sim.Config.Watch).
 	Watch bool
 }
 
