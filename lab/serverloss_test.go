@@ -274,7 +274,13 @@ func rolloutThroughServerLoss(tb testing.TB, ctx context.Context) [2]time.Durati
 		tb.Fatal(err)
 	}
 	batchOrder(tb, beats, st, "v1.1.0")
-	kept(tb, beats, names, declared, "v1.1.0")
+	var lastDone time.Time
+	for _, e := range ctl.Events() {
+		if e.Kind == rollout.EventBatchDone && e.Batch == len(st.Batches) {
+			lastDone = e.Time
+		}
+	}
+	kept(tb, beats, names, declared, "v1.1.0", lastDone)
 	for _, n := range names {
 		puts := 0
 		for _, p := range keyHistory(tb, ctx, admin, c.Names.Targets(), wire.NodeTargetKey(n)) {
@@ -578,8 +584,10 @@ func batchOrder(tb testing.TB, beats *HeartbeatLog, st rollout.State, version st
 
 // kept checks that no node lost its target or its declaration: within one host process (a new
 // one starts knowing neither, until its link has read them), once a heartbeat names version as
-// its target, or the revision declared, every later heartbeat of that process does.
-func kept(tb testing.TB, beats *HeartbeatLog, names []string, declared map[string]uint64, version string) {
+// its target, or the revision declared, every later heartbeat of that process does — the target
+// until the rollout's last batch was done (then its per-node keys are cleared for the fleet
+// key, another story).
+func kept(tb testing.TB, beats *HeartbeatLog, names []string, declared map[string]uint64, version string, until time.Time) {
 	tb.Helper()
 	for _, n := range names {
 		of := beats.Of(n)
@@ -592,7 +600,7 @@ func kept(tb testing.TB, beats *HeartbeatLog, names []string, declared map[strin
 			switch {
 			case b.Target == version:
 				targeted = true
-			case targeted:
+			case targeted && b.At.Before(until):
 				lost = fmt.Sprintf("target %q after %s", b.Target, version)
 			}
 			switch {
