@@ -500,7 +500,7 @@ func caughtUp(tb testing.TB, ctx context.Context, c *stockCluster, sys *nats.Con
 		ok, why = c.Healthy(ctx, sys, c.Servers()...)
 		return ok
 	})
-	jsz, err := ping[server.JSInfo](ctx, c, sys, "JSZ", server.JSzOptions{Accounts: true, Streams: true})
+	jsz, err := ping[server.JSInfo](ctx, len(c.Servers()), sys, "JSZ", server.JSzOptions{Accounts: true, Streams: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -228,8 +228,8 @@ type sysReply[T any] struct {
 
 // ping asks every running server for its monitoring page what ($SYS.REQ.SERVER.PING.<what>,
 // as the system user, the `/jsz`, `/connz`, `/healthz` a monitoring port would serve) and
-// returns each server's answer by name, gathering answers for a second.
-func ping[T any](ctx context.Context, c *stockCluster, sys *nats.Conn, what string, opts any) (map[string]T, error) {
+// returns each server's answer by name, gathering answers for a second or until servers have.
+func ping[T any](ctx context.Context, servers int, sys *nats.Conn, what string, opts any) (map[string]T, error) {
 	body, _ := json.Marshal(opts)
 	inbox := nats.NewInbox()
 	sub, err := sys.SubscribeSync(inbox)
@@ -242,7 +242,7 @@ func ping[T any](ctx context.Context, c *stockCluster, sys *nats.Conn, what stri
 	}
 	out := map[string]T{}
 	deadline := time.Now().Add(time.Second)
-	for len(out) < len(c.servers) {
+	for len(out) < servers {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -277,7 +277,7 @@ func (c *stockCluster) SysConn() *nats.Conn {
 // MetaLeader is the server that the running servers say holds the JetStream meta leader ("" if
 // they do not agree on one).
 func (c *stockCluster) MetaLeader(ctx context.Context, sys *nats.Conn) (string, error) {
-	jsz, err := ping[server.JSInfo](ctx, c, sys, "JSZ", server.JSzOptions{})
+	jsz, err := ping[server.JSInfo](ctx, len(c.servers), sys, "JSZ", server.JSzOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -291,10 +291,38 @@ func (c *stockCluster) MetaLeader(ctx context.Context, sys *nats.Conn) (string, 
 	return leader, nil
 }
 
+// metaReady reports whether servers servers answer and agree on a JetStream meta leader, and
+// the leader sees every other peer online and current: then a stream kept on all of them can be
+// placed (before, `init` may be told "no suitable peers for placement").
+func metaReady(ctx context.Context, servers int, sys *nats.Conn) bool {
+	jsz, err := ping[server.JSInfo](ctx, servers, sys, "JSZ", server.JSzOptions{})
+	if err != nil || len(jsz) != servers {
+		return false
+	}
+	leader := ""
+	for _, info := range jsz {
+		if info.Meta == nil || info.Meta.Leader == "" || leader != "" && info.Meta.Leader != leader {
+			return false
+		}
+		leader = info.Meta.Leader
+	}
+	// The leader knows how current its followers are.
+	meta := jsz[leader].Meta
+	if meta == nil || len(meta.Replicas) != servers-1 {
+		return false
+	}
+	for _, p := range meta.Replicas {
+		if p.Offline || !p.Current {
+			return false
+		}
+	}
+	return true
+}
+
 // Healthy reports whether each of servers says it is healthy with JetStream current: its meta
 // state caught up and every stream and consumer it holds a replica of current (`/healthz`).
 func (c *stockCluster) Healthy(ctx context.Context, sys *nats.Conn, servers ...string) (bool, string) {
-	hz, err := ping[server.HealthStatus](ctx, c, sys, "HEALTHZ", server.HealthzOptions{})
+	hz, err := ping[server.HealthStatus](ctx, len(c.servers), sys, "HEALTHZ", server.HealthzOptions{})
 	if err != nil {
 		return false, err.Error()
 	}
@@ -312,7 +340,7 @@ func (c *stockCluster) Healthy(ctx context.Context, sys *nats.Conn, servers ...s
 
 // Clients is, for each running server, the names of the clients of account connected to it.
 func (c *stockCluster) Clients(ctx context.Context, sys *nats.Conn, account string) (map[string][]string, error) {
-	connz, err := ping[server.Connz](ctx, c, sys, "CONNZ", server.ConnzEventOptions{ConnzOptions: server.ConnzOptions{Account: account, Limit: 1024}})
+	connz, err := ping[server.Connz](ctx, len(c.servers), sys, "CONNZ", server.ConnzEventOptions{ConnzOptions: server.ConnzOptions{Account: account, Limit: 1024}})
 	if err != nil {
 		return nil, err
 	}
