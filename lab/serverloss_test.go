@@ -311,7 +311,13 @@ func rolloutThroughServerLoss(tb testing.TB, ctx context.Context) lossPauses {
 	slices.Sort(normal)
 	p := lossPauses{Normal: normal[len(normal)/2]}
 	p.Meta, p.Streams = took[killedIn[0]]-p.Normal, took[killedIn[1]]-p.Normal
-	tb.Logf("batches took %v; %v with a server killed as they began", took, killedIn)
+	rewatched := 0
+	for _, l := range ctl.Lines() {
+		if strings.Contains(l, "the heartbeat watch stopped") {
+			rewatched++
+		}
+	}
+	tb.Logf("batches took %v; %v with a server killed as they began; the controller re-established its heartbeat watch %d times", took, killedIn, rewatched)
 	return p
 }
 
