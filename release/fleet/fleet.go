@@ -85,7 +85,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 	defer stop()
 	// The consumer lives on one server. When that server dies with no word (SIGKILL, a machine
 	// lost), the client is not told: the watch waited, deaf, long past a rollout's window. Its
-	// consumer is asked after at every ConsumerCheck; when two asks in a row go unanswered the
+	// consumer is asked after every ConsumerCheck; when two asks in a row go unanswered the
 	// watch ends, so the caller makes a new one, on a server that is there.
 	var lost error
 	var lostMu sync.Mutex
@@ -142,7 +142,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 }
 
 // ConsumerCheck is how often a live watch asks after its consumer, each ask waiting as long.
-const ConsumerCheck = 5 * time.Second
+const ConsumerCheck = 2 * time.Second
 
 // checkConsumer asks after cons every ConsumerCheck until ctx ends; it returns an error once two
 // asks in a row went unanswered or were refused (the consumer, or its server, is gone).
