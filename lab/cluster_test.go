@@ -46,13 +46,12 @@ func startCluster(tb testing.TB, n int) *natsCluster {
 	})
 }
 
-// pkgStockServer is the stock NATS server, at the version go.mod pins (as the README builds it).
-const pkgStockServer = "github.com/nats-io/nats-server/v2"
 
-// startStockCluster is startCluster with the stock nats-server binary, built from the module
+// startBareStockCluster is startCluster with the stock nats-server binary (no auth, no TLS: the
+// benchmarks' bus; stockcluster_test.go has the operator-mode one), built from the module
 // go.mod pins, each server run as `nats-server -c FILE` from a configuration giving it its
 // name, client and route ports on loopback, the other servers' routes and a JetStream store.
-func startStockCluster(tb testing.TB, n int) *natsCluster {
+func startBareStockCluster(tb testing.TB, n int) *natsCluster {
 	tb.Helper()
 	bin, err := bins.BuildX(context.Background(), pkgStockServer, "nats-server")
 	if err != nil {

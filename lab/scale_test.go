@@ -82,7 +82,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	ctl, profile := controllerBinary(tb)
-	cl := startStockCluster(tb, p.Servers)
+	cl := startBareStockCluster(tb, p.Servers)
 	c, err := bus.Connect(ctx, cl.URL(), "")
 	if err != nil {
 		tb.Fatal(err)
