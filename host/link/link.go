@@ -161,9 +161,13 @@ type Link struct {
 	// starts; within one, each key's watch owns its revSeen, and the target fold's lock guards
 	// the target's.
 	declSeen, withdrawalsSeen revSeen
-	targetSeen                bool
-	targetKey                 string
-	targetRev                 uint64
+	// floors is the newest revision the link has seen of each key it follows (by subject), in
+	// any session: an answer behind it came from a replica that is behind (watch.go).
+	floorsMu   sync.Mutex
+	floors     map[string]uint64
+	targetSeen bool
+	targetKey  string
+	targetRev  uint64
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
