@@ -34,6 +34,7 @@ var commands = []command{
 	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent), or write a cluster's server configurations", initAbout, initCmd},
 	{"declare", "NODE FILE", "validate a declaration file and store it for a node", declareAbout, declareCmd},
 	{"fleet", "", "show every node's last heartbeat; silent nodes stand out", "", fleetCmd},
+	{"metrics", "", "serve the fleet, the rollout and the releases as Prometheus metrics", metricsAbout, metricsCmd},
 	{"keygen", "", "make an ed25519 release key pair", "", keygenCmd},
 	{"build", "", "build and sign a host archive and its manifest", "", buildCmd},
 	{"publish", "DIR", "put a built archive and manifest on the bus", "DIR is the -o directory of `mesh-release build`.", publishCmd},
