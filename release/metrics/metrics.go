@@ -56,6 +56,7 @@ const maxNodeLabel = 96
 
 // Config is what an Exporter reads and how.
 type Config struct {
+	// JS is the bus read; nil reads no bucket, for a view fed by Update alone (benchmarks).
 	JS    jetstream.JetStream
 	Names wire.Names
 	// SilentAfter is the fleet view's rule (default fleet.DefaultSilentAfter).
@@ -190,6 +191,9 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 // bucket that cannot be read keeps nothing of it (its source_up says 0): a stale rollout shown
 // as current would be worse than none.
 func (e *Exporter) readBuckets(now time.Time) buckets {
+	if e.cfg.JS == nil {
+		return buckets{}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.read.IsZero() && now.Sub(e.read) < e.cfg.BucketsEvery && now.After(e.read) {

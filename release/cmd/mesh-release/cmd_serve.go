@@ -62,7 +62,9 @@ type serveExtra func(fs *flag.FlagSet) (start func(ctx context.Context, s *stdio
 
 // serveExtras is what serve runs beside the bus: the enrolment service (operator mode) and,
 // with --key, the targets' re-signer, and with --metrics, the Prometheus metrics.
-func serveExtras() []serveExtra { return []serveExtra{enrolInServe, keepTargetsInServe, metricsInServe} }
+func serveExtras() []serveExtra {
+	return []serveExtra{enrolInServe, keepTargetsInServe, metricsInServe}
+}
 
 func serveCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, ready func(url string)) error {
 	return serveWith(ctx, s, fs, args, ready, serveExtras())
