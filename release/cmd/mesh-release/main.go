@@ -33,7 +33,7 @@ var commands = []command{
 		}},
 	{"init", "", "create the mesh buckets and stream on an existing NATS (idempotent), or write a cluster's server configurations", initAbout, initCmd},
 	{"declare", "NODE FILE", "validate a declaration file and store it for a node", declareAbout, declareCmd},
-	{"fleet", "", "show every node's last heartbeat; silent nodes stand out", "", fleetCmd},
+	{"fleet", "[NODE]", "show every node's last heartbeat, silent nodes standing out, or one node's whole story", fleetAbout, fleetCmd},
 	{"metrics", "", "serve the fleet, the rollout and the releases as Prometheus metrics", metricsAbout, metricsCmd},
 	{"keygen", "", "make an ed25519 release key pair", "", keygenCmd},
 	{"build", "", "build and sign a host archive and its manifest", "", buildCmd},
