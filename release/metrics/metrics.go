@@ -169,15 +169,22 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	up := func(source string, ok bool) {
 		ch <- gauge(descSourceUp, b2f(ok), source)
 	}
-	up("heartbeats", e.ready.Load() && e.watchErr.Load() == nil)
+	// Until the view holds every node's last heartbeat, and while the stream cannot be
+	// followed, the fleet's series are left out: a partial count would read as nodes gone, and
+	// a view no longer fed would turn every node SILENT.
+	heartbeats := e.ready.Load() && e.watchErr.Load() == nil
+	up("heartbeats", heartbeats)
 	up("rollouts", b.rolloutOK)
 	up("releases", b.releasesOK)
 	up("withdrawals", b.withdrawnOK)
 
-	rows := e.view.RowsWith(now, fleet.RowOptions{SilentAfter: e.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev})
-	collectFleet(ch, rows, e.cfg.NodeMetrics)
+	var rows []fleet.Row
+	if heartbeats {
+		rows = e.view.RowsWith(now, fleet.RowOptions{SilentAfter: e.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev})
+		collectFleet(ch, rows, e.cfg.NodeMetrics)
+	}
 	if b.hasRollout {
-		collectRollout(ch, b.rollout, rows, now)
+		collectRollout(ch, b.rollout, rows, heartbeats, now)
 	}
 	if b.releasesOK {
 		ch <- counter(descPublished, float64(b.published))

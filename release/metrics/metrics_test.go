@@ -97,6 +97,11 @@ func TestExporterCountsTheFleetByTheFleetViewsRules(t *testing.T) {
 	}
 	var shift time.Duration
 	e := New(Config{JS: b.Conn.JS, Names: b.Names, Now: func() time.Time { return time.Now().Add(shift) }})
+	before := gather(t, e)
+	if _, ok := before["mesh_fleet_nodes"]; ok || before[`mesh_metrics_source_up{source="heartbeats"}`] != 0 {
+		t.Errorf("before the heartbeats were read: %v; want no fleet series and heartbeats down", before)
+	}
+	e.read = time.Time{}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(runCtx) }()
@@ -234,7 +239,7 @@ func TestRolloutSeriesSayBatchProgressAndWhyItHalted(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := gather(t, collectorFunc(func(ch chan<- prometheus.Metric) { collectRollout(ch, tc.st, rows, created.Add(time.Minute)) }))
+			s := gather(t, collectorFunc(func(ch chan<- prometheus.Metric) { collectRollout(ch, tc.st, rows, true, created.Add(time.Minute)) }))
 			for name, want := range tc.want {
 				if got, ok := s[name]; !ok || got != want {
 					t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)

@@ -21,8 +21,9 @@ var haltReasons = []string{rollout.WhySilent, rollout.WhyRolledBack, rollout.Why
 // last heartbeats show confirmed and soaked, and why it halted. Confirmed and soaked are judged
 // from each node's last heartbeat as the controller judges them (running the version as
 // known-good; up for the soak since, or its batch done): the controller's own judgement, with
-// its history, is `mesh-release rollout status`.
-func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.Row, now time.Time) {
+// its history, is `mesh-release rollout status`. Without heartbeats (judged false), the counts
+// judged from them are left out.
+func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.Row, judged bool, now time.Time) {
 	ch <- gauge(descRolloutInfo, 1, text.Cut(text.Printable(st.ID), 64), versionLabel(st.Version), statusLabel(st.Status))
 	ch <- gauge(descRolloutBatch, float64(min(st.Current+1, len(st.Batches))))
 	ch <- gauge(descRolloutBatches, float64(len(st.Batches)))
@@ -53,12 +54,14 @@ func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.
 		}
 	}
 	ch <- gauge(descRolloutNodes, float64(len(st.Nodes)))
-	ch <- gauge(descRolloutConfirmed, float64(confirmed))
-	ch <- gauge(descRolloutSoaked, float64(soaked))
 	ch <- gauge(descRolloutLeftOut, float64(len(st.LeftOut)+st.LeftOutMore))
 	ch <- gauge(descBatchNodes, float64(len(st.BatchNodes(st.Current))))
-	ch <- gauge(descBatchConfirmed, float64(batchConfirmed))
-	ch <- gauge(descBatchSoaked, float64(batchSoaked))
+	if judged {
+		ch <- gauge(descRolloutConfirmed, float64(confirmed))
+		ch <- gauge(descRolloutSoaked, float64(soaked))
+		ch <- gauge(descBatchConfirmed, float64(batchConfirmed))
+		ch <- gauge(descBatchSoaked, float64(batchSoaked))
+	}
 	why := make(map[string]int, len(haltReasons))
 	if h := st.Halt; h != nil {
 		for _, r := range h.Nodes {
