@@ -376,3 +376,35 @@ func WriteStoryJSON(w io.Writer, s Story, line bool) error {
 	_, err = w.Write(append(text.PrintableJSON(b), '\n'))
 	return err
 }
+
+// Story is node's story as of now from the view, judged with o as RowsWith judges it (a restart
+// the view saw included); false when the view holds nothing of node.
+func (v *View) Story(node string, now time.Time, o RowOptions) (Story, bool) {
+	v.mu.Lock()
+	e, ok := v.entries[node]
+	r, seen := v.restarts[node]
+	v.mu.Unlock()
+	if !ok {
+		return Story{}, false
+	}
+	restarted := map[string]bool{}
+	if seen && e.Err == nil && e.Heartbeat.Running == r.running && now.Sub(r.seen) < RestartShownFor {
+		restarted[node] = true
+	}
+	return Story{Row: rows([]Entry{e}, now, o, restarted)[0], Timeline: timeline(e)}, true
+}
+
+// KindsOf counts rs by their status kind.
+func KindsOf(rs []Row) map[Kind]int {
+	m := make(map[Kind]int)
+	for _, r := range rs {
+		m[r.StatusKind]++
+	}
+	return m
+}
+
+// LauncherText is the LAUNCHER column's text for l.
+func LauncherText(l *wire.Launcher) string { return launcherText(l) }
+
+// Ago is how long ago d was, as the table says it.
+func Ago(d time.Duration) string { return ago(d) }

@@ -35,6 +35,7 @@ var commands = []command{
 	{"declare", "NODE FILE", "validate a declaration file and store it for a node", declareAbout, declareCmd},
 	{"fleet", "[NODE]", "show every node's last heartbeat, silent nodes standing out, or one node's whole story", fleetAbout, fleetCmd},
 	{"metrics", "", "serve the fleet, the rollout and the releases as Prometheus metrics", metricsAbout, metricsCmd},
+	{"web", "", "serve a live, read-only page of the fleet and the rollout", webAbout, webCmd},
 	{"keygen", "", "make an ed25519 release key pair", "", keygenCmd},
 	{"build", "", "build and sign a host archive and its manifest", "", buildCmd},
 	{"publish", "DIR", "put a built archive and manifest on the bus", "DIR is the -o directory of `mesh-release build`.", publishCmd},
