@@ -61,6 +61,17 @@ type Server struct {
 	mu      sync.Mutex
 	buckets buckets
 	changed chan struct{} // closed, and replaced, when anything the pages show changed
+	gen     uint64        // counts the changes
+
+	cacheMu sync.Mutex // guards the fleet fragment last drawn, shared by every open page
+	cache   drawn
+}
+
+// drawn is the fleet fragment as drawn for change gen at at.
+type drawn struct {
+	gen  uint64
+	at   time.Time
+	html []byte
 }
 
 // buckets is one read of the rollouts and withdrawals buckets.
@@ -185,14 +196,15 @@ func (s *Server) notify() {
 	s.mu.Lock()
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.gen++
 	s.mu.Unlock()
 }
 
-// wait returns a channel closed at the next change.
-func (s *Server) wait() <-chan struct{} {
+// wait returns a channel closed at the next change, and the current change's number.
+func (s *Server) wait() (<-chan struct{}, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.changed
+	return s.changed, s.gen
 }
 
 func (s *Server) snapshot() buckets {
