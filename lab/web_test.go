@@ -213,7 +213,7 @@ func TestBrowserWatchesARolloutAdvanceAndHaltOnTheFleetPage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open %s's page: %v", failing, err)
 	}
-	if !regexp.MustCompile(`node ` + failing + `\n`).MatchString(story) || !strings.Contains(story, "rolled back from v1.1.0") {
+	if !regexp.MustCompile(`node `+failing+`\n`).MatchString(story) || !strings.Contains(story, "rolled back from v1.1.0") {
 		t.Errorf("%s's page does not tell its rollback:\n%s", failing, story)
 	}
 	shot("4-node")
