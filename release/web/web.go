@@ -57,6 +57,7 @@ type Server struct {
 	ready atomic.Bool
 	// watchErr is why following the heartbeats failed last, "" while it works.
 	watchErr atomic.Pointer[string]
+	reads    atomic.Int64 // reads of the buckets done (tests wait on it)
 
 	mu      sync.Mutex
 	buckets buckets
@@ -139,6 +140,7 @@ func (s *Server) readBuckets(ctx context.Context) {
 	defer t.Stop()
 	for {
 		b := s.read(ctx)
+		s.reads.Add(1)
 		s.mu.Lock()
 		same := reflect.DeepEqual(b, s.buckets)
 		s.buckets = b

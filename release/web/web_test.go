@@ -264,11 +264,30 @@ func TestEventsCarryTheFragmentAgainWhenAHeartbeatArrives(t *testing.T) {
 	}
 }
 
-// On a real bus the server follows the heartbeats and reads the rollout: both show on the page.
-func TestServerFollowsTheBus(t *testing.T) {
+// On a real bus the server follows the heartbeats and reads the rollout: both show on the page,
+// and the events stream; it writes nothing: every stream but the heartbeats' (the buckets are
+// streams) keeps its last sequence.
+func TestServerFollowsTheBusAndWritesNothing(t *testing.T) {
 	b := meshtest.StartBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	seqs := func() map[string]uint64 {
+		out := map[string]uint64{}
+		l := b.Conn.JS.ListStreams(ctx)
+		for info := range l.Info() {
+			if info.Config.Name != b.Names.HeartbeatStream() {
+				out[info.Config.Name] = info.State.LastSeq
+			}
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := seqs()
+	if len(before) < 3 {
+		t.Fatalf("the bus has %d streams besides the heartbeats'; this test checks nothing", len(before))
+	}
 	s := New(Config{JS: b.Conn.JS, Names: b.Names, Every: 100 * time.Millisecond})
 	go s.Run(ctx)
 	hs := httptest.NewServer(s.Handler())
@@ -281,4 +300,14 @@ func TestServerFollowsTheBus(t *testing.T) {
 		_, _, body := fetch(t, "GET", hs.URL+"/")
 		return strings.Contains(body, `href="/node/bus-1"`) && strings.Contains(body, `id="rollout-none"`)
 	})
+	if ev := firstEvent(t, hs.URL+"/node/bus-1/events"); !strings.Contains(ev, `id="story"`) {
+		t.Errorf("the node's events:\n%s", ev)
+	}
+	read := s.reads.Load()
+	meshtest.Eventually(t, "the server reads the buckets three more times", func() bool { return s.reads.Load() >= read+3 })
+	for name, seq := range seqs() {
+		if before[name] != seq {
+			t.Errorf("stream %s went from sequence %d to %d while the page ran: it wrote to the bus", name, before[name], seq)
+		}
+	}
 }
