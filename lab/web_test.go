@@ -190,6 +190,11 @@ func TestBrowserWatchesARolloutAdvanceAndHaltOnTheFleetPage(t *testing.T) {
 			t.Errorf("the withdrawals say %q; want %q", w, want)
 		}
 	}
+	// Without JavaScript (a plain GET, as a browser with scripts off loads it) the same tables.
+	if page := get(t, "http://"+addr+"/"); !strings.Contains(page, `id="batch-3" data-state="halted"`) || !strings.Contains(page, `id="halt"`) ||
+		!strings.Contains(page, `href="/node/`+failing+`"`) {
+		t.Errorf("the page as drawn without JavaScript lacks the halted batch or the report:\n%s", page)
+	}
 	png := shot("3-halted")
 	if os.Getenv(updateScreenshot) == "1" {
 		if err := os.WriteFile(filepath.Join(bins.Src, "docs", "fleet-page.png"), png, 0o644); err != nil {
