@@ -223,8 +223,22 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /events", s.fleetEvents)
 	mux.HandleFunc("GET /node/{node}", s.nodePage)
 	mux.HandleFunc("GET /node/{node}/events", s.nodeEvents)
-	mux.Handle("GET /assets/", http.FileServerFS(assets))
+	mux.Handle("GET /assets/{file}", staticAssets())
 	return headers(mux)
+}
+
+// staticAssets serves the script and the stylesheet, nothing else of assets (no listing, no
+// template).
+func staticAssets() http.Handler {
+	files := http.FileServerFS(assets)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.PathValue("file") {
+		case "live.js", "style.css":
+			files.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
 }
 
 // headers sets what every answer carries: a content security policy allowing only this

@@ -235,6 +235,11 @@ func TestPagesAnswerReadsOnlyWithAStrictPolicy(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "EventSource") || !strings.Contains(h.Get("Content-Type"), "javascript") {
 		t.Errorf("GET /assets/live.js: %d %s", code, h.Get("Content-Type"))
 	}
+	for _, p := range []string{"/assets/", "/assets/fleet.html", "/assets/node.html"} {
+		if code, _, body := fetch(t, "GET", hs.URL+p); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404 (only the script and stylesheet are served):\n%s", p, code, body)
+		}
+	}
 }
 
 // The events carry the page's fragment again when a heartbeat arrives: a node heard after the
