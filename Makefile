@@ -59,6 +59,8 @@ bench:
 	$(BENCH) -bench RolloutHundredThousandSimulatedNodes -benchtime 1x ./lab/
 	$(BENCH) -bench RolloutPauseOnServerLoss -benchtime 1x ./lab/
 	$(BENCH) -bench FleetRead -benchtime 20x ./release/fleet/
+	$(BENCH) -bench ScrapeTenThousandNodes -benchtime 20x ./release/metrics/
+	$(BENCH) -bench FleetPageTenThousandNodes -benchtime 20x ./release/web/
 	$(BENCH) -bench RolloutStateHundredThousandNodes -benchtime 5x ./release/rollout/
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/

@@ -28,7 +28,7 @@ type binary struct {
 var binaries = []binary{
 	{"mesh-launcher", PkgLauncher, []string{"run", "install", "status", "version"}},
 	{"mesh-host", PkgHost, []string{"run", "preflight", "version"}},
-	{"mesh-release", PkgRelease, []string{"serve", "init", "declare", "fleet", "keygen", "build", "publish", "target", "rollout", "withdraw", "enrol-token", "enrol-service", "node", "version"}},
+	{"mesh-release", PkgRelease, []string{"serve", "init", "declare", "fleet", "metrics", "keygen", "build", "publish", "target", "rollout", "withdraw", "enrol-token", "enrol-service", "node", "version"}},
 	{"mesh-lab", pkgLab, []string{"demo", "up", "version"}},
 }
 

@@ -34,7 +34,7 @@ func Read(ctx context.Context, js jetstream.JetStream, n wire.Names) ([]Entry, e
 	// A heartbeat stored while the snapshot is read is delivered too: keep one entry per
 	// node, the newest, where its first one was.
 	at := map[string]int{}
-	err := follow(ctx, js, n, false, func(e Entry) {
+	err := follow(ctx, js, n, n.HeartbeatWildcard(), false, func(e Entry) {
 		if i, ok := at[e.Node]; ok {
 			out[i] = e
 			return
@@ -50,10 +50,17 @@ func Read(ctx context.Context, js jetstream.JetStream, n wire.Names) ([]Entry, e
 // called from one goroutine at a time. It returns ctx's error or why the stream could not be
 // read.
 func Watch(ctx context.Context, js jetstream.JetStream, n wire.Names, fn func(Entry), ready func()) error {
-	return follow(ctx, js, n, true, fn, ready)
+	return follow(ctx, js, n, n.HeartbeatWildcard(), true, fn, ready)
 }
 
-func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool, fn func(Entry), ready func()) error {
+// WatchNode is Watch for one node: its last heartbeat (when the stream holds one), then ready,
+// then each of its heartbeats as it arrives. The server sends this node's only.
+func WatchNode(ctx context.Context, js jetstream.JetStream, n wire.Names, node string, fn func(Entry), ready func()) error {
+	return follow(ctx, js, n, n.Heartbeat(node), true, fn, ready)
+}
+
+// follow reads the last heartbeat of each subject filter matches, then, when live, each new one.
+func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter string, live bool, fn func(Entry), ready func()) error {
 	if ready == nil {
 		ready = func() {}
 	}
@@ -61,16 +68,22 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx)
+	// The whole fleet: the stream's count says whether there is anything to read (listing its
+	// subjects would name every node). One node: whether its subject holds a message.
+	var opts []jetstream.StreamInfoOpt
+	if filter != n.HeartbeatWildcard() {
+		opts = append(opts, jetstream.WithSubjectFilter(filter))
+	}
+	info, err := st.Info(ctx, opts...)
 	if err != nil {
 		return fmt.Errorf("fleet: stream %s: %w", n.HeartbeatStream(), err)
 	}
-	empty := info.State.Msgs == 0
+	empty := info.State.Msgs == 0 || (len(opts) > 0 && len(info.State.Subjects) == 0)
 	if empty && !live {
 		return nil
 	}
 	cons, err := js.OrderedConsumer(ctx, n.HeartbeatStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{n.HeartbeatWildcard()},
+		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
@@ -130,7 +143,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 		}
 		if !caughtUp && md.NumPending == 0 {
 			caughtUp = true
-			if err := fillMissed(ctx, st, n, seen, fn); err != nil {
+			if err := fillMissed(ctx, st, n, filter, seen, fn); err != nil {
 				return err
 			}
 			ready()
@@ -271,8 +284,8 @@ func (v *View) RowsWith(now time.Time, o RowOptions) []Row {
 // consumer did not deliver before it caught up. A node that heartbeats while the stream is read
 // has its last message replaced (one per subject); the consumer can report nothing pending
 // before it reaches the replacement, and the node would be missing from the snapshot.
-func fillMissed(ctx context.Context, st jetstream.Stream, n wire.Names, seen map[string]bool, fn func(Entry)) error {
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(n.HeartbeatWildcard()))
+func fillMissed(ctx context.Context, st jetstream.Stream, n wire.Names, filter string, seen map[string]bool, fn func(Entry)) error {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return fmt.Errorf("fleet: list the nodes in %s: %w", n.HeartbeatStream(), err)
 	}

@@ -223,6 +223,14 @@ func TestFleetViewSaysANodeRestartedForFiveMinutes(t *testing.T) {
 			if got := state(v, last.Add(tc.at)); got != tc.want {
 				t.Errorf("state = %q, want %q", got, tc.want)
 			}
+			// A node's story from the view (the fleet page's node page) says the same.
+			st, ok := v.Story("n", last.Add(tc.at), RowOptions{SilentAfter: time.Hour})
+			if got := string(st.StatusKind) + ": " + st.Status; !ok || got != tc.want || len(st.Timeline) == 0 {
+				t.Errorf("the view's story says %q (found %v, %d moments), want %q", got, ok, len(st.Timeline), tc.want)
+			}
+			if _, ok := v.Story("other", last, RowOptions{}); ok {
+				t.Error("the view has a story of a node it never heard")
+			}
 		})
 	}
 }

@@ -119,7 +119,7 @@ func TestBadFlagsAndArgumentsExit2AndAreSaidOnce(t *testing.T) {
 		{[]string{"declare", "n1"}, "mesh-release declare: want NODE and FILE, got 1 argument\n"},
 		{[]string{"declare", "n1", "f", "--max-bytes", "x"}, "mesh-release declare: invalid value \"x\" for flag -max-bytes: parse error\n"},
 		{[]string{"declare", "n1", "f", "--max-bytes", "0"}, "mesh-release declare: --max-bytes is 0; it must be a positive number of bytes\n"},
-		{[]string{"fleet", "extra"}, "mesh-release fleet: unexpected argument [\"extra\"]; this command takes flags only\n"},
+		{[]string{"fleet", "n1", "extra"}, "mesh-release fleet: one NODE at most, got 2 arguments\n"}, // one is a node (issue 22)
 		{[]string{"fleet", "--silent-after", "0s"}, "mesh-release fleet: --silent-after must be positive\n"},
 		{[]string{"target", "v1.0.0"}, "mesh-release target: no node ids given"},
 		{[]string{"target", "--fleet", "n1", "v1.0.0"}, "mesh-release target: give node ids or --fleet, not both\n"},

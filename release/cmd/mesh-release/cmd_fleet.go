@@ -5,10 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/novox/mesh-host/internal/buslayout"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/rollout"
@@ -22,11 +26,22 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	asJSON := fs.Bool("json", false, "write JSON instead of a table")
 	watch := fs.Bool("watch", false, "keep showing the fleet as heartbeats arrive")
 	silentAfter := fs.Duration("silent-after", fleet.DefaultSilentAfter, "mark a node SILENT when unheard for this long (3× its heartbeat interval)")
-	if err := noArgs(fs, args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 1 {
+		return usagef("one NODE at most, got %d arguments", len(pos))
 	}
 	if *silentAfter <= 0 {
 		return usagef("--silent-after must be positive")
+	}
+	node := ""
+	if len(pos) == 1 {
+		node = pos[0]
+		if err := wire.ValidNode(node); err != nil {
+			return usagef("NODE %s: %v", text.Bound(node), err)
+		}
 	}
 	out := s.out
 	c, err := b.connect(ctx)
@@ -34,8 +49,11 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 		return err
 	}
 	defer c.Close()
-	header := rolloutHeader(c, b)
 	withdrawn := withdrawalsOf(c, b)
+	if node != "" {
+		return fleetNode(ctx, s, c, b, node, *asJSON, *watch, *silentAfter, withdrawn)
+	}
+	header := rolloutHeader(c, b)
 	render := func(judge func(fleet.RowOptions) []fleet.Row) error {
 		w, rev, problem := withdrawn(ctx)
 		rows := judge(fleet.RowOptions{SilentAfter: *silentAfter, Withdrawals: w, WithdrawalsRevision: rev})
@@ -45,10 +63,8 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 			}
 			return fleet.WriteJSON(out, rows)
 		}
-		if *watch && s.tty {
-			fmt.Fprint(out, "\x1b[H\x1b[2J")
-		} else if *watch {
-			fmt.Fprintf(out, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+		if *watch {
+			redraw(s)
 		}
 		return fleet.WriteTextWith(out, rows, fleet.TextOptions{SilentAfter: *silentAfter, Header: header(ctx),
 			Withdrawn: w.Withdrawn, WithdrawnProblem: problem})
@@ -63,18 +79,44 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	return watchFleet(ctx, c, b, render)
 }
 
+// redraw starts a --watch render: on a terminal the cursor home and the screen cleared, so the
+// render replaces the last one in place; otherwise (a pipe, a file) a line with the time, so
+// renders are appended, each one marked.
+func redraw(s *stdio) {
+	if s.tty {
+		fmt.Fprint(s.out, clearScreen)
+		return
+	}
+	fmt.Fprintf(s.out, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+}
+
+// clearScreen is ANSI's cursor home (CSI H) and erase display (CSI 2J).
+const clearScreen = "\x1b[H\x1b[2J"
+
 // watchFleet re-renders when heartbeats arrive (at most every 250 ms) and once a second so that
 // ages and silence stay current. Heartbeats are pushed by the server; nothing is polled.
 func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, render func(func(fleet.RowOptions) []fleet.Row) error) error {
+	view := fleet.NewView()
+	return watchRendering(ctx, func(ctx context.Context, changed func(), ready func()) error {
+		return fleet.Watch(ctx, c.JS, b.names(), func(e fleet.Entry) {
+			view.Update(e)
+			changed()
+		}, ready)
+	}, func() error {
+		return render(func(o fleet.RowOptions) []fleet.Row { return view.RowsWith(time.Now(), o) })
+	})
+}
+
+// watchRendering runs follow (which calls changed on news and ready once caught up) and calls
+// render once follow is ready, then on news (at most every 250 ms) and once a second.
+func watchRendering(ctx context.Context, follow func(ctx context.Context, changed func(), ready func()) error, render func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	view := fleet.NewView()
 	changed := make(chan struct{}, 1)
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		errc <- fleet.Watch(ctx, c.JS, b.names(), func(e fleet.Entry) {
-			view.Update(e)
+		errc <- follow(ctx, func() {
 			select {
 			case changed <- struct{}{}:
 			default:
@@ -93,7 +135,7 @@ func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, render func(func(f
 	last := time.Time{}
 	for {
 		if time.Since(last) >= 250*time.Millisecond {
-			if err := render(func(o fleet.RowOptions) []fleet.Row { return view.RowsWith(time.Now(), o) }); err != nil {
+			if err := render(); err != nil {
 				return err
 			}
 			last = time.Now()
@@ -114,6 +156,75 @@ func watchFleet(ctx context.Context, c *bus.Conn, b busFlags, render func(func(f
 		case <-tick.C:
 		}
 	}
+}
+
+// fleetNode prints node's story (`fleet NODE`): from its last heartbeat, or with --watch,
+// again as each heartbeat arrives, with the heartbeats seen listed.
+func fleetNode(ctx context.Context, s *stdio, c *bus.Conn, b busFlags, node string, asJSON, watch bool, silentAfter time.Duration,
+	withdrawn func(context.Context) (wire.Withdrawals, uint64, string)) error {
+	n := b.names()
+	story := func(e fleet.Entry, beats []fleet.Beat) fleet.Story {
+		w, rev, _ := withdrawn(ctx)
+		st := fleet.StoryOf(e, time.Now(), fleet.RowOptions{SilentAfter: silentAfter, Withdrawals: w, WithdrawalsRevision: rev})
+		st.Heard = beats
+		return st
+	}
+	if !watch {
+		e, ok, err := fleet.Last(ctx, c.JS, n, node)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return notHeardError(node, n)
+		}
+		if asJSON {
+			return fleet.WriteStoryJSON(s.out, story(e, nil), false)
+		}
+		return fleet.WriteStory(s.out, story(e, nil), time.Now())
+	}
+	var (
+		mu    sync.Mutex
+		last  fleet.Entry
+		heard bool
+		beats []fleet.Beat
+	)
+	return watchRendering(ctx, func(ctx context.Context, changed func(), ready func()) error {
+		return fleet.WatchNode(ctx, c.JS, n, node, func(e fleet.Entry) {
+			mu.Lock()
+			if !heard || !e.Heard.Before(last.Heard) {
+				last, heard = e, true
+				row := fleet.RowsWith([]fleet.Entry{e}, time.Now(), fleet.RowOptions{SilentAfter: silentAfter})[0]
+				beats = append(beats, fleet.BeatOf(row))
+				if len(beats) > fleet.MaxHeard {
+					beats = beats[len(beats)-fleet.MaxHeard:]
+				}
+			}
+			mu.Unlock()
+			changed()
+		}, ready)
+	}, func() error {
+		mu.Lock()
+		e, ok, bs := last, heard, slices.Clone(beats)
+		mu.Unlock()
+		if asJSON {
+			if !ok {
+				return nil // nothing heard yet: no line until there is
+			}
+			return fleet.WriteStoryJSON(s.out, story(e, bs), true)
+		}
+		redraw(s)
+		if !ok {
+			_, err := fmt.Fprintf(s.out, "node %s: no heartbeat in %s yet; waiting for its first\n", node, n.HeartbeatStream())
+			return err
+		}
+		return fleet.WriteStory(s.out, story(e, bs), time.Now())
+	})
+}
+
+// notHeardError says that node has no heartbeat on this bus.
+func notHeardError(node string, n wire.Names) error {
+	return fmt.Errorf("fleet: node %s has no heartbeat in %s: it never heartbeated on this bus, or not within %d days; `mesh-release fleet` lists the nodes heard",
+		node, n.HeartbeatStream(), buslayout.HeartbeatMaxAge/(24*time.Hour))
 }
 
 // rolloutHeader returns what the table's top line says about the current rollout: its summary
@@ -167,3 +278,13 @@ func withdrawalsOf(c *bus.Conn, b busFlags) func(context.Context) (wire.Withdraw
 		return list, rev, problem
 	}
 }
+
+const fleetAbout = `Without NODE, a table: every node's STATE (what it is doing, judged from its last heartbeat;
+SILENT when unheard for --silent-after), versions, launcher, last heard and last reconcile, the
+current rollout and the withdrawn versions above it. With NODE, that node's whole story from its
+last heartbeat: its versions, launcher, last reconcile, fetch progress, refusal, link failure,
+rollbacks with the failed version's last output, drift, profile, inventory, and a timeline of
+what the heartbeat dates (the stream keeps each node's last heartbeat only; --watch adds each
+heartbeat as it arrives). --json writes the same as JSON. --watch redraws in place on a
+terminal, and appends each render after a line with the time otherwise (one JSON line each with
+--json). Exit 1 when NODE has no heartbeat on the bus.`

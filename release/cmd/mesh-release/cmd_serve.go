@@ -61,8 +61,10 @@ func (f *namesFlag) Set(v string) error {
 type serveExtra func(fs *flag.FlagSet) (start func(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error)
 
 // serveExtras is what serve runs beside the bus: the enrolment service (operator mode) and,
-// with --key, the targets' re-signer.
-func serveExtras() []serveExtra { return []serveExtra{enrolInServe, keepTargetsInServe} }
+// with --key, the targets' re-signer, and with --metrics, the Prometheus metrics.
+func serveExtras() []serveExtra {
+	return []serveExtra{enrolInServe, keepTargetsInServe, metricsInServe}
+}
 
 func serveCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, ready func(url string)) error {
 	return serveWith(ctx, s, fs, args, ready, serveExtras())
