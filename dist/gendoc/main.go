@@ -499,4 +499,3 @@ func writeFile(path string, data []byte) error {
 	}
 	return nil
 }
-
