@@ -26,6 +26,12 @@ type artifacts struct {
 	deb     string
 	tarball string
 	topDir  string // the tarball's single top-level directory
+
+	out            string // OUT: everything make package wrote
+	releaseDeb     string // mesh-release's .deb for this machine's architecture
+	releaseTarball string
+	releaseTop     string // its single top-level directory
+	darwin         string // mesh-release for darwin/arm64
 }
 
 // outDir holds every test's build; TestMain removes it.
@@ -43,8 +49,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build runs `make package` once for the whole test binary: it builds two binaries and nfpm,
-// which is most of this package's run time.
+// build runs `make package` once for the whole test binary: it builds the binaries and nfpm,
+// which is most of this package's run time. The release tool is packaged for this machine's
+// architecture only (RELEASE_ARCHS): the other is the same recipe, compiled cold for minutes.
 var build = sync.OnceValues(func() (artifacts, error) {
 	repo, err := filepath.Abs("..")
 	if err != nil {
@@ -56,7 +63,7 @@ var build = sync.OnceValues(func() (artifacts, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out := filepath.Join(outDir, "out")
-	cmd := exec.CommandContext(ctx, "make", "-C", repo, "package", "OUT="+out, "VERSION="+testVersion, "ARCH="+runtime.GOARCH)
+	cmd := exec.CommandContext(ctx, "make", "-C", repo, "package", "OUT="+out, "VERSION="+testVersion, "ARCH="+runtime.GOARCH, "RELEASE_ARCHS="+runtime.GOARCH)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
@@ -68,8 +75,14 @@ var build = sync.OnceValues(func() (artifacts, error) {
 		deb:     filepath.Join(out, "mesh-host_"+debVersion+"_"+debArch()+".deb"),
 		tarball: filepath.Join(out, top+".tar.gz"),
 		topDir:  top,
+		out:     out,
+
+		releaseDeb:     filepath.Join(out, "mesh-release_"+debVersion+"_"+debArch()+".deb"),
+		releaseTarball: filepath.Join(out, "mesh-release-"+testVersion+"-linux-"+runtime.GOARCH+".tar.gz"),
+		releaseTop:     "mesh-release-" + testVersion + "-linux-" + runtime.GOARCH,
+		darwin:         filepath.Join(out, "mesh-release-"+testVersion+"-darwin-arm64"),
 	}
-	for _, f := range []string{a.deb, a.tarball} {
+	for _, f := range []string{a.deb, a.tarball, a.releaseDeb, a.releaseTarball, a.darwin} {
 		if _, err := os.Stat(f); err != nil {
 			return artifacts{}, fmt.Errorf("make package did not write %s: %w\n%s", f, err, log.String())
 		}

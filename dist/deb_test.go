@@ -22,9 +22,29 @@ func needDpkgDeb(t *testing.T) {
 func TestDebHoldsTheBinariesAndTheUnitAtTheirPathsAndModes(t *testing.T) {
 	needDpkgDeb(t)
 	a := built(t)
+	wantDebFiles(t, a.deb, map[string]string{
+		"./usr/bin/mesh-launcher":                               "-rwxr-xr-x",
+		"./usr/share/mesh-host/mesh-host":                       "-rwxr-xr-x",
+		"./lib/systemd/system/mesh-launcher.service":            "-rw-r--r--",
+		"./usr/share/man/man8/mesh-launcher.8.gz":               "-rw-r--r--",
+		"./usr/share/man/man8/mesh-host.8.gz":                   "-rw-r--r--",
+		"./usr/share/bash-completion/completions/mesh-launcher": "-rw-r--r--",
+		"./usr/share/bash-completion/completions/mesh-host":     "-rw-r--r--",
+		"./usr/share/zsh/vendor-completions/_mesh-launcher":     "-rw-r--r--",
+		"./usr/share/zsh/vendor-completions/_mesh-host":         "-rw-r--r--",
+		"./usr/share/doc/mesh-host/copyright":                   "-rw-r--r--",
+		"./usr/share/doc/mesh-host/changelog.gz":                "-rw-r--r--",
+		"./usr/share/lintian/overrides/mesh-host":               "-rw-r--r--",
+	})
+}
+
+// wantDebFiles fails unless deb holds exactly the files in want (path → mode as dpkg-deb -c
+// lists it), each owned by root.
+func wantDebFiles(t *testing.T, deb string, want map[string]string) {
+	t.Helper()
 	// dpkg-deb -c lists like tar -tv: mode, owner/group, size, date, time, path.
 	files := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(run(t, "dpkg-deb", "-c", a.deb)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(run(t, "dpkg-deb", "-c", deb)), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 6 {
 			t.Fatalf("dpkg-deb -c line %q: want mode, owner, size, date, time, path", line)
@@ -36,21 +56,16 @@ func TestDebHoldsTheBinariesAndTheUnitAtTheirPathsAndModes(t *testing.T) {
 			files[f[5]] = f[0]
 		}
 	}
-	want := map[string]string{
-		"./usr/bin/mesh-launcher":                    "-rwxr-xr-x",
-		"./usr/share/mesh-host/mesh-host":            "-rwxr-xr-x",
-		"./lib/systemd/system/mesh-launcher.service": "-rw-r--r--",
-	}
 	for path, mode := range want {
 		if got, ok := files[path]; !ok {
-			t.Errorf("the .deb has no %s", path)
+			t.Errorf("%s has no %s", filepath.Base(deb), path)
 		} else if got != mode {
 			t.Errorf("%s has mode %s, want %s", path, got, mode)
 		}
 	}
 	for path := range files {
 		if _, ok := want[path]; !ok {
-			t.Errorf("the .deb holds %s, which nothing asked for", path)
+			t.Errorf("%s holds %s, which nothing asked for", filepath.Base(deb), path)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package dist
 
 import (
 	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -12,8 +11,9 @@ func TestScriptsPassShellcheckAsPOSIXSh(t *testing.T) {
 	if _, err := exec.LookPath("shellcheck"); err != nil {
 		t.Skip("shellcheck is not installed (Debian's shellcheck package): the scripts are not linted here")
 	}
-	for _, script := range []string{"deb/postinst", "deb/prerm", "deb/postrm", "tarball/install.sh"} {
-		t.Run(filepath.Base(script), func(t *testing.T) {
+	for _, script := range []string{"deb/postinst", "deb/prerm", "deb/postrm", "tarball/install.sh",
+		"release-deb/postinst", "release-deb/prerm", "release-deb/postrm"} {
+		t.Run(script, func(t *testing.T) {
 			out, err := exec.Command("shellcheck", "--shell=sh", "--severity=style", script).CombinedOutput()
 			if err != nil {
 				t.Errorf("shellcheck %s: %v\n%s", script, err, out)

@@ -447,12 +447,13 @@ func newWorld(t *testing.T, ctx context.Context) *world {
 	return w
 }
 
-// buildDeb runs `make package` on this tree into out and returns the .deb, as an operator would
-// build it.
+// buildDeb runs `make package` on this tree into out and returns the node's .deb, as an operator
+// would build it; without the release tool's packages (RELEASE_ARCHS, RELEASE_DARWIN empty), which
+// no node installs and which would add cross-compiles to every build.
 func buildDeb(t *testing.T, ctx context.Context, src, version, out string) string {
 	t.Helper()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "make", "package", "VERSION="+version, "OUT="+out)
+	cmd := exec.CommandContext(ctx, "make", "package", "VERSION="+version, "OUT="+out, "RELEASE_ARCHS=", "RELEASE_DARWIN=")
 	cmd.Dir = src
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make package: %v\n%s", err, b)
