@@ -535,11 +535,19 @@ func TestEnsureStartsATransitionForAStoreFromBeforeNodesLostConsumers(t *testing
 	if err := os.CopyFS(filepath.Join(copyDir, Dir), os.DirFS(filepath.Join(data, Dir))); err != nil {
 		t.Fatal(err)
 	}
+	oldNodes, _ := jwt.DecodeAccountClaims(string(readFile(t, filepath.Join(data, Dir, NodesJWTFile))))
 	s, err := Ensure(data)
 	if err != nil {
 		t.Fatalf("Ensure of a store from before: %v", err)
 	}
 	checkTransition(t, s, first)
+	// A server keeps the JWT it holds when the new one has its id (a hash with the issue time in
+	// seconds): signed within the second of the old one, the transition never reached a server.
+	newNodes, _ := jwt.DecodeAccountClaims(string(readFile(t, filepath.Join(data, Dir, NodesJWTFile))))
+	if newNodes.ID == oldNodes.ID || newNodes.IssuedAt <= oldNodes.IssuedAt {
+		t.Errorf("the nodes account signed for the transition has id %s issued at %d, the one before %s at %d: a server would keep the old one",
+			newNodes.ID, newNodes.IssuedAt, oldNodes.ID, oldNodes.IssuedAt)
+	}
 	again, err := Ensure(data)
 	if err != nil {
 		t.Fatalf("Ensure of a store in transition: %v", err)

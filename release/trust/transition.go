@@ -155,6 +155,13 @@ func (s *Store) readAccounts() (ac, nc *jwt.AccountClaims, err error) {
 // signSharing signs the mesh account with list's exports and the nodes account with its imports
 // (everything else of each kept: the revocations, the signing keys given) and stores them.
 func (s *Store) signSharing(ac, nc *jwt.AccountClaims, list []sharing) error {
+	// A server's resolver ignores a JWT with the id of the one it holds, and the id hashes the
+	// issue time in seconds, not the imports or signing keys: signed within the second of the
+	// one it replaces (a store made a moment before), the servers would keep the old account,
+	// and refuse every user the second signing key signs.
+	if err := waitPastSecond(context.Background(), max(ac.IssuedAt, nc.IssuedAt)); err != nil {
+		return err
+	}
 	ac.Exports = exportsOf(list)
 	var err error
 	if nc.Imports, err = importsOf(list, s.account, s.nodesPub); err != nil {
