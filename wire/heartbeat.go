@@ -178,6 +178,13 @@ type Fetch struct {
 	// keeps the host version from being staged. Absent when the release carried none or the
 	// node had it already.
 	LauncherNote string `json:"launcher_note,omitempty"`
+	// Delta is the base version whose delta is being (or was) fetched instead of the archive
+	// (decision 0028); absent when the node fetches the full archive. Bytes and Total are then
+	// the delta's.
+	Delta string `json:"delta,omitempty"`
+	// Moved is every byte this delivery of the version has fetched so far: a delta, and the
+	// archive too when the delta could not be used. Absent (0) before the first byte.
+	Moved int64 `json:"moved,omitempty"`
 }
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []
