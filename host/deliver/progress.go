@@ -33,12 +33,17 @@ type Progress struct {
 	// "launcher v0.3.0 staged", or why it was not. Empty when it carried none or the node
 	// has it already.
 	Launcher string
+	// Delta is the base version whose delta is fetched (Bytes and Total are then the delta's),
+	// or "" for the archive.
+	Delta string
+	// Moved is every byte this delivery fetched so far: a delta it could not use counts too.
+	Moved int64
 }
 
 // Fetch returns the progress as the heartbeat carries it.
 func (p Progress) Fetch() *wire.Fetch {
 	f := &wire.Fetch{State: p.State, Version: p.Version, Bytes: p.Bytes, Total: p.Total, Percent: p.Percent, RateBPS: p.RateBPS,
-		StalledS: int64(p.Stalled / time.Second), LauncherNote: p.Launcher}
+		StalledS: int64(p.Stalled / time.Second), LauncherNote: p.Launcher, Delta: p.Delta, Moved: p.Moved}
 	if p.Err != nil {
 		f.Error = p.Err.Error()
 		f.RetryAt = p.Err.RetryAt
@@ -50,6 +55,8 @@ func (p Progress) Fetch() *wire.Fetch {
 // meterInterval, and once more when the last byte is written.
 type meter struct {
 	version  string
+	delta    string // the base version when the object is a delta
+	before   int64  // what the delivery moved before this object
 	total, n int64
 	start    time.Time
 	last     time.Time     // of the last report
@@ -59,9 +66,9 @@ type meter struct {
 
 const meterInterval = 250 * time.Millisecond
 
-func newMeter(version string, total int64, report func(Progress)) *meter {
+func newMeter(version string, total int64, delta string, before int64, report func(Progress)) *meter {
 	now := time.Now()
-	m := &meter{version: version, total: total, start: now, last: now, report: report}
+	m := &meter{version: version, delta: delta, before: before, total: total, start: now, last: now, report: report}
 	m.send()
 	return m
 }
@@ -86,7 +93,7 @@ func (m *meter) stalled(idle time.Duration) {
 }
 
 func (m *meter) send() {
-	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle}
+	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle, Delta: m.delta, Moved: m.before + m.n}
 	if m.total > 0 {
 		p.Percent = float64(m.n) * 100 / float64(m.total)
 	}
