@@ -188,19 +188,46 @@ func TestDeliverFallsBackToTheArchiveAndNeverMarksTheReleaseBad(t *testing.T) {
 // The binaries the table's edits make deltas of (set by each case before it runs).
 var fixtureOld, fixtureOther []byte
 
-func TestDeliverTakesTheArchiveWhenTheReleaseCarriesALauncherTheNodeLacks(t *testing.T) {
+// The delta rebuilds the host binary only: a release carrying the launcher the node has comes
+// as the delta, one carrying a launcher it lacks comes as the archive, whose launcher is staged.
+func TestDeliverTakesADeltaOnlyWhenTheNodeHasTheReleasesLauncher(t *testing.T) {
 	h := newHarness(t, nil)
-	old, bin := fakehost(t, v1, "ok", runtime.GOARCH), fakehost(t, v101, "ok", runtime.GOARCH)
-	h.release(v1, old)
-	h.staged(v1, old)
-	m := h.releaseWithDeltas(v101, bin, []base{{v1, old}}, nil)
-	m.Launcher = wire.ReleaseLauncher{Version: "v0.3.0", Digest: digestOf([]byte("a launcher")), Size: 10}
-	if h.d.deltaFits(context.Background(), m) {
-		t.Fatal("a release carrying a launcher this node has no record of fits a delta; the delta carries no launcher")
+	launcher, newer := fakehost(t, lv, "ok", runtime.GOARCH), fakehost(t, "v0.4.0", "ok", runtime.GOARCH)
+	bins := map[string][]byte{}
+	for _, v := range []string{v1, v101, "v1.0.2"} {
+		bins[v] = fakehost(t, v, "ok", runtime.GOARCH)
 	}
-	m.Launcher = wire.ReleaseLauncher{}
-	if !h.d.deltaFits(context.Background(), m) {
-		t.Fatal("a release listing a delta and carrying no launcher does not fit a delta")
+	withDelta := func(from string) func(*wire.Manifest) {
+		return func(m *wire.Manifest) {
+			var buf bytes.Buffer
+			if err := delta.Make(&buf, bins[from], bins[m.Version]); err != nil {
+				t.Fatal(err)
+			}
+			d := wire.ReleaseDelta{BaseVersion: from, BaseDigest: digestOf(bins[from]), Object: wire.DeltaObjectName(m.Version, from, m.OS, m.Arch),
+				Size: int64(buf.Len()), Digest: digestOf(buf.Bytes())}
+			obs, _ := h.js.ObjectStore(context.Background(), wire.NamesFor("").Archives())
+			if _, err := obs.PutBytes(context.Background(), d.Object, buf.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+			m.Schema, m.Deltas = wire.ManifestSchemaWithDeltas, []wire.ReleaseDelta{d}
+		}
+	}
+	h.releaseWithLauncher(v1, bins[v1], launcher, launcherOf(lv, launcher), nil)
+	h.staged(v1, bins[v1])
+	// The same launcher: the node has it, so the delta is enough.
+	m := h.releaseWithLauncher(v101, bins[v101], launcher, launcherOf(lv, launcher), withDelta(v1))
+	log := h.staged(v101, bins[v101])
+	if last := log[len(log)-1]; last.Delta != v1 || last.Moved != m.Deltas[0].Size || last.Launcher != "" {
+		t.Fatalf("staged progress %+v; want the delta from %s and nothing to say of the launcher", last, v1)
+	}
+	// A new launcher: the archive, and the launcher staged from it.
+	m = h.releaseWithLauncher("v1.0.2", bins["v1.0.2"], newer, launcherOf("v0.4.0", newer), withDelta(v101))
+	log = h.staged("v1.0.2", bins["v1.0.2"])
+	if last := log[len(log)-1]; last.Delta != "" || last.Moved != m.Size || last.Launcher != "launcher v0.4.0 staged" {
+		t.Fatalf("staged progress %+v; want the archive with its launcher staged", last)
+	}
+	if got, err := os.ReadFile(rollback.LauncherPath(h.root, "v0.4.0")); err != nil || !bytes.Equal(got, newer) {
+		t.Fatalf("launchers/v0.4.0: %v", err)
 	}
 }
 
