@@ -44,6 +44,10 @@ type track struct {
 	lastUptime  int64 // uptime_s of the last heartbeat of the version
 	soaked      bool
 	trouble     *NodeReason // sticky: the first trouble seen on a heartbeat
+	// moved is the most the node's heartbeats said it fetched delivering the version
+	// (fetch.moved: a delta, or the archive, or both): what the fleet's total adds up. A
+	// delivery the heartbeats never showed counts 0.
+	moved int64
 }
 
 // lastRollbackFrom is when, by the node's clock, e says it last rolled back from version.
@@ -115,6 +119,9 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 		t.prevHeard = t.last.Heard
 	}
 	t.last, t.heard = e, true
+	if f := e.Heartbeat.Fetch; e.Err == nil && f != nil && f.Version == version && f.Moved > t.moved {
+		t.moved = f.Moved
+	}
 	if !t.judged() || t.trouble != nil || e.Err != nil {
 		return changeNone
 	}

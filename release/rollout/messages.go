@@ -89,7 +89,18 @@ func completedMessage(st State, left []string) string {
 	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
 		m += fmt.Sprintf(" (%d left out)", n)
 	}
+	if st.BytesMoved > 0 {
+		m += "; the nodes moved " + movedText(st.BytesMoved) + " fetching it"
+	}
 	return m
+}
+
+// movedSoFar is "; 2.1 MB moved so far", or "" before any byte was seen moved.
+func movedSoFar(n int64) string {
+	if n <= 0 {
+		return ""
+	}
+	return "; " + movedText(n) + " moved so far"
 }
 
 func abortedMessage(st State) string {

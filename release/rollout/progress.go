@@ -26,6 +26,7 @@ type progressView struct {
 	heardAgo time.Duration
 	every    time.Duration
 	busAway  bool
+	moved    int64 // the fleet's bytes moved so far (not in the gist: it alone is no news)
 }
 
 // gist is what the view says beyond the clock: an event is due when it changes.
@@ -57,7 +58,7 @@ func (r *runner) progress(now time.Time, every time.Duration) {
 	i := r.st.Current
 	ev := Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
 		Nodes: v.nodes, Confirmed: v.confirmed, Soaked: v.soaked, ElapsedS: v.elapsed.Seconds(), WindowLeftS: v.windowLeft.Seconds(),
-		Waiting: v.waiting, Message: progressMessage(r.st, i, v)}
+		Waiting: v.waiting, BytesMoved: v.moved, Message: progressMessage(r.st, i, v)}
 	if v.soaking > 0 {
 		ev.SoakLeftS = v.soakLeft.Seconds()
 	}
@@ -68,7 +69,7 @@ func (r *runner) progressView(now time.Time) progressView {
 	i := r.st.Current
 	started := r.st.Batches[i].Started
 	v := progressView{confirmed: r.confirmedN, soaked: r.soakedN, nodes: r.judgedN, elapsed: now.Sub(started),
-		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp}
+		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp, moved: r.moved()}
 	for _, n := range r.st.BatchNodes(i) {
 		t := r.tracks[n]
 		if !t.judged() || !t.confirmed || t.soaked || t.trouble != nil {
@@ -124,8 +125,32 @@ func progressMessage(st State, i int, v progressView) string {
 			m += ")"
 		}
 	}
+	if v.moved > 0 {
+		m += "; " + movedText(v.moved) + " moved"
+	}
 	if v.busAway {
 		m += "; judging paused: the bus is away"
 	}
 	return m
+}
+
+// moved is the fleet's bytes moved so far: each node's most, as its heartbeats said.
+func (r *runner) moved() int64 {
+	var n int64
+	for _, t := range r.tracks {
+		n += t.moved
+	}
+	return n
+}
+
+// movedText writes bytes moved in decimal units, as link budgets are counted: "2.1 MB",
+// "366 KB", "912 bytes".
+func movedText(n int64) string {
+	switch {
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.0f KB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

@@ -109,6 +109,9 @@ type State struct {
 	// Holder is the controller acting on this rollout and its lease.
 	Holder       *Holder `json:"holder,omitempty"`
 	SupersededBy string  `json:"superseded_by,omitempty"`
+	// BytesMoved is what the rollout's nodes fetched delivering the version, as their
+	// heartbeats said (fetch.moved), summed when a batch is done and when it completes.
+	BytesMoved int64 `json:"bytes_moved,omitempty"`
 	// Supersedes is the rollout this one superseded when it started: the per-node targets that
 	// one set and left are among those this one clears when it completes (see clearLeftBehind).
 	Supersedes string `json:"supersedes,omitempty"`
@@ -198,8 +201,11 @@ type Event struct {
 	// EventProgress while nodes soak: about how long until the last of them has soaked by the
 	// controller's clock, and the nodes whose soak is over by it but that must be heard once
 	// more to show it (at most maxListed of them, in batch order).
-	SoakLeftS float64  `json:"soak_left_s,omitempty"`
-	Waiting   []string `json:"waiting_for_heartbeat,omitempty"`
+	SoakLeftS float64 `json:"soak_left_s,omitempty"`
+	// BytesMoved is what the rollout's nodes have fetched so far delivering the version, as
+	// their heartbeats said (progress, batch-done, completed).
+	BytesMoved int64    `json:"bytes_moved,omitempty"`
+	Waiting    []string `json:"waiting_for_heartbeat,omitempty"`
 	// Node is set for node events; Reasons for EventHalted.
 	Node    string       `json:"node,omitempty"`
 	Reasons []NodeReason `json:"reasons,omitempty"`

@@ -158,6 +158,9 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 		fleet += fmt.Sprintf(", %d left out", n)
 	}
 	fmt.Fprintf(kv, "  fleet\t%s\n", fleet)
+	if st.BytesMoved > 0 {
+		fmt.Fprintf(kv, "  moved\t%s fetched by the nodes delivering it (as their heartbeats said, to the last batch done)\n", movedText(st.BytesMoved))
+	}
 	if st.Status == StatusHalted || st.Status == StatusAborted {
 		fmt.Fprintf(kv, "  targets\t%s\n", restoredWords(st))
 	}
