@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -87,4 +88,54 @@ func TestHostUpgradesByADeltaOfItsOwnBinary(t *testing.T) {
 		t.Errorf("the host's log does not say it staged from the delta:\n%s", n.Log())
 	}
 	t.Logf("v1.0.0 → v1.0.1: delta %d bytes, archive %d bytes (%.1f%%)", d.Size, m.Size, 100*float64(d.Size)/float64(m.Size))
+}
+
+// A rollout of a release listing deltas adds up the bytes its nodes moved: each node of a
+// fleet on v1.0.0 fetches the delta of v1.0.1 (a few KB), and the rollout's completed event,
+// its state and `rollout status` say what the fleet moved — more than nothing, less than one
+// archive.
+func TestARolloutOfADeltaReleaseSaysTheBytesTheFleetMoved(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 150*time.Second, FleetOptions{Nodes: 2})
+	s.f.Release.Launcher = "" // releases without a launcher: the nodes have none recorded, so one would come whole
+	base, err := s.f.BuildRelease(s.ctx, "v1.0.0", PkgHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := s.f.Opts.Builder.Build(s.ctx, PkgHost, "v1.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(s.f.Release.Out, "v1.0.1")
+	if _, err := s.f.Release.Run(s.ctx, "build", "--version", "v1.0.1", "--binary", next, "--key", s.f.Release.KeyPath(),
+		"-o", dir, "--no-launcher", "--delta-from", base); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.f.Release.Publish(s.ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.ParseManifest(raw)
+	if err != nil || len(m.Deltas) != 1 {
+		t.Fatalf("manifest: %+v, %v", m.Deltas, err)
+	}
+	c := s.rollout("start", "v1.0.1", "--canary", "1", "--steps", "100%", "--soak", "1s", "--json",
+		"--window", "60s", "--alive", "1m", "--silent-after", "30s")
+	done := s.event(c, rollout.EventCompleted, 0)
+	st := s.waitState("completed", func(st rollout.State) bool { return st.Status == rollout.StatusCompleted })
+	if done.BytesMoved <= 0 || done.BytesMoved > 2*m.Deltas[0].Size || st.BytesMoved != done.BytesMoved {
+		t.Errorf("the fleet moved %d bytes (state %d); want more than 0 and at most 2 deltas of %d bytes (the archive is %d)",
+			done.BytesMoved, st.BytesMoved, m.Deltas[0].Size, m.Size)
+	}
+	if !strings.Contains(done.Message, "; the nodes moved ") {
+		t.Errorf("the completed line does not say what the nodes moved: %q", done.Message)
+	}
+	out, err := s.f.Release.Run(s.ctx, "rollout", "status", "--nats", s.f.Bus.URL())
+	if err != nil || !strings.Contains(out, "  moved ") {
+		t.Errorf("rollout status does not say what the fleet moved (%v):\n%s", err, out)
+	}
+	t.Logf("the fleet moved %d bytes for 2 nodes; one archive is %d", done.BytesMoved, m.Size)
 }
