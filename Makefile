@@ -59,6 +59,7 @@ bench:
 	$(BENCH) -bench FleetRead -benchtime 20x ./release/fleet/
 	$(BENCH) -bench RolloutStateHundredThousandNodes -benchtime 5x ./release/rollout/
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
+	$(BENCH) -bench FetchThrough200KBps -benchtime 1x ./host/deliver/
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
 	$(BENCH) -bench DeltaSteps -benchtime 1x ./release/build/

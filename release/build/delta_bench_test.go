@@ -7,74 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire/archive"
 	"github.com/novox/mesh-host/wire/delta"
 )
-
-// historyBuilds holds the host built at commits of this repository, once per test binary:
-// key "HEAD~N" → binary bytes (or the reason it could not be built).
-var historyBuilds = struct {
-	sync.Mutex
-	bin map[string][]byte
-	err map[string]error
-}{bin: map[string][]byte{}, err: map[string]error{}}
-
-// hostAt builds ./host/cmd/mesh-host as a release is built (GoBuild) from the tree of rev,
-// exported with `git archive` into a temporary directory (the repository itself is not
-// touched), stamped with version.
-func hostAt(b *testing.B, root, rev, version string) ([]byte, error) {
-	historyBuilds.Lock()
-	defer historyBuilds.Unlock()
-	if bin, ok := historyBuilds.bin[rev]; ok {
-		return bin, nil
-	}
-	if err, ok := historyBuilds.err[rev]; ok {
-		return nil, err
-	}
-	bin, err := func() ([]byte, error) {
-		dir, err := os.MkdirTemp("", "delta-bench-src-*")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		var tarball, stderr bytes.Buffer
-		cmd := exec.Command("git", "-C", root, "archive", "--format=tar", rev)
-		cmd.Stdout, cmd.Stderr = &tarball, &stderr
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("git archive %s: %v %s", rev, err, stderr.String())
-		}
-		x := exec.Command("tar", "-x", "-C", dir)
-		x.Stdin = &tarball
-		if out, err := x.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("untar %s: %v %s", rev, err, out)
-		}
-		out := filepath.Join(dir, "mesh-host")
-		if err := GoBuild(context.Background(), GoBuildOptions{Dir: dir, Version: version, Out: out}); err != nil {
-			return nil, err
-		}
-		return os.ReadFile(out)
-	}()
-	if err != nil {
-		historyBuilds.err[rev] = err
-		return nil, err
-	}
-	historyBuilds.bin[rev] = bin
-	return bin, nil
-}
-
-// commitsIn is how many commits HEAD has behind it, or an error when root is no git checkout.
-func commitsIn(root string) (int, error) {
-	out, err := exec.Command("git", "-C", root, "rev-list", "--count", "HEAD").Output()
-	if err != nil {
-		return 0, fmt.Errorf("no git history here: %v", err)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(out)))
-}
 
 // BenchmarkDeltaSteps measures the bytes a node moves to upgrade across 1, 3, 10 and 30 commits of
 // this repository: the host is built (as releases are) at HEAD~N stamped v1.0.0 and at HEAD
@@ -91,7 +29,7 @@ func BenchmarkDeltaSteps(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n, err := commitsIn(root)
+	n, err := meshtest.Commits(root)
 	if err != nil {
 		b.Skip(err)
 	}
@@ -101,11 +39,11 @@ func BenchmarkDeltaSteps(b *testing.B) {
 			if n <= step {
 				b.Skipf("the history has %d commits, too short for a %d-commit step", n, step)
 			}
-			base, err := hostAt(b, root, fmt.Sprintf("HEAD~%d", step), "v1.0.0")
+			base, err := meshtest.HostAt(root, fmt.Sprintf("HEAD~%d", step), "v1.0.0")
 			if err != nil {
 				b.Skipf("HEAD~%d does not build here: %v", step, err)
 			}
-			next, err := hostAt(b, root, "HEAD", "v1.0.1")
+			next, err := meshtest.HostAt(root, "HEAD", "v1.0.1")
 			if err != nil {
 				b.Skipf("HEAD does not build here: %v", err)
 			}
@@ -171,14 +109,14 @@ func BenchmarkRebuildFromDelta(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if n, err := commitsIn(root); err != nil || n < 2 {
+	if n, err := meshtest.Commits(root); err != nil || n < 2 {
 		b.Skipf("no history of two commits here (%d, %v)", n, err)
 	}
-	base, err := hostAt(b, root, "HEAD~1", "v1.0.0")
+	base, err := meshtest.HostAt(root, "HEAD~1", "v1.0.0")
 	if err != nil {
 		b.Skipf("HEAD~1 does not build here: %v", err)
 	}
-	next, err := hostAt(b, root, "HEAD", "v1.0.1")
+	next, err := meshtest.HostAt(root, "HEAD", "v1.0.1")
 	if err != nil {
 		b.Skipf("HEAD does not build here: %v", err)
 	}
