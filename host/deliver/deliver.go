@@ -9,6 +9,10 @@
 //     archive matched the signed size and digest, the extractor found one regular file
 //     mesh-host (and at most a mesh-launcher after it), that file matched the signed binary
 //     digest, and its preflight printed the version;
+//   - a release listing deltas (manifest schema 3) is rebuilt from one only when this node has its
+//     base with exactly the signed base digest and the result has the signed binary digest;
+//     anything else about a delta falls back to the archive in the same attempt and never refuses
+//     the release (delta.go);
 //   - a launcher the release carries (manifest schema 2) is staged under launchers/<v> before
 //     the host version appears, when the node has no launcher of its digest; a launcher that
 //     fails is logged and noted, never a refusal of the host release (launcher.go);
