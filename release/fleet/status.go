@@ -243,6 +243,9 @@ func fetching(f facts) (string, bool) {
 	switch fe.State {
 	case "fetching":
 		text := "fetching " + v
+		if fe.Delta != "" {
+			text += " as a delta from " + version(fe.Delta) // decision 0028
+		}
 		if fe.Total > 0 {
 			text += fmt.Sprintf(" %.0f%%", min(max(fe.Percent, 0), 100))
 		}

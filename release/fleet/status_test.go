@@ -117,6 +117,9 @@ func TestFleetStateSaysWhatTheNodeIsDoing(t *testing.T) {
 		{name: "fetching the target gives the percent", hb: with(func(hb *wire.Heartbeat) {
 			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "fetching", Version: "v1.2.0", Bytes: 42, Total: 100, Percent: 42.4}
 		}), kind: KindFetching, text: "fetching v1.2.0 42%"},
+		{name: "fetching the target as a delta names its base", hb: with(func(hb *wire.Heartbeat) {
+			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "fetching", Version: "v1.2.0", Bytes: 42, Total: 100, Percent: 42.4, Delta: "v1.1.0", Moved: 42}
+		}), kind: KindFetching, text: "fetching v1.2.0 as a delta from v1.1.0 42%"},
 		{name: "a stalled fetch says for how long", hb: with(func(hb *wire.Heartbeat) {
 			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "fetching", Version: "v1.2.0", Total: 100, Percent: 42.4, StalledS: 75}
 		}), kind: KindFetching, text: "fetching v1.2.0 42%, stalled 1m15s"},
