@@ -182,8 +182,9 @@ type Fetch struct {
 	// (decision 0028); absent when the node fetches the full archive. Bytes and Total are then
 	// the delta's.
 	Delta string `json:"delta,omitempty"`
-	// Moved is every byte this delivery of the version has fetched so far: a delta, and the
-	// archive too when the delta could not be used. Absent (0) before the first byte.
+	// Moved is every byte the node has fetched delivering the version so far, over its attempts:
+	// a delta, the archive too when the delta could not be used, and fetches that failed part
+	// way. Absent (0) before the first byte.
 	Moved int64 `json:"moved,omitempty"`
 }
 

@@ -108,6 +108,8 @@ type Deliverer struct {
 
 	oldRecords       sync.Once    // the log said once that records.db is too old for launchers
 	launcherStagings atomic.Int64 // launchers a release carried that this node began to stage
+	// moved is, per version not staged yet, the bytes its attempts fetched (under mu).
+	moved map[string]int64
 }
 
 // LauncherStagings is how many launchers releases carried that this Deliverer began to stage
@@ -159,7 +161,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.FetchMinRate = 16 << 10
 	}
 	cfg.Backoff = cfg.Backoff.withDefaults()
-	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}}, nil
+	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}, moved: map[string]int64{}}, nil
 }
 
 // Have reports whether versions/<v>/mesh-host exists.
@@ -329,13 +331,15 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	// A node that has a base the manifest lists a delta from rebuilds the binary from it (delta.go);
 	// anything else about the delta is a fallback to the archive, never a refusal.
 	var (
-		bin   archive.Binary
-		note  string
-		moved int64
-		used  deltaUse
+		bin  archive.Binary
+		note string
+		used deltaUse
 	)
+	// moved counts every byte fetched for this version, over its attempts, for the heartbeat.
+	moved := d.movedBefore(version)
+	defer func() { d.keepMoved(version, moved, err == nil) }()
 	if d.deltaFits(ctx, m) {
-		bin, used, moved = d.fromDelta(ctx, m, st.Dir(), progress)
+		bin, used = d.fromDelta(ctx, m, st.Dir(), &moved, progress)
 		if ctx.Err() != nil {
 			return &Error{Version: version, Kind: KindBus, Err: ctx.Err()}
 		}
@@ -348,18 +352,17 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		note = d.launcherAfterDelta(ctx, m)
 	} else {
 		var err error
-		if bin, note, err = d.fromArchive(ctx, m, st, moved, progress); err != nil {
+		if bin, note, err = d.fromArchive(ctx, m, st, &moved, progress); err != nil {
 			return err
 		}
-		moved += m.Size
 	}
 	return d.commit(ctx, m, st, bin, note, used, moved, progress)
 }
 
 // fromArchive fetches the archive into the staging directory and extracts the binary (and the
-// launcher, when this node is to stage it, which it commits) from it. moved is what this
-// delivery fetched before (a delta it could not use).
-func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollback.Staging, moved int64, progress func(Progress)) (archive.Binary, string, error) {
+// launcher, when this node is to stage it, which it commits) from it, adding what it fetches to
+// moved.
+func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollback.Staging, moved *int64, progress func(Progress)) (archive.Binary, string, error) {
 	version := m.Version
 	versions := rollback.VersionsDir(d.cfg.Root)
 	staging := st.Dir()
@@ -371,7 +374,7 @@ func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollba
 	if _, err := dl.Seek(0, io.SeekStart); err != nil {
 		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100, Moved: moved + m.Size})
+	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100, Moved: *moved})
 	lim := archive.Limits{MaxBinary: d.cfg.MaxBinary}
 	size, err := archive.Peek(ctx, dl, lim)
 	if errors.Is(err, archive.ErrUnsafe) {
@@ -475,9 +478,8 @@ func archiveOf(m wire.Manifest) object {
 }
 
 // fetch streams an object from the object store into staging/file, hashing it while it is
-// written and reporting progress (moved: what this delivery fetched before). The signed size
-// is a hard cap.
-func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, moved int64, progress func(Progress)) (*os.File, error) {
+// written, adding each byte to moved and reporting progress. The signed size is a hard cap.
+func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, moved *int64, progress func(Progress)) (*os.File, error) {
 	v := o.version
 	obs, err := d.cfg.JS.ObjectStore(ctx, d.cfg.Names.Archives())
 	if err != nil {
@@ -545,6 +547,24 @@ func copyVerified(dst io.Writer, src io.Reader, o object, meter io.Writer) error
 		return refuse(o.version, KindDigestMismatch, "%s does not match the digest the manifest signed, %s; republish the release", o.name, o.digest)
 	}
 	return nil
+}
+
+// movedBefore is what earlier attempts at version fetched.
+func (d *Deliverer) movedBefore(version string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.moved[version]
+}
+
+// keepMoved remembers what the attempts at version fetched until it is staged.
+func (d *Deliverer) keepMoved(version string, moved int64, staged bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if staged {
+		delete(d.moved, version)
+		return
+	}
+	d.moved[version] = moved
 }
 
 // room checks that dir's file system has need bytes free beyond the margin; what says what

@@ -67,26 +67,26 @@ func (d *Deliverer) launcherAfterDelta(ctx context.Context, m wire.Manifest) str
 }
 
 // fromDelta tries m's deltas whose base this node has, in the manifest's order (newest base
-// first), and rebuilds the binary into staging from the first that it can fetch. It returns the
-// binary and the delta used (Base "" when none was), and the bytes it fetched either way.
-func (d *Deliverer) fromDelta(ctx context.Context, m wire.Manifest, staging string, progress func(Progress)) (archive.Binary, deltaUse, int64) {
+// first), and rebuilds the binary into staging from the first that it can fetch, adding what it
+// fetches to moved. It returns the binary and the delta used (Base "" when none was).
+func (d *Deliverer) fromDelta(ctx context.Context, m wire.Manifest, staging string, moved *int64, progress func(Progress)) (archive.Binary, deltaUse) {
 	rd, base, why := d.findBase(m)
 	if base == nil {
 		if why != "" {
 			d.cfg.Log.Info("no delta used; fetching the full archive", "version", m.Version, "why", why)
 		}
-		return archive.Binary{}, deltaUse{}, 0
+		return archive.Binary{}, deltaUse{}
 	}
-	bin, moved, err := d.rebuild(ctx, m, rd, base, staging, progress)
+	bin, err := d.rebuild(ctx, m, rd, base, staging, moved, progress)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.cfg.Log.Warn("the delta was not used; fetching the full archive", "version", m.Version, "delta_from", rd.BaseVersion, "err", err)
 		}
 		os.Remove(filepath.Join(staging, deltaDownloadName))
 		os.Remove(filepath.Join(staging, archive.BinaryName))
-		return archive.Binary{}, deltaUse{}, moved
+		return archive.Binary{}, deltaUse{}
 	}
-	return bin, deltaUse{Base: rd.BaseVersion, Size: rd.Size}, moved
+	return bin, deltaUse{Base: rd.BaseVersion, Size: rd.Size}
 }
 
 // findBase returns the first delta m lists whose base this node has with exactly its digest,
@@ -134,34 +134,29 @@ func readBase(path string, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// rebuild fetches the delta rd into staging, verified against its signed size and digest, and
-// rebuilds the binary from base into staging/mesh-host, which it keeps only if it has m's signed
-// binary digest. It returns the bytes fetched with any error.
-func (d *Deliverer) rebuild(ctx context.Context, m wire.Manifest, rd wire.ReleaseDelta, base []byte, staging string, progress func(Progress)) (archive.Binary, int64, error) {
+// rebuild fetches the delta rd into staging, verified against its signed size and digest
+// (adding what arrives to moved), and rebuilds the binary from base into staging/mesh-host, which
+// it keeps only if it has m's signed binary digest.
+func (d *Deliverer) rebuild(ctx context.Context, m wire.Manifest, rd wire.ReleaseDelta, base []byte, staging string, moved *int64, progress func(Progress)) (archive.Binary, error) {
 	// Room for the delta and a binary about the base's size; a binary larger than that which
 	// fills the disk fails its write, and the archive's own checks then say so.
 	if err := d.room(m.Version, staging, rd.Size+int64(len(base)), fmt.Sprintf("the delta (%s) and a binary about its base's size", mib(rd.Size))); err != nil {
-		return archive.Binary{}, 0, err
+		return archive.Binary{}, err
 	}
 	o := object{version: m.Version, name: rd.Object, size: rd.Size, digest: rd.Digest, delta: rd.BaseVersion}
-	f, err := d.fetch(ctx, o, staging, deltaDownloadName, 0, progress)
+	f, err := d.fetch(ctx, o, staging, deltaDownloadName, moved, progress)
 	if err != nil {
-		var got int64 // what arrived before the fetch failed was moved all the same
-		if fi, serr := os.Stat(filepath.Join(staging, deltaDownloadName)); serr == nil {
-			got = fi.Size()
-		}
-		return archive.Binary{}, got, err
+		return archive.Binary{}, err
 	}
 	defer f.Close()
-	moved := rd.Size
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return archive.Binary{}, moved, err
+		return archive.Binary{}, err
 	}
-	progress(Progress{Version: m.Version, State: StateVerifying, Bytes: rd.Size, Total: rd.Size, Percent: 100, Delta: rd.BaseVersion, Moved: moved})
+	progress(Progress{Version: m.Version, State: StateVerifying, Bytes: rd.Size, Total: rd.Size, Percent: 100, Delta: rd.BaseVersion, Moved: *moved})
 	path := filepath.Join(staging, archive.BinaryName)
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, archive.Mode)
 	if err != nil {
-		return archive.Binary{}, moved, err
+		return archive.Binary{}, err
 	}
 	res, err := delta.Apply(ctx, out, base, bufio.NewReader(f), d.cfg.MaxBinary)
 	if err == nil {
@@ -171,14 +166,14 @@ func (d *Deliverer) rebuild(ctx context.Context, m wire.Manifest, rd wire.Releas
 		err = cerr
 	}
 	if err != nil {
-		return archive.Binary{}, moved, fmt.Errorf("rebuild from %s: %w", rd.BaseVersion, err)
+		return archive.Binary{}, fmt.Errorf("rebuild from %s: %w", rd.BaseVersion, err)
 	}
 	if res.Digest != m.BinaryDigest {
-		return archive.Binary{}, moved, fmt.Errorf("%w: the delta from %s rebuilds %s, the manifest signed %s", delta.ErrRefused, rd.BaseVersion, res.Digest, m.BinaryDigest)
+		return archive.Binary{}, fmt.Errorf("%w: the delta from %s rebuilds %s, the manifest signed %s", delta.ErrRefused, rd.BaseVersion, res.Digest, m.BinaryDigest)
 	}
 	f.Close()
 	if err := os.Remove(f.Name()); err != nil {
-		return archive.Binary{}, moved, err
+		return archive.Binary{}, err
 	}
-	return archive.Binary{Path: path, Size: res.Size, Digest: res.Digest}, moved, nil
+	return archive.Binary{Path: path, Size: res.Size, Digest: res.Digest}, nil
 }

@@ -3,10 +3,12 @@ package deliver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -232,3 +234,43 @@ func TestDeliverTakesADeltaOnlyWhenTheNodeHasTheReleasesLauncher(t *testing.T) {
 }
 
 func digestOf(b []byte) digest.Digest { return digest.FromBytes(b) }
+
+// The bytes a delivery reports moved add up over its attempts: a corrupt delta fetched, the
+// archive not there yet (the attempt fails and is retried), then the delta again and the
+// archive: the heartbeat's fetch.moved says all of it once the version is staged.
+func TestDeliverCountsTheBytesMovedOverEveryAttempt(t *testing.T) {
+	// A backoff of a nanosecond: the second attempt is not held back.
+	h := newHarness(t, func(c *Config) { c.Backoff = Backoff{Initial: time.Nanosecond, Max: time.Nanosecond} })
+	old, bin := fakehost(t, v1, "ok", runtime.GOARCH), fakehost(t, v101, "ok", runtime.GOARCH)
+	h.release(v1, old)
+	h.staged(v1, old)
+	corrupt := func(_ int, d *wire.ReleaseDelta, b *[]byte) {
+		c := bytes.Clone(*b)
+		c[len(c)/2] ^= 0xff
+		*b, d.Digest = c, digestOf(c)
+	}
+	m := h.releaseWithDeltas(v101, bin, []base{{v1, old}}, corrupt)
+	// The archive is not in the store yet: the first attempt fetches the delta, fails to use
+	// it, and finds no archive.
+	obs, _ := h.js.ObjectStore(context.Background(), wire.NamesFor("").Archives())
+	if err := obs.Delete(context.Background(), m.Object); err != nil {
+		t.Fatal(err)
+	}
+	var log progressLog
+	err := h.d.Deliver(context.Background(), v101, log.report)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindObjectMissing {
+		t.Fatalf("first attempt: %v, want the archive missing", err)
+	}
+	if bad, _, _ := h.records.IsBad(context.Background(), v101); bad {
+		t.Fatal("marked bad")
+	}
+	if _, err := obs.PutBytes(context.Background(), m.Object, pack(t, bin)); err != nil {
+		t.Fatal(err)
+	}
+	p := h.staged(v101, bin)
+	last := p[len(p)-1]
+	if want := 2*m.Deltas[0].Size + m.Size; last.Moved != want {
+		t.Fatalf("staged after two attempts with %d bytes moved; want %d (the delta twice and the archive)", last.Moved, want)
+	}
+}

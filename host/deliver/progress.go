@@ -36,7 +36,8 @@ type Progress struct {
 	// Delta is the base version whose delta is fetched (Bytes and Total are then the delta's),
 	// or "" for the archive.
 	Delta string
-	// Moved is every byte this delivery fetched so far: a delta it could not use counts too.
+	// Moved is every byte the delivery of the version fetched so far, over its attempts: a delta
+	// it could not use, and a fetch that failed part way, count too.
 	Moved int64
 }
 
@@ -56,7 +57,7 @@ func (p Progress) Fetch() *wire.Fetch {
 type meter struct {
 	version  string
 	delta    string // the base version when the object is a delta
-	before   int64  // what the delivery moved before this object
+	moved    *int64 // every byte the delivery of the version fetched: this object's are added
 	total, n int64
 	start    time.Time
 	last     time.Time     // of the last report
@@ -66,15 +67,16 @@ type meter struct {
 
 const meterInterval = 250 * time.Millisecond
 
-func newMeter(version string, total int64, delta string, before int64, report func(Progress)) *meter {
+func newMeter(version string, total int64, delta string, moved *int64, report func(Progress)) *meter {
 	now := time.Now()
-	m := &meter{version: version, delta: delta, before: before, total: total, start: now, last: now, report: report}
+	m := &meter{version: version, delta: delta, moved: moved, total: total, start: now, last: now, report: report}
 	m.send()
 	return m
 }
 
 func (m *meter) Write(p []byte) (int, error) {
 	m.n += int64(len(p))
+	*m.moved += int64(len(p))
 	if now := time.Now(); now.Sub(m.last) >= meterInterval || m.n >= m.total {
 		m.last = now
 		m.send()
@@ -93,7 +95,7 @@ func (m *meter) stalled(idle time.Duration) {
 }
 
 func (m *meter) send() {
-	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle, Delta: m.delta, Moved: m.before + m.n}
+	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle, Delta: m.delta, Moved: *m.moved}
 	if m.total > 0 {
 		p.Percent = float64(m.n) * 100 / float64(m.total)
 	}
