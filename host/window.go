@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	// A window names an IANA zone, and a minimal machine may have no zone database: the host
+	// carries its own (about 450 KB), used only when the system's cannot be read.
+	_ "time/tzdata"
 
 	"golang.org/x/mod/semver"
 
