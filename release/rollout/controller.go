@@ -236,7 +236,7 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		Schema: Schema, ID: rolloutID(idAt, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
 		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
 		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
-		Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
+		Urgent: o.Urgent, Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
 	}
 	if st.Nodes == nil {
 		st.Nodes, st.Ran = []string{}, []string{}

@@ -145,6 +145,7 @@ type rolloutFlags struct {
 	window, soak, alive, silent time.Duration
 	lease                       time.Duration
 	supersede, follow, asJSON   bool
+	urgent                      bool
 	fs                          *flag.FlagSet
 }
 
@@ -173,7 +174,7 @@ func (f *rolloutFlags) registerOptions(fs *flag.FlagSet) {
 // options are the rollout the flags ask for; a bad one is a usage error naming the flag.
 func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 	o := rollout.Options{Version: version, Policy: rollout.Policy(f.policy), Canary: f.canary,
-		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede}
+		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede, Urgent: f.urgent}
 	switch o.Policy {
 	case rollout.PolicyCanary, rollout.PolicyImmediate:
 	default:
@@ -249,6 +250,7 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 	var f rolloutFlags
 	f.registerOptions(fs)
 	fs.BoolVar(&f.supersede, "supersede", false, "replace a rollout that is running (it is marked superseded) instead of refusing to start")
+	fs.BoolVar(&f.urgent, "urgent", false, "sign every target urgent: nodes stand aside for VERSION as soon as they stage it, without waiting for their maintenance windows")
 	f.registerOutput(fs, s.getenv)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
