@@ -60,3 +60,38 @@ func TestLinkWindowNodeKeyWinsAndFallsBackToFleet(t *testing.T) {
 		t.Fatalf("window = %+v, want an error naming the key", got)
 	}
 }
+
+// A node enrolled before windows (decision 0029) has no permission for the two window keys: its
+// link still follows its target, and reports no window rather than stalling.
+func TestALinkWithoutTheWindowPermissionsStillFollowsItsTarget(t *testing.T) {
+	pub, sub := nodePermissions("n1")
+	var oldPub, oldSub []string
+	for _, s := range pub {
+		if !strings.Contains(s, ".window.") {
+			oldPub = append(oldPub, s)
+		}
+	}
+	for _, s := range sub {
+		if !strings.Contains(s, ".window.") {
+			oldSub = append(oldSub, s)
+		}
+	}
+	if len(oldPub) != len(pub)-2 || len(oldSub) != len(sub)-2 {
+		t.Fatalf("the window keys are not two gets and two subscriptions: %q %q", pub, sub)
+	}
+	b := meshtest.StartNodeUserBus(t, names, oldPub, oldSub)
+	withdrawalsBucket(t, b.Admin)
+	l := openLink(t, b.NodeURL(), "n1")
+	waitFor[TargetChanged](t, l, "the initial target", nil)
+	kv, err := b.Admin.KeyValue(meshtest.Context(t, 10*time.Second), names.Targets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(meshtest.Context(t, 10*time.Second), wire.NodeTargetKey("n1"), target(t, wire.NodeTargetKey("n1"), "v1.2.0")); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFor[TargetChanged](t, l, "the node target", nil)
+	if got.Target == nil || got.Target.Version != "v1.2.0" {
+		t.Fatalf("target %+v, want v1.2.0", got)
+	}
+}
