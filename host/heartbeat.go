@@ -120,6 +120,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		warn("the launcher", err)
 	}
 	hb.Window = h.windowState()
+	hb.LinkClass = h.opts.Config.LinkClass
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb

@@ -60,7 +60,7 @@ const MaxHeartbeatBytes = 1 << 20
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
 // present except target_expired_since, refused, fetch, link, profile, inventory, drift,
-// launcher, window and truncated.
+// launcher, window, link_class and truncated.
 type Heartbeat struct {
 	Schema           int      `json:"schema"`
 	Node             string   `json:"node"`
@@ -97,6 +97,9 @@ type Heartbeat struct {
 	// Window is the maintenance window this node keeps (decision 0029): absent when none is in
 	// force, and from hosts older than issue 21.
 	Window *WindowState `json:"window,omitempty"`
+	// LinkClass is host.json's link_class when the node declared its link LinkMetered (a
+	// rollout defers it to its last batch); absent otherwise.
+	LinkClass string `json:"link_class,omitempty"`
 	// Truncated is true when the host cut this heartbeat to fit the largest message it may
 	// send; what was cut is said in docs/wire.md.
 	Truncated bool `json:"truncated,omitempty"`
@@ -198,6 +201,9 @@ type WindowState struct {
 	Waiting      string     `json:"waiting,omitempty"`
 	ExpiredSince *time.Time `json:"expired_since,omitempty"`
 }
+
+// LinkMetered is the link class of a node whose bytes cost (host.json link_class).
+const LinkMetered = "metered"
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []
 // (and an empty by_type as {}) rather than null.
