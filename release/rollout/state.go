@@ -74,6 +74,9 @@ type Options struct {
 	// Urgent signs every target the rollout sets urgent: nodes stand aside for it without
 	// waiting for their maintenance windows (decision 0029).
 	Urgent bool
+	// IncludeMetered plans metered nodes (heartbeat link_class metered) as any other; without
+	// it they are deferred to the last batch and are never hash-chosen canaries.
+	IncludeMetered bool
 }
 
 // State is a rollout as KV <prefix>_rollouts holds it: what it was asked, whom it covers, how
@@ -99,6 +102,9 @@ type State struct {
 	SilentAfterS float64  `json:"silent_after_s"`
 	// Urgent: the rollout's targets are signed urgent (Options.Urgent).
 	Urgent bool `json:"urgent,omitempty"`
+	// Metered is how many metered nodes the plan deferred to the last batch (0 with
+	// --include-metered, or when none or every node is metered).
+	Metered int `json:"metered_deferred,omitempty"`
 
 	// Nodes is the fleet at the start in rollout order (canaries first); Ran is, index for
 	// index, the version each node ran then — what a halt sets its target back to.
