@@ -1,4 +1,4 @@
-// Package ratelimit caps how fast a reader is read: a token bucket of bytes per second, so an
+// Package ratelimit caps how fast a reader is read (or a writer written): a token bucket of bytes per second, so an
 // upgrade's fetch never takes more of a node's link than host.json's max_fetch_rate allows.
 //
 // The bucket holds at most one Read's worth (Burst, a tenth of a second of the rate, between
@@ -85,16 +85,69 @@ func (l *reader) Read(p []byte) (int, error) {
 		p = p[:l.burst]
 	}
 	// Wait until the whole of p may be read, so what is read is never more than was earned.
-	l.refill()
-	for l.tokens < float64(len(p)) {
-		need := float64(len(p)) - l.tokens
-		wait := time.Duration(need / float64(l.rate) * float64(time.Second))
-		if err := l.clock.Sleep(l.ctx, max(wait, time.Millisecond)); err != nil {
-			return 0, err
-		}
-		l.refill()
+	if err := l.wait(len(p)); err != nil {
+		return 0, err
 	}
 	n, err := l.r.Read(p)
 	l.tokens -= float64(n)
 	return n, err
+}
+
+// wait waits until n bytes (at most the burst) are earned.
+func (l *reader) wait(n int) error {
+	l.refill()
+	for l.tokens < float64(n) {
+		need := float64(n) - l.tokens
+		wait := time.Duration(need / float64(l.rate) * float64(time.Second))
+		if err := l.clock.Sleep(l.ctx, max(wait, time.Millisecond)); err != nil {
+			return err
+		}
+		l.refill()
+	}
+	return nil
+}
+
+// take waits for n bytes and spends them.
+func (l *reader) take(n int) error {
+	if err := l.wait(n); err != nil {
+		return err
+	}
+	l.tokens -= float64(n)
+	return nil
+}
+
+// Writer returns w written at most rate bytes per second by clock (nil: Real); rate ≤ 0 returns
+// w as it is. For a source that pushes what it fetches into a writer (host/blobs): a write that
+// waits holds the source back, so it fetches no faster.
+func Writer(ctx context.Context, w io.Writer, rate int64, clock Clock) io.Writer {
+	if rate <= 0 {
+		return w
+	}
+	if clock == nil {
+		clock = Real
+	}
+	burst := Burst(rate)
+	return &writer{w: w, b: reader{ctx: ctx, rate: rate, burst: burst, clock: clock, tokens: float64(burst), at: clock.Now()}}
+}
+
+type writer struct {
+	w io.Writer
+	b reader // its bucket
+}
+
+func (l *writer) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n := min(len(p), l.b.burst)
+		if err := l.b.take(n); err != nil {
+			return written, err
+		}
+		m, err := l.w.Write(p[:n])
+		written += m
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+	}
+	return written, nil
 }

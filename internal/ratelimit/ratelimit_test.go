@@ -90,3 +90,42 @@ func TestNoRateIsNoLimitAndACancelEndsAWait(t *testing.T) {
 		t.Fatalf("read after cancel: %v, want context.Canceled", err)
 	}
 }
+
+// A limited writer passes every byte on, in order, never more than rate × elapsed + Burst.
+func TestAWriterNeverWritesFasterThanItsRate(t *testing.T) {
+	const rate, size = 100_000, 2_000_000
+	c := &fakeClock{now: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)}
+	start := c.now
+	var dst checkingWriter
+	dst.check = func(total int) {
+		if elapsed := c.now.Sub(start).Seconds(); float64(total) > rate*elapsed+float64(Burst(rate))+0.5 {
+			t.Fatalf("%d bytes after %.3fs: faster than %d/s", total, elapsed, rate)
+		}
+	}
+	src := bytes.Repeat([]byte("abcdefgh"), size/8)
+	w := Writer(context.Background(), &dst, rate, c)
+	if n, err := w.Write(src[:size/2]); err != nil || n != size/2 {
+		t.Fatalf("wrote %d, %v", n, err)
+	}
+	if _, err := io.Copy(w, bytes.NewReader(src[size/2:])); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dst.b.Bytes(), src) {
+		t.Fatal("the bytes written are not the source's")
+	}
+	want := time.Duration(float64(size-Burst(rate)) / rate * float64(time.Second))
+	if took := c.now.Sub(start); took < want || took > want+time.Second {
+		t.Errorf("took %s of the clock, want about %s", took, want)
+	}
+}
+
+type checkingWriter struct {
+	b     bytes.Buffer
+	check func(total int)
+}
+
+func (w *checkingWriter) Write(p []byte) (int, error) {
+	n, err := w.b.Write(p)
+	w.check(w.b.Len())
+	return n, err
+}
