@@ -103,3 +103,34 @@ func TestWindowKeysRefuseWhatNamesNoNodeOrTooMany(t *testing.T) {
 		})
 	}
 }
+
+// An urgent target signed again for its version (the keeper does, with a signer that is not
+// urgent) stays urgent; a target for another version is urgent only if its signer is.
+func TestATargetSignedAgainForItsVersionStaysUrgent(t *testing.T) {
+	b := meshtest.StartBus(t)
+	ctx := meshtest.Context(t, 20*time.Second)
+	kv := b.KV(b.Names.Targets())
+	urgent := Writer{KV: kv, Signer: Signer{Key: meshtest.ReleaseKey.Private, TTL: time.Hour, Urgent: true}}
+	plain := Writer{KV: kv, Signer: testSigner(time.Hour)}
+	const key = "node.web-01"
+	for _, tc := range []struct {
+		name    string
+		w       Writer
+		version string
+		urgent  bool
+	}{
+		{"set urgent", urgent, "v1.1.0", true},
+		{"signed again by a plain signer, same version", plain, "v1.1.0", true},
+		{"another version by a plain signer", plain, "v1.2.0", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.w.Update(ctx, key, nil, func(Current) Decision { return SetTo(tc.version) }); err != nil {
+				t.Fatal(err)
+			}
+			tg, _ := read(t, b, key)
+			if tg.Urgent != tc.urgent || tg.Version != tc.version || tg.Verify(key, trusted(meshtest.ReleaseKey)) != nil {
+				t.Errorf("target %+v: want %s, urgent %v, verifying", tg, tc.version, tc.urgent)
+			}
+		})
+	}
+}
