@@ -15,7 +15,7 @@ import (
 )
 
 // nodePermissions are the subjects decisions 0011 and 0022 let node n1 use for what the link
-// does, and no others: its heartbeat; for each of its four keys the stream's info, a direct get
+// does, and no others: its heartbeat; for each of its six keys (four, and two windows) the stream's info, a direct get
 // of the key's last value and a subscription on its subject; receiving below its own inbox
 // prefix. No consumer: a node creates none.
 func nodePermissions(node string) (publish, subscribe []string) {
