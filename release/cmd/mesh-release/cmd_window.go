@@ -30,7 +30,8 @@ wait for windows.
 subcommands:
   set (NODE… | --fleet) WINDOW   set the window, e.g. 'mon-fri 02:00-04:00 Europe/Brussels'
   show [NODE… | --fleet]         show the windows, or the window each NODE keeps
-  clear (NODE… | --fleet)        remove the window: the nodes stand aside as soon as they stage
+  clear (NODE… | --fleet)        remove the window: a node keeps the fleet's, else stands aside
+                                 as soon as it has staged
 
 Run ` + "`mesh-release window <subcommand> --help`" + ` for its flags.`
 
