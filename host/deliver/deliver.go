@@ -48,6 +48,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/objfetch"
+	"github.com/novox/mesh-host/internal/ratelimit"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -94,7 +95,12 @@ type Config struct {
 	// A fetch fails, and is retried with the backoff, when no bytes arrive for FetchStall or
 	// when it takes longer than FetchStall + size/FetchMinRate in all.
 	FetchStall   time.Duration // default 30 s
-	FetchMinRate int64         // bytes per second; default 16 KiB/s
+	FetchMinRate int64         // bytes per second; default 16 KiB/s, at most half MaxFetchRate
+
+	// MaxFetchRate caps the fetch of the archive or a delta, in bytes per second (host.json max_fetch_rate;
+	// internal/ratelimit); 0 is no cap. FetchClock is the cap's clock (nil: the machine's).
+	MaxFetchRate int64
+	FetchClock   ratelimit.Clock
 }
 
 // Deliverer stages host versions under one root. It is safe for concurrent use; stagings run
@@ -159,6 +165,10 @@ func New(cfg Config) (*Deliverer, error) {
 	}
 	if cfg.FetchMinRate <= 0 {
 		cfg.FetchMinRate = 16 << 10
+	}
+	if cfg.MaxFetchRate > 0 {
+		// A capped fetch must not be failed as too slow for keeping to its cap.
+		cfg.FetchMinRate = max(min(cfg.FetchMinRate, cfg.MaxFetchRate/2), 1)
 	}
 	cfg.Backoff = cfg.Backoff.withDefaults()
 	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}, moved: map[string]int64{}}, nil
@@ -518,7 +528,9 @@ func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, m
 		}
 		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", o.name, err)}
 	}
-	if err := copyVerified(f, w.reader(io.NopCloser(res), meter.stalled), o, meter); err != nil {
+	// max_fetch_rate caps every object fetched here, the delta as much as the archive.
+	capped := ratelimit.Reader(w.ctx, res, d.cfg.MaxFetchRate, d.cfg.FetchClock)
+	if err := copyVerified(f, w.reader(io.NopCloser(capped), meter.stalled), o, meter); err != nil {
 		f.Close()
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived, TargetChanged or WithdrawalsArrived.
+// DeclarationArrived, TargetChanged, WithdrawalsArrived or WindowChanged.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -142,6 +142,7 @@ type Link struct {
 	targetSeen                bool
 	targetKey                 string
 	targetRev                 uint64
+	windows                   windowFold // the maintenance window's keys (window.go)
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -189,6 +190,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 		done:   make(chan struct{}),
 	}
 	l.fail = newFailures(l.log)
+	l.windows.l = l
 	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
 		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
 			"plaintext", text.Redact(strings.Join(plain, ",")))
@@ -528,6 +530,7 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 		}),
 	}
 	keys = append(keys, l.targetWatches(&targetFold{l: l})...)
+	keys = append(keys, l.windowWatches(&l.windows)...)
 	var wg sync.WaitGroup
 	for _, k := range keys {
 		wg.Add(1)

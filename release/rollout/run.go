@@ -31,6 +31,8 @@ func (c *Controller) Run(ctx context.Context, id string) (State, error) {
 	if st.Status.Final() {
 		return restore(ctx, s, st, rev, c.cfg.Workers)
 	}
+	// The targets of an urgent rollout are signed urgent, also by a controller that resumes it.
+	s.w.Signer.Urgent = st.Urgent
 	r := c.newRunner(s, st, rev)
 	if err := r.acquire(ctx); errors.Is(err, errFinal) {
 		return restore(ctx, s, r.st, r.rev, c.cfg.Workers)
