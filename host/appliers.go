@@ -74,7 +74,7 @@ func BlobsDir(root string) string { return filepath.Join(root, "blobs") }
 func (h *Host) blobs() apply.Blobs {
 	var src blobs.Source = noSource{}
 	if h.link != nil {
-		src = blobs.Bus(h.link.JetStream(), wire.NamesFor(h.opts.Config.Prefix).Blobs())
+		src = blobs.Bus(h.link.JetStream(), wire.NamesFor(h.opts.Config.Prefix).Blobs(), h.link.LegacyCredentials)
 		if rate := h.opts.Config.MaxFetchRate; rate > 0 {
 			src = cappedSource{src: src, rate: rate}
 		}

@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -149,4 +150,52 @@ func (b *Builder) BuildStory(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ErrNoHistory is BuildAt's error when the checkout does not hold the commit asked for (a
+// shallow clone, or a tree copied without .git).
+var ErrNoHistory = errors.New("the checkout does not hold that commit")
+
+// BuildAt returns pkg built as version from the tree of commit rev (git archive into a
+// directory under Out): an earlier version of this project, for tests of an upgrade from it.
+func (b *Builder) BuildAt(ctx context.Context, rev, pkg, version string) (string, error) {
+	key := pkg + "@" + version + "@" + rev
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.built[key]; ok {
+		return p, nil
+	}
+	verify := exec.CommandContext(ctx, "git", "-C", b.Src, "rev-parse", "--verify", "--quiet", rev+"^{commit}")
+	if err := verify.Run(); err != nil {
+		return "", fmt.Errorf("%w: %s (%v)", ErrNoHistory, rev, err)
+	}
+	src := filepath.Join(b.Out, "src-"+rev)
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		tmp := src + ".tmp"
+		os.RemoveAll(tmp)
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return "", err
+		}
+		archive := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", b.Src, rev, tmp)
+		if out, err := archive.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("git archive %s: %w\n%s", rev, err, out)
+		}
+		if err := os.Rename(tmp, src); err != nil {
+			return "", err
+		}
+	}
+	if b.Progress != nil {
+		fmt.Fprintf(b.Progress, "  go build %s as %s from %s …\n", pkg, version, rev)
+	}
+	out := filepath.Join(b.Out, filepath.Base(pkg)+"-"+version+"-"+rev)
+	cmd := exec.CommandContext(ctx, "go", append(BuildArgs(pkg, version), "-o", out, pkg)...)
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s (%s) at %s: %w\n%s", pkg, version, rev, err, stderr.String())
+	}
+	b.built[key] = out
+	return out, nil
 }

@@ -40,6 +40,23 @@ func (n Names) RevokeSubject() string { return n.Prefix + ".enrol.revoke" }
 // NodeInboxPrefix is the inbox prefix a node's connection uses, the only subjects its user may
 // subscribe to (below it). It cannot collide with a default inbox, _INBOX.<nuid>.
 func NodeInboxPrefix(node string) string { return "_INBOX.node." + node }
+
+// NodeCredentialsSubject is where the enrolment service sends a node its renewed user JWT (the
+// JWT alone, no seed: useless without the node's own key), below the node's inbox prefix, the
+// only place its user may receive. A node whose user was issued with the permissions from
+// before decision 0022 asks for one by putting RenewCredentialsHeader on its heartbeats
+// (decision 0024).
+func NodeCredentialsSubject(node string) string { return NodeInboxPrefix(node) + ".credentials" }
+
+// RenewCredentialsHeader on a heartbeat asks the enrolment service for the node's user JWT
+// issued again with today's permissions, for the key the node enrolled with; its value is
+// RenewCredentialsLegacy. MaxCredentialsBytes bounds the JWT a node accepts.
+const (
+	RenewCredentialsHeader = "Mesh-Renew-Credentials"
+	RenewCredentialsLegacy = "legacy"
+	MaxCredentialsBytes    = 16 << 10
+)
+
 func (n Names) HeartbeatStream() string {
 	return strings.ToUpper(n.Prefix) + "_HEARTBEATS"
 }

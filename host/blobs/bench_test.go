@@ -27,7 +27,7 @@ func BenchmarkFetch16MiB(b *testing.B) {
 	body := make([]byte, 16<<20)
 	rand.Read(body)
 	d := putB(b, bus.Conn.JS, body)
-	src := blobs.Bus(bus.Conn.JS, bus.Names.Blobs())
+	src := blobs.Bus(bus.Conn.JS, bus.Names.Blobs(), nil)
 	b.SetBytes(int64(len(body)))
 	b.ResetTimer()
 	for b.Loop() {

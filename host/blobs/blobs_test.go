@@ -90,7 +90,7 @@ func TestABlobIsFetchedFromTheBusOnceAndThenReadFromTheCache(t *testing.T) {
 	b := meshtest.StartBus(t)
 	body := bytes.Repeat([]byte("0123456789"), 50_000) // several chunks
 	d := put(t, b.Conn.JS, body)
-	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs())}
+	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil)}
 	dir := t.TempDir()
 	c := blobs.New(dir, src)
 	if got := read(t, c, d); !bytes.Equal(got, body) {
@@ -138,7 +138,7 @@ func TestAWrongBlobIsRefusedAndLeavesNothing(t *testing.T) {
 	bundle := t.TempDir()
 	bundleForged := digest.FromString("the bundle's pin").String()
 	writeBundleBlob(t, bundle, bundleForged, []byte("not it"))
-	bus := blobs.Bus(b.Conn.JS, b.Names.Blobs())
+	bus := blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil)
 
 	for _, tc := range []struct {
 		name   string
@@ -243,7 +243,7 @@ func TestConcurrentOpensOfOneBlobFetchItOnce(t *testing.T) {
 	b := meshtest.StartBus(t)
 	body := bytes.Repeat([]byte("concurrent "), 30_000)
 	d := put(t, b.Conn.JS, body)
-	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs()), gate: make(chan struct{})}
+	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil), gate: make(chan struct{})}
 	c := blobs.New(t.TempDir(), src)
 	const n = 8
 	var wg sync.WaitGroup
@@ -284,7 +284,7 @@ func TestAWaiterFetchesItselfWhenTheFetchItWaitedOnIsCancelled(t *testing.T) {
 	b := meshtest.StartBus(t)
 	body := []byte("patience")
 	d := put(t, b.Conn.JS, body)
-	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs()), gate: make(chan struct{})}
+	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil), gate: make(chan struct{})}
 	dir := t.TempDir()
 	c := blobs.New(dir, src)
 	first, cancel := context.WithCancel(t.Context())

@@ -31,12 +31,17 @@ func (l *limited) Limit() int64 { return l.max }
 // get of its metadata, direct gets of its chunks, no consumer (internal/objfetch); release/trust.NodePermissions).
 // Before fetching it checks the object store's own record of the object's size and digest;
 // nats.go checks the chunks against that digest as they arrive, and the cache checks them
-// against the name.
-func Bus(js jetstream.JetStream, bucket string) Source { return busSource{js: js, bucket: bucket} }
+// against the name. legacy (nil: never) reports whether the node's user still has the
+// permissions from before decision 0022 (link.Link.LegacyCredentials): then the chunks come
+// with nats.go's obs.Get, an ordered consumer, the one way such a user may read them.
+func Bus(js jetstream.JetStream, bucket string, legacy func() bool) Source {
+	return busSource{js: js, bucket: bucket, legacy: legacy}
+}
 
 type busSource struct {
 	js     jetstream.JetStream
 	bucket string
+	legacy func() bool
 }
 
 func (b busSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int64, error) {
@@ -64,8 +69,7 @@ func (b busSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int
 	if l, ok := w.(limiter); ok && int64(info.Size) > l.Limit() {
 		return 0, fmt.Errorf("%w: object store %s holds it as %d bytes", ErrTooLarge, b.bucket, info.Size)
 	}
-	// Direct gets of the chunks, no consumer: a node may create none (docs/security.md).
-	res, err := objfetch.Open(ctx, b.js, b.bucket, info)
+	res, err := b.open(ctx, obs, info)
 	if err != nil {
 		return 0, fmt.Errorf("get it from object store %s: %w", b.bucket, err)
 	}
@@ -78,6 +82,15 @@ func (b busSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int
 		return n, fmt.Errorf("fetch it from object store %s: %w", b.bucket, err)
 	}
 	return n, nil
+}
+
+// open starts reading the object info describes: by direct gets of its chunks, no consumer, as a
+// node may create none (docs/security.md); with legacy credentials, by obs.Get (decision 0024).
+func (b busSource) open(ctx context.Context, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	if b.legacy != nil && b.legacy() {
+		return obs.Get(ctx, info.Name)
+	}
+	return objfetch.Open(ctx, b.js, b.bucket, info)
 }
 
 // Dir is a bundle directory's blobs: path/blobs/sha256/<hex>, beside the bundle's

@@ -79,6 +79,11 @@ type Config struct {
 	// accepted) and why; such a version is never fetched, its manifest refused. Nil: none is.
 	Withdrawn func(version string) (reason string, ok bool)
 	Log       *slog.Logger // default: discard
+	// LegacyCredentials reports whether the node's user still has the permissions from before
+	// decision 0022 (link.Link.LegacyCredentials): it may create consumers but not get chunks
+	// directly, so an archive is fetched with nats.go's obs.Get. Asked before each fetch; nil:
+	// never, chunks are read by direct gets (internal/objfetch).
+	LegacyCredentials func() bool
 
 	// PreflightArgs follow "preflight" on the staged binary's command line (e.g. --config
 	// FILE when the host was started with one); PreflightEnv is added to the host's own
@@ -516,8 +521,7 @@ func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, m
 	meter := newMeter(v, o.size, o.delta, moved, progress)
 	w := d.watch(ctx, o.size)
 	defer w.close()
-	// Direct gets of the chunks, no consumer: a node may create none (docs/security.md).
-	res, err := objfetch.Open(w.ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
+	res, err := d.open(w.ctx, obs, info)
 	if err != nil {
 		f.Close()
 		if why := w.failed(); why != nil {
@@ -528,13 +532,34 @@ func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, m
 		}
 		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", o.name, err)}
 	}
-	// max_fetch_rate caps every object fetched here, the delta as much as the archive.
-	capped := ratelimit.Reader(w.ctx, res, d.cfg.MaxFetchRate, d.cfg.FetchClock)
-	if err := copyVerified(f, w.reader(io.NopCloser(capped), meter.stalled), o, meter); err != nil {
+	// max_fetch_rate caps every object fetched here, the delta as much as the archive; the
+	// watch still closes what open returned (obs.Get's consumer, for legacy credentials).
+	capped := readCloser{ratelimit.Reader(w.ctx, res, d.cfg.MaxFetchRate, d.cfg.FetchClock), res}
+	if err := copyVerified(f, w.reader(capped, meter.stalled), o, meter); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// readCloser reads from one reader and closes another: a capped reader and the source below it.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// open starts reading the object info describes: by direct gets of its chunks, no consumer, as a
+// node may create none (docs/security.md); or, while the node's credentials are legacy, with
+// obs.Get's ordered consumer, the one way such a user may read chunks (decision 0024).
+func (d *Deliverer) open(ctx context.Context, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	if d.cfg.LegacyCredentials != nil && d.cfg.LegacyCredentials() {
+		return obs.Get(ctx, info.Name)
+	}
+	res, err := objfetch.Open(ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(res), nil
 }
 
 // copyVerified copies at most o.size+1 bytes of src to dst, verifying them on the way, and

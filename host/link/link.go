@@ -1,7 +1,8 @@
 // Package link is the host's one outbound connection to the bus. It follows the node's
 // declaration, its target and the fleet's, and the withdrawal list (pushed by the server, never
-// polled, with no JetStream consumer: watch.go), reports what arrives as events, and publishes
-// the host's heartbeats. It opens no listening socket; it keeps reconnecting for
+// polled, with no JetStream consumer: watch.go; with credentials from before decision 0022, with
+// consumers until renewed ones arrive: credentials.go), reports what arrives as events, and
+// publishes the host's heartbeats. It opens no listening socket; it keeps reconnecting for
 // as long as it is open, including when the server is down at start.
 package link
 
@@ -126,10 +127,20 @@ type Link struct {
 	kick       chan struct{} // connection status may have changed
 	truncated  atomic.Bool   // the last heartbeat published was cut to fit
 	reconnects atomic.Uint64 // reconnects seen by the nats callback
-	lastErr    atomic.Value  // error, the last disconnect's cause
-	fail       *failures     // failed connection attempts: logged, the last one kept
+	// unanswered: a heartbeat went unanswered while connected, so the stream behind the server
+	// may be out of its reach (a leaf server cut off from its hub). catchUps counts the times a
+	// heartbeat was answered again after that: each starts the watches again (run).
+	unanswered atomic.Bool
+	catchUps   atomic.Uint64
+	lastErr    atomic.Value // error, the last disconnect's cause
+	fail       *failures    // failed connection attempts: logged, the last one kept
 	// conn is nc for the nats callbacks, which may run before Open has set l.nc.
 	conn atomic.Pointer[nats.Conn]
+	// user is the creds file's user JWT (nil for an nkey seed or no credentials); legacy says
+	// it predates decision 0022 until renewed credentials replace it (credentials.go).
+	user     *userCreds
+	legacy   atomic.Bool
+	renewSub *nats.Subscription
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -213,6 +224,14 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	}
 	l.nc, l.js = nc, js
 	l.conn.Store(nc)
+	if l.legacy.Load() {
+		l.log.Warn("link: this node's credentials were issued before decision 0022: it follows its keys with consumers and asks for renewed credentials with every heartbeat",
+			"creds", o.Creds)
+		if err := l.listenForCredentials(); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	l.poke()
@@ -257,6 +276,12 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
 			}
+			if refusedConsumerDelete(err) {
+				// With legacy credentials nats.go deletes the consumer of an object fetch when
+				// it ends; such a node may not, and the server removes the consumer itself.
+				l.log.Debug("link: the server refused to delete a consumer, as a node's permissions say; it removes it itself", "err", err)
+				return
+			}
 			l.fail.asyncError(err)
 		}),
 	}
@@ -267,7 +292,13 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		}
 		switch {
 		case bytes.Contains(b, []byte("BEGIN NATS USER JWT")):
+			// UserCredentials reads the file on every connect: renewed credentials written
+			// there are used from the next reconnect on.
 			opts = append(opts, nats.UserCredentials(o.Creds))
+			if user, claims, err := readUserCreds(o.Creds, b); err == nil {
+				l.user = user
+				l.legacy.Store(legacyPermissions(claims))
+			}
 		case bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")):
 			opt, err := nats.NkeyOptionFromSeed(o.Creds)
 			if err != nil {
@@ -330,6 +361,13 @@ func CheckPlaintext(urls []string, ca string, insecure bool) error {
 		text.Redact(strings.Join(plain, ",")))
 }
 
+// refusedConsumerDelete reports whether err is the server refusing this node a consumer delete.
+func refusedConsumerDelete(err error) bool {
+	// "$JS.API.CONSUMER.DELETE." in one account, "$JS.mesh.API.CONSUMER.DELETE." through the nodes
+	// account's import (wire.NodeJSAPIPrefix).
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `.API.CONSUMER.DELETE.`)
+}
+
 // isRevoked reports whether err is the server saying this node's user was revoked.
 func isRevoked(err error) bool {
 	return errors.Is(err, nats.ErrAuthRevoked) || strings.Contains(strings.ToLower(err.Error()), "authentication revoked")
@@ -386,7 +424,8 @@ func (l *Link) poke() {
 func (l *Link) Events() <-chan Event { return l.events }
 
 // JetStream is the link's JetStream context, for fetching what the bus announces (manifests by
-// direct get, archives and blobs by direct gets of their chunks: internal/objfetch).
+// direct get, archives and blobs by direct gets of their chunks: internal/objfetch; with
+// LegacyCredentials, by nats.go's obs.Get).
 func (l *Link) JetStream() jetstream.JetStream { return l.js }
 
 // Connected reports whether the link is up now.
@@ -428,6 +467,10 @@ func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 	// Never over what the server or the stream accepts: cut by the documented rules instead, so
 	// the node is never silenced by what it has to say.
 	max := int(min(l.nc.MaxPayload(), wire.MaxHeartbeatBytes))
+	legacy := l.legacy.Load()
+	if legacy {
+		max -= renewHeaderBytes
+	}
 	data, truncated, err := FitHeartbeat(hb, max)
 	if err != nil {
 		return fmt.Errorf("link: heartbeat on %s: %w", subject, err)
@@ -439,11 +482,24 @@ func (l *Link) PublishHeartbeat(ctx context.Context, hb wire.Heartbeat) error {
 			l.log.Info("link: heartbeats fit again without cutting")
 		}
 	}
-	if _, err := l.js.Publish(ctx, subject, data); err != nil {
+	msg := &nats.Msg{Subject: subject, Data: data}
+	if legacy {
+		// Asks the enrolment service for credentials with today's permissions (decision 0024).
+		msg.Header = renewHeader()
+	}
+	if _, err := l.js.PublishMsg(ctx, msg); err != nil {
+		l.unanswered.Store(true)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("link: heartbeat on %s: no stream stores it; create %s with `mesh-release init`: %w", subject, l.opts.Names.HeartbeatStream(), err)
+			return fmt.Errorf("link: heartbeat on %s: no stream answered: the bus has no %s (`mesh-release init` creates it), or the server this node is connected to cannot reach it (a leaf server cut off from its hub): %w", subject, l.opts.Names.HeartbeatStream(), err)
 		}
 		return fmt.Errorf("link: heartbeat on %s: %w", subject, err)
+	}
+	if l.unanswered.Swap(false) {
+		// The stream answers again after it did not. The connection may never have dropped (a
+		// leaf server's line to its hub came back), so no reconnect catches up on the writes
+		// made meanwhile, which the subscriptions never saw: the watches start again instead.
+		l.catchUps.Add(1)
+		l.poke()
 	}
 	return nil
 }
@@ -456,6 +512,7 @@ func (l *Link) run(ctx context.Context) {
 		up       bool
 		ever     bool
 		seenRC   uint64
+		seenCU   uint64
 		stopSess = func() {}
 	)
 	defer func() { stopSess() }()
@@ -467,11 +524,12 @@ func (l *Link) run(ctx context.Context) {
 		}
 		connected := l.nc.IsConnected()
 		rc := l.reconnects.Load()
+		cu := l.catchUps.Load()
 		switch {
 		case connected && (!up || rc != seenRC):
 			stopSess()
 			stopSess = func() {}
-			seenRC = rc
+			seenRC, seenCU = rc, cu
 			// Not ConnectedUrlRedacted: it leaves a token (nats://token@host) in place.
 			server := text.Redact(l.nc.ConnectedUrl())
 			var ev Event = Connected{URL: server}
@@ -488,6 +546,13 @@ func (l *Link) run(ctx context.Context) {
 			if !l.send(ctx, ev) {
 				return
 			}
+			stopSess = l.startSession(ctx)
+		case connected && cu != seenCU:
+			// A heartbeat is answered again after it was not: catch up on every key, as after a
+			// reconnect.
+			seenCU = cu
+			stopSess()
+			l.log.Info("link: heartbeats are answered again; catching up on every key", "url", text.Redact(l.nc.ConnectedUrl()))
 			stopSess = l.startSession(ctx)
 		case !connected && up:
 			up = false

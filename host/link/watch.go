@@ -19,7 +19,9 @@ import (
 // the link follows is a plain subscription on the key's subject, which tells that the key was
 // written, and a direct get of the key's last value, which says what it now holds and at which
 // revision. The get runs once the subscription is in place (so no write falls between them),
-// after every notice, and again in each new session, that is after every reconnect.
+// after every notice, and again in each new session, that is after every reconnect and when a
+// heartbeat is answered after one was not (PublishHeartbeat: the server stayed, the bus behind
+// it was out of reach).
 const (
 	// maxNotices is how many write notices wait to be acted on; more are dropped, harmlessly:
 	// the ones waiting are each followed by a get of the key's latest value.
@@ -56,7 +58,13 @@ func (l *Link) watch(ctx context.Context, k watchedKey) {
 	backoff := l.opts.RetryMin
 	warned := false
 	for ctx.Err() == nil {
-		err := l.watchOnce(ctx, k, func() { backoff, warned = l.opts.RetryMin, false })
+		healthy := func() { backoff, warned = l.opts.RetryMin, false }
+		var err error
+		if l.legacy.Load() {
+			err = l.watchOnceByConsumer(ctx, k, healthy)
+		} else {
+			err = l.watchOnce(ctx, k, healthy)
+		}
 		if ctx.Err() != nil {
 			return
 		}

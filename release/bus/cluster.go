@@ -14,17 +14,21 @@ import (
 
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/release/trust"
+	"github.com/novox/mesh-host/wire"
 )
 
 // A Member is one server of a cluster of stock nats-server processes: its name, the address its
 // clients reach it at and the address the other servers reach its routes at (the same host, or
-// one on a network of the servers' own).
+// one on a network of the servers' own), and, when sites connect to it through leaf servers,
+// the address those reach it at (LeafPort 0: none).
 type Member struct {
 	Name      string
 	Host      string
 	Port      int
 	RouteHost string
 	RoutePort int
+	LeafHost  string
+	LeafPort  int
 }
 
 // ClientURL is the URL a client reaches the member by (always TLS).
@@ -33,24 +37,38 @@ func (m Member) ClientURL() string {
 }
 
 // memberForm is how a member is written on the command line.
-const memberForm = "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT (like s1=bus1.example:4222,bus1.example:6222)"
+const memberForm = "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT[,LEAF_HOST:LEAF_PORT] (like s1=bus1.example:4222,bus1.example:6222)"
 
-// ParseMember reads NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT (an IPv6 host in brackets).
+// ParseMember reads NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT, and a third address where leaf servers
+// reach it, LEAF_HOST:LEAF_PORT, when it has one (an IPv6 host in brackets).
 func ParseMember(text string) (Member, error) {
 	name, addrs, ok := strings.Cut(text, "=")
-	client, route, ok2 := strings.Cut(addrs, ",")
-	if !ok || !ok2 {
+	parts := strings.Split(addrs, ",")
+	if !ok || len(parts) < 2 || len(parts) > 3 {
 		return Member{}, fmt.Errorf("server %q is not %s", cut(text), memberForm)
 	}
 	m := Member{Name: name}
 	var err error
-	if m.Host, m.Port, err = hostPort(client); err != nil {
+	if m.Host, m.Port, err = hostPort(parts[0]); err != nil {
 		return Member{}, fmt.Errorf("server %q: client address: %w", cut(text), err)
 	}
-	if m.RouteHost, m.RoutePort, err = hostPort(route); err != nil {
+	if m.RouteHost, m.RoutePort, err = hostPort(parts[1]); err != nil {
 		return Member{}, fmt.Errorf("server %q: route address: %w", cut(text), err)
 	}
+	if len(parts) == 3 {
+		if m.LeafHost, m.LeafPort, err = hostPort(parts[2]); err != nil {
+			return Member{}, fmt.Errorf("server %q: leaf address: %w", cut(text), err)
+		}
+	}
 	return m, m.check()
+}
+
+// LeafURL is the URL a leaf server reaches the member by (always TLS), or "" when it takes none.
+func (m Member) LeafURL() string {
+	if m.LeafPort == 0 {
+		return ""
+	}
+	return "tls://" + net.JoinHostPort(m.LeafHost, strconv.Itoa(m.LeafPort))
 }
 
 func hostPort(addr string) (string, int, error) {
@@ -86,16 +104,44 @@ func (m Member) check() error {
 	if !memberName.MatchString(m.Name) {
 		return fmt.Errorf("server name %q: use 1–64 letters, digits, - and _ (it names the server's directory)", cut(m.Name))
 	}
-	for _, h := range []string{m.Host, m.RouteHost} {
-		if h == "" || strings.ContainsAny(h, "\"\\ \t\n{}[]=,") {
-			return fmt.Errorf("server %s: host %q is not a host name or an IP address", m.Name, cut(h))
-		}
-		if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
-			return fmt.Errorf("server %s: host %s is every address; name the one the clients or the other servers reach it by", m.Name, h)
+	hosts := []string{m.Host, m.RouteHost}
+	if m.LeafPort != 0 {
+		hosts = append(hosts, m.LeafHost)
+	}
+	for _, h := range hosts {
+		if err := checkHost(h); err != nil {
+			return fmt.Errorf("server %s: %w", m.Name, err)
 		}
 	}
-	if m.Port == m.RoutePort && m.Host == m.RouteHost {
-		return fmt.Errorf("server %s: the client and the route address are both %s", m.Name, net.JoinHostPort(m.Host, strconv.Itoa(m.Port)))
+	addrs := map[string]string{}
+	for _, a := range m.addresses() {
+		if other, ok := addrs[a[1]]; ok {
+			return fmt.Errorf("server %s: the %s and the %s address are both %s", m.Name, other, a[0], a[1])
+		}
+		addrs[a[1]] = a[0]
+	}
+	return nil
+}
+
+// addresses are what the member listens on: {what, HOST:PORT}.
+func (m Member) addresses() [][2]string {
+	out := [][2]string{
+		{"client", net.JoinHostPort(m.Host, strconv.Itoa(m.Port))},
+		{"route", net.JoinHostPort(m.RouteHost, strconv.Itoa(m.RoutePort))},
+	}
+	if m.LeafPort != 0 {
+		out = append(out, [2]string{"leaf", net.JoinHostPort(m.LeafHost, strconv.Itoa(m.LeafPort))})
+	}
+	return out
+}
+
+// checkHost checks a host a configuration names: one it can hold unquoted, and a single address.
+func checkHost(h string) error {
+	if h == "" || strings.ContainsAny(h, "\"\\ \t\n{}[]=,") {
+		return fmt.Errorf("host %q is not a host name or an IP address", cut(h))
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("host %s is every address; name the one the clients or the other servers reach it by", h)
 	}
 	return nil
 }
@@ -112,6 +158,12 @@ type ClusterConfig struct {
 	Members []Member
 	// TLSNames are more names the servers' certificate is for, besides each member's host.
 	TLSNames []string
+	// Leaves are the leaf servers of sites (docs/decisions/0025): each gets Dir/<name>/ as a
+	// member does, its configuration connecting it to HubURLs (the members' leaf URLs when
+	// empty) with users Names' permissions bound.
+	Leaves  []Leaf
+	HubURLs []string
+	Names   wire.Names
 }
 
 // ResolverSyncInterval is how often each server's full resolver asks the others for account
@@ -143,8 +195,8 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 	if c.Dir == "" {
 		return nil, errors.New("server configs: no directory; pass --server-config DIR")
 	}
-	if len(c.Members) == 0 {
-		return nil, errors.New("server configs: no servers; name each with --server " + memberForm)
+	if len(c.Members) == 0 && len(c.Leaves) == 0 {
+		return nil, errors.New("server configs: no servers; name each with --server " + memberForm + ", or a site's leaf server with --leaf " + leafForm)
 	}
 	if c.Name == "" {
 		c.Name = ClusterName
@@ -167,13 +219,35 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 			return nil, fmt.Errorf("server configs: two servers are named %s", m.Name)
 		}
 		seen[m.Name] = true
-		for _, a := range []string{net.JoinHostPort(m.Host, strconv.Itoa(m.Port)), net.JoinHostPort(m.RouteHost, strconv.Itoa(m.RoutePort))} {
-			if other, ok := addrs[a]; ok {
-				return nil, fmt.Errorf("server configs: servers %s and %s both listen on %s", other, m.Name, a)
+		for _, a := range m.addresses() {
+			if other, ok := addrs[a[1]]; ok {
+				return nil, fmt.Errorf("server configs: servers %s and %s both listen on %s", other, m.Name, a[1])
 			}
-			addrs[a] = m.Name
+			addrs[a[1]] = m.Name
 		}
 		names = append(names, m.Host, m.RouteHost)
+		if m.LeafPort != 0 {
+			names = append(names, m.LeafHost)
+		}
+	}
+	hub, err := c.hubURLs()
+	if err != nil {
+		return nil, fmt.Errorf("server configs: %w", err)
+	}
+	for _, l := range c.Leaves {
+		if err := l.check(); err != nil {
+			return nil, fmt.Errorf("server configs: %w", err)
+		}
+		if seen[l.Name] {
+			return nil, fmt.Errorf("server configs: two servers are named %s", l.Name)
+		}
+		seen[l.Name] = true
+		a := net.JoinHostPort(l.Host, strconv.Itoa(l.Port))
+		if other, ok := addrs[a]; ok {
+			return nil, fmt.Errorf("server configs: servers %s and %s both listen on %s", other, l.Name, a)
+		}
+		addrs[a] = l.Name
+		names = append(names, l.Host)
 	}
 	certFile, keyFile, caFile, err := trust.EnsureTLS(store.DataDir(), names)
 	if err != nil {
@@ -191,6 +265,13 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 		}
 		paths = append(paths, p)
 	}
+	for _, l := range c.Leaves {
+		p, err := writeLeaf(dir, c, l, hub, jwts, store, [3]string{certFile, keyFile, caFile})
+		if err != nil {
+			return nil, fmt.Errorf("server configs: leaf %s: %w", l.Name, err)
+		}
+		paths = append(paths, p)
+	}
 	return paths, nil
 }
 
@@ -198,21 +279,9 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 // machine needs, and its configuration.
 func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, store *trust.Store, tlsFiles [3]string) (string, error) {
 	own := filepath.Join(dir, m.Name)
-	for _, d := range []string{own, filepath.Join(own, trust.ResolverDir), filepath.Join(own, "jetstream")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return "", err
-		}
-	}
-	var copied [3]string
-	for i, name := range []string{trust.ServerCertFile, trust.ServerKeyFile, trust.CAFile} {
-		b, err := os.ReadFile(tlsFiles[i])
-		if err != nil {
-			return "", err
-		}
-		copied[i] = filepath.Join(own, name)
-		if err := atomicfile.WriteFile(copied[i], b, 0o600); err != nil {
-			return "", err
-		}
+	w, err := newServerConfig(own, tlsFiles, "jetstream")
+	if err != nil {
+		return "", err
 	}
 	var routes []string
 	for _, o := range c.Members {
@@ -220,30 +289,119 @@ func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, 
 			routes = append(routes, "nats-route://"+net.JoinHostPort(o.RouteHost, strconv.Itoa(o.RoutePort)))
 		}
 	}
-	var b strings.Builder
-	q := strconv.Quote // every string the configuration holds is a checked name, a path, a key or a JWT
-	fmt.Fprintf(&b, "# Written by mesh-release init --server-config: server %s of the mesh's cluster %s.\n", m.Name, c.Name)
-	fmt.Fprintf(&b, "# Run it as: nats-server -c %s\n", filepath.Join(own, ServerConfigFile))
-	fmt.Fprintf(&b, "# Written again by the next init --server-config; edit the flags, not this file.\n\n")
-	fmt.Fprintf(&b, "server_name: %s\nlisten: %s\n", q(m.Name), q(net.JoinHostPort(m.Host, strconv.Itoa(m.Port))))
-	// For nats-server --signal (stop, reload, ldm) and for whoever restarts it.
-	fmt.Fprintf(&b, "pid_file: %s\n\n", q(filepath.Join(own, PidFile)))
-	tlsBlock := func(indent string, verify bool) {
-		fmt.Fprintf(&b, "%stls {\n%s  cert_file: %s\n%s  key_file: %s\n%s  ca_file: %s\n", indent, indent, q(copied[0]), indent, q(copied[1]), indent, q(copied[2]))
-		if verify {
-			fmt.Fprintf(&b, "%s  verify: true\n", indent)
+	b, q := &w.b, strconv.Quote
+	w.head(fmt.Sprintf("server %s of the mesh's cluster %s", m.Name, c.Name), m.Name, net.JoinHostPort(m.Host, strconv.Itoa(m.Port)))
+	w.trust(store, jwts)
+	fmt.Fprintf(b, "jetstream {\n  store_dir: %s\n}\n\n", q(filepath.Join(own, "jetstream")))
+	if len(routes) == 0 {
+		// A cluster block without routes stops nats-server's JetStream from starting ("JetStream
+		// cluster requires configured routes"): one server is a server on its own.
+		b.WriteString("# The cluster's only server: no routes (its route address is kept for when more are added).\n")
+	} else {
+		b.WriteString("# Routes to every other server, over TLS, each server checking the other's certificate.\n")
+		fmt.Fprintf(b, "cluster {\n  name: %s\n  listen: %s\n  routes: [\n", q(c.Name), q(net.JoinHostPort(m.RouteHost, strconv.Itoa(m.RoutePort))))
+		for _, r := range routes {
+			fmt.Fprintf(b, "    %s\n", q(r))
 		}
-		fmt.Fprintf(&b, "%s  timeout: %g\n%s}\n", indent, tlsTimeout.Seconds(), indent)
+		b.WriteString("  ]\n")
+		w.tlsBlock("  ", true)
+		b.WriteString("}\n")
 	}
+	if m.LeafPort != 0 {
+		b.WriteString("\n# Sites' leaf servers connect here, over TLS, as users of the nodes and the system account\n")
+		b.WriteString("# (docs/decisions/0025); their users' permissions bound what crosses.\n")
+		// no_advertise: a leaf uses the hub URLs its own configuration names, never addresses the
+		// hub tells it (which may be ones the site cannot reach, or bypass what it must go through).
+		fmt.Fprintf(b, "leafnodes {\n  listen: %s\n  no_advertise: true\n", q(net.JoinHostPort(m.LeafHost, strconv.Itoa(m.LeafPort))))
+		w.tlsBlock("  ", false)
+		b.WriteString("}\n")
+		w.keyWritesCross(store)
+	}
+	return w.write()
+}
+
+// keyWritesCross lets the key writes the nodes account imports ($KV.…) cross a leaf connection.
+// nats-server denies $JS.API.>, $KV.> and $OBJ.> on every leaf connection of an account other
+// than the system account, on both sides, unless default_js_domain maps the account to the
+// empty domain: a node follows its keys by a core subscription on their $KV subjects
+// (docs/decisions/0022), so without it a node behind a leaf never hears of a write. The nodes
+// account has no JetStream, so the mapping adds no domain; its API calls go by the imported
+// prefix, which the deny does not name (docs/decisions/0025).
+func (w *serverConfig) keyWritesCross(store *trust.Store) {
+	w.b.WriteString("\n# Key writes ($KV.…, imported by the nodes account) cross the leaf connection (docs/decisions/0025).\n")
+	fmt.Fprintf(&w.b, "default_js_domain: {\n  %s: \"\"\n}\n", store.NodesAccountPublicKey())
+}
+
+// serverConfig is one server's configuration as it is written, in its own directory.
+type serverConfig struct {
+	own    string
+	copied [3]string // its copies of the certificate, key and CA
+	b      strings.Builder
+}
+
+// newServerConfig makes the server's directory (own, its accounts/ and dirs), and copies the
+// TLS files into it, so the directory is all its machine needs.
+func newServerConfig(own string, tlsFiles [3]string, dirs ...string) (*serverConfig, error) {
+	for _, d := range append([]string{own, filepath.Join(own, trust.ResolverDir)}, dirs...) {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(own, d)
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	w := &serverConfig{own: own}
+	for i, name := range []string{trust.ServerCertFile, trust.ServerKeyFile, trust.CAFile} {
+		b, err := os.ReadFile(tlsFiles[i])
+		if err != nil {
+			return nil, err
+		}
+		w.copied[i] = filepath.Join(own, name)
+		if err := atomicfile.WriteFile(w.copied[i], b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// q quotes every string a configuration holds: a checked name, a path, a key or a JWT.
+var q = strconv.Quote
+
+// head writes what the server is, its name, client address, pid file and client TLS.
+func (w *serverConfig) head(what, name, listen string) {
+	b := &w.b
+	fmt.Fprintf(b, "# Written by mesh-release init --server-config: %s.\n", what)
+	fmt.Fprintf(b, "# Run it as: nats-server -c %s\n", filepath.Join(w.own, ServerConfigFile))
+	fmt.Fprintf(b, "# Written again by the next init --server-config; edit the flags, not this file.\n\n")
+	fmt.Fprintf(b, "server_name: %s\nlisten: %s\n", q(name), q(listen))
+	// For nats-server --signal (stop, reload, ldm) and for whoever restarts it.
+	fmt.Fprintf(b, "pid_file: %s\n\n", q(filepath.Join(w.own, PidFile)))
 	b.WriteString("# Every client uses TLS; the CA is the one `mesh-release` keeps in its data directory.\n")
-	tlsBlock("", false)
+	w.tlsBlock("", false)
+}
+
+// tlsBlock writes a tls block with the server's copies; verify asks the other side for a
+// certificate of the CA.
+func (w *serverConfig) tlsBlock(indent string, verify bool) {
+	b := &w.b
+	fmt.Fprintf(b, "%stls {\n%s  cert_file: %s\n%s  key_file: %s\n%s  ca_file: %s\n", indent, indent, q(w.copied[0]), indent, q(w.copied[1]), indent, q(w.copied[2]))
+	if verify {
+		fmt.Fprintf(b, "%s  verify: true\n", indent)
+	}
+	fmt.Fprintf(b, "%s  timeout: %g\n%s}\n", indent, tlsTimeout.Seconds(), indent)
+}
+
+// trust writes operator mode: the operator, the system account, and the full resolver in the
+// server's accounts/ preloaded with jwts.
+func (w *serverConfig) trust(store *trust.Store, jwts map[string]string) {
+	b := &w.b
 	b.WriteString("\n# Operator mode: users are admitted by the operator's accounts; the full resolver keeps every\n")
 	b.WriteString("# account JWT in accounts/ and takes updates (revocations) on $SYS.REQ.CLAIMS.UPDATE.\n")
-	fmt.Fprintf(&b, "operator: %s\nsystem_account: %s\n", q(store.OperatorJWT()), q(store.SystemAccountPublicKey()))
+	fmt.Fprintf(b, "operator: %s\nsystem_account: %s\n", q(store.OperatorJWT()), q(store.SystemAccountPublicKey()))
 	// interval: how often a server asks the others for the account JWTs it lacks. A server that
 	// was down when a revocation was pushed learns it only then (nats-server asks first one
 	// interval after it starts), so it is short: one small request per server per interval.
-	fmt.Fprintf(&b, "resolver {\n  type: full\n  dir: %s\n  allow_delete: false\n  interval: %q\n  timeout: \"5s\"\n}\n", q(filepath.Join(own, trust.ResolverDir)), ResolverSyncInterval.String())
+	fmt.Fprintf(b, "resolver {\n  type: full\n  dir: %s\n  allow_delete: false\n  interval: %q\n  timeout: \"5s\"\n}\n", q(filepath.Join(w.own, trust.ResolverDir)), ResolverSyncInterval.String())
 	b.WriteString("# The accounts as init wrote them; a newer JWT in accounts/ (a revocation) wins.\n")
 	b.WriteString("resolver_preload {\n")
 	keys := make([]string, 0, len(jwts))
@@ -252,20 +410,15 @@ func writeMember(dir string, c ClusterConfig, m Member, jwts map[string]string, 
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&b, "  %s: %s\n", k, q(jwts[k]))
+		fmt.Fprintf(b, "  %s: %s\n", k, q(jwts[k]))
 	}
 	b.WriteString("}\n\n")
-	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n\n", q(filepath.Join(own, "jetstream")))
-	b.WriteString("# Routes to every other server, over TLS, each server checking the other's certificate.\n")
-	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: %s\n  routes: [\n", q(c.Name), q(net.JoinHostPort(m.RouteHost, strconv.Itoa(m.RoutePort))))
-	for _, r := range routes {
-		fmt.Fprintf(&b, "    %s\n", q(r))
-	}
-	b.WriteString("  ]\n")
-	tlsBlock("  ", true)
-	b.WriteString("}\n")
-	path := filepath.Join(own, ServerConfigFile)
-	if err := atomicfile.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+}
+
+// write writes the configuration as own/ServerConfigFile and returns its path.
+func (w *serverConfig) write() (string, error) {
+	path := filepath.Join(w.own, ServerConfigFile)
+	if err := atomicfile.WriteFile(path, []byte(w.b.String()), 0o600); err != nil {
 		return "", err
 	}
 	return path, nil

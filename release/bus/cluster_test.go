@@ -19,9 +19,9 @@ func TestParseMemberReadsNameClientAndRouteAddresses(t *testing.T) {
 		want     Member
 		err      string
 	}{
-		{"host names", "s1=bus1.example:4222,bus1.example:6222", Member{"s1", "bus1.example", 4222, "bus1.example", 6222}, ""},
-		{"routes on the servers' own network", "s2=bus2.example:4222,10.0.0.2:6222", Member{"s2", "bus2.example", 4222, "10.0.0.2", 6222}, ""},
-		{"IPv6 in brackets", "s3=[::1]:4222,[::1]:6222", Member{"s3", "::1", 4222, "::1", 6222}, ""},
+		{"host names", "s1=bus1.example:4222,bus1.example:6222", Member{"s1", "bus1.example", 4222, "bus1.example", 6222, "", 0}, ""},
+		{"routes on the servers' own network", "s2=bus2.example:4222,10.0.0.2:6222", Member{"s2", "bus2.example", 4222, "10.0.0.2", 6222, "", 0}, ""},
+		{"IPv6 in brackets", "s3=[::1]:4222,[::1]:6222", Member{"s3", "::1", 4222, "::1", 6222, "", 0}, ""},
 		{"no name", "bus1.example:4222,bus1.example:6222", Member{}, "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT"},
 		{"no route address", "s1=bus1.example:4222", Member{}, "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT"},
 		{"a port out of range", "s1=bus1.example:70000,bus1.example:6222", Member{}, "not a port number"},
@@ -56,9 +56,9 @@ func TestServerConfigsAreWhatTheStockServerReadsAsAMeshServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	members := []Member{
-		{"s1", "127.0.0.1", 14222, "127.0.0.1", 16222},
-		{"s2", "127.0.0.1", 14223, "127.0.0.1", 16223},
-		{"s3", "bus3.example", 4222, "10.0.0.3", 6222},
+		{"s1", "127.0.0.1", 14222, "127.0.0.1", 16222, "", 0},
+		{"s2", "127.0.0.1", 14223, "127.0.0.1", 16223, "", 0},
+		{"s3", "bus3.example", 4222, "10.0.0.3", 6222, "", 0},
 	}
 	paths, err := WriteServerConfigs(store, ClusterConfig{Dir: dir, Members: members})
 	if err != nil {
@@ -126,7 +126,7 @@ func TestServerConfigsWrittenAgainKeepEachServersAccountsAndStore(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ClusterConfig{Dir: dir, Members: []Member{{"s1", "127.0.0.1", 14222, "127.0.0.1", 16222}}}
+	cfg := ClusterConfig{Dir: dir, Members: []Member{{"s1", "127.0.0.1", 14222, "127.0.0.1", 16222, "", 0}}}
 	if _, err := WriteServerConfigs(store, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestServerConfigsWrittenAgainKeepEachServersAccountsAndStore(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
-	cfg.Members = append(cfg.Members, Member{"s2", "127.0.0.1", 14223, "127.0.0.1", 16223})
+	cfg.Members = append(cfg.Members, Member{"s2", "127.0.0.1", 14223, "127.0.0.1", 16223, "", 0})
 	if _, err := WriteServerConfigs(store, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -159,15 +159,15 @@ func TestServerConfigsRefuseAClusterThatCannotRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1 := Member{"s1", "127.0.0.1", 14222, "127.0.0.1", 16222}
+	s1 := Member{"s1", "127.0.0.1", 14222, "127.0.0.1", 16222, "", 0}
 	for _, tc := range []struct {
 		name    string
 		members []Member
 		want    string
 	}{
 		{"no server", nil, "no servers"},
-		{"two of one name", []Member{s1, {"s1", "127.0.0.1", 14223, "127.0.0.1", 16223}}, "two servers are named s1"},
-		{"two on one address", []Member{s1, {"s2", "127.0.0.1", 14222, "127.0.0.1", 16223}}, "both listen on 127.0.0.1:14222"},
+		{"two of one name", []Member{s1, {"s1", "127.0.0.1", 14223, "127.0.0.1", 16223, "", 0}}, "two servers are named s1"},
+		{"two on one address", []Member{s1, {"s2", "127.0.0.1", 14222, "127.0.0.1", 16223, "", 0}}, "both listen on 127.0.0.1:14222"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

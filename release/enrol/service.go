@@ -69,9 +69,10 @@ type Service struct {
 	nodes  jetstream.KeyValue
 	svc    micro.Service
 
-	stop     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+	renewDone chan struct{} // closed when the renewals end; nil when there are none
+	stopOnce  sync.Once
 }
 
 // Start checks cfg, opens (or creates) the enrolment and nodes buckets and starts answering on
@@ -141,6 +142,20 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		s.svc.Stop()
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
+	if cfg.System != nil {
+		// A store signed again on load (the transition of decision 0024) reaches every server.
+		if pushed, err := cfg.Store.PushIfNewer(ctx, cfg.System); err != nil {
+			s.log.Warn("enrolment service: the servers hold older accounts than the trust store, and pushing them failed", "err", err)
+		} else if pushed {
+			s.log.Info("enrolment service: pushed the trust store's accounts, newer than the servers'")
+		}
+	}
+	if cfg.Store.InTransition() {
+		if err := s.startRenewals(); err != nil {
+			s.svc.Stop()
+			return nil, fmt.Errorf("enrolment service: %w", err)
+		}
+	}
 	go s.sweepLoop()
 	return s, nil
 }
@@ -152,6 +167,9 @@ func (s *Service) Stop() error {
 		close(s.stop)
 		err = s.svc.Stop()
 		<-s.done
+		if s.renewDone != nil {
+			<-s.renewDone
+		}
 	})
 	return err
 }
@@ -284,7 +302,7 @@ func (s *Service) enrol(ctx context.Context, data []byte) (wire.EnrolReply, *ref
 		return wire.EnrolReply{}, refuse(CodeInternal, "mark token %s used: %v", tok.ID, err)
 	}
 	// The token is spent from here: a failure below needs a new token.
-	nrec := NodeRecord{PublicKey: req.PublicKey, EnrolledAt: now, TokenID: tok.ID}
+	nrec := NodeRecord{PublicKey: req.PublicKey, EnrolledAt: now, TokenID: tok.ID, SignedBy: s.cfg.Store.NodesSigningPublicKey()}
 	if old != nil {
 		nrec.Replaced = append(old.Replaced, old.PublicKey)
 		if len(nrec.Replaced) > maxReplaced {

@@ -30,6 +30,8 @@ type fakeStore struct {
 	mu      sync.Mutex
 	revoked map[string]time.Time
 	failRev error
+	// transition makes InTransition true (decision 0024).
+	transition bool
 }
 
 func newFakeStore(t testing.TB) *fakeStore {
@@ -76,6 +78,15 @@ func (f *fakeStore) Revoke(_ context.Context, _ *nats.Conn, userPub string, at t
 	f.revoked[userPub] = at
 	return nil
 }
+
+func (f *fakeStore) NodesSigningPublicKey() string {
+	pub, _ := f.account.PublicKey()
+	return pub
+}
+
+func (f *fakeStore) InTransition() bool { return f.transition }
+
+func (f *fakeStore) PushIfNewer(context.Context, *nats.Conn) (bool, error) { return false, nil }
 
 func (f *fakeStore) isRevoked(pub string) bool {
 	f.mu.Lock()

@@ -37,6 +37,14 @@ type Store interface {
 	// Revoke adds userPub to the account's revocations as of at and pushes the account JWT
 	// through nc, a system account connection.
 	Revoke(ctx context.Context, nc *nats.Conn, userPub string, at time.Time) error
+	// NodesSigningPublicKey is the key NodeUser signs with, recorded in each NodeRecord.
+	NodesSigningPublicKey() string
+	// PushIfNewer pushes the accounts through nc (a system user's connection) when the
+	// servers hold older ones, and says whether it did.
+	PushIfNewer(ctx context.Context, nc *nats.Conn) (bool, error)
+	// InTransition reports whether users signed before decision 0022 are still accepted, and
+	// nodes may ask for theirs signed again (decision 0024).
+	InTransition() bool
 }
 
 // Token lifetimes: DefaultTTL when none is given; MaxTTL the longest a token may live (a stolen
@@ -79,6 +87,11 @@ type NodeRecord struct {
 	// Replaced are the keys this node had before, each revoked when it was replaced (newest
 	// last, at most maxReplaced).
 	Replaced []string `json:"replaced,omitempty"`
+	// SignedBy is the nodes account's signing key that signed the node's current user; absent
+	// in records from before decision 0024, whose users were signed by the first one.
+	SignedBy string `json:"signed_by,omitempty"`
+	// RenewedAt is when the node's user was last signed again at its asking (decision 0024).
+	RenewedAt *time.Time `json:"renewed_at,omitempty"`
 }
 
 const maxReplaced = 16

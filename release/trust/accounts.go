@@ -59,7 +59,7 @@ var shared = func() []sharing {
 
 // legacyShared is what shared was until decision 0022: nodes created consumers (a watch on one
 // key, an object's chunks) and answered their flow control. A store signed with it is signed
-// again with shared when it is loaded (Store.reshare); nothing else is.
+// again for the transition of decision 0024 when it is loaded (transition.go); nothing else is.
 var legacyShared = func() []sharing {
 	out := []sharing{}
 	for _, s := range shared {

@@ -52,7 +52,13 @@ var (
 
 func startMesh(t testing.TB) *mesh {
 	t.Helper()
-	m := &mesh{t: t, data: t.TempDir(), names: wire.NamesFor(""), listen: "127.0.0.1:0"}
+	return startMeshIn(t, t.TempDir())
+}
+
+// startMeshIn is startMesh on the data directory data, which may hold a trust store already.
+func startMeshIn(t testing.TB, data string) *mesh {
+	t.Helper()
+	m := &mesh{t: t, data: data, names: wire.NamesFor(""), listen: "127.0.0.1:0"}
 	m.start()
 	t.Cleanup(m.stop)
 	ctx := meshtest.Context(t, 60*time.Second)

@@ -77,7 +77,13 @@ func (m *mesh) state(t *testing.T, node string) state {
 // as DATA/trust holds it: the spy, which no node could be.
 func (m *mesh) nodesUser(t *testing.T, perms jwt.Permissions) user {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.store.Dir(), trust.NodesSigningSeedFile))
+	return m.nodesUserSignedBy(t, trust.NodesSigningSeedFile, perms)
+}
+
+// nodesUserSignedBy is nodesUser signed by the nodes account's key in seedFile.
+func (m *mesh) nodesUserSignedBy(t *testing.T, seedFile string, perms jwt.Permissions) user {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.store.Dir(), seedFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,6 +88,9 @@ func (s *Store) storeRevocation(ctx context.Context, userPub string, at time.Tim
 	if err != nil {
 		return "", err
 	}
+	if err := s.adoptCutOver(nc, onBus); err != nil {
+		return "", err
+	}
 	nc.RevokeAt(userPub, at)
 	issuedAt := nc.IssuedAt
 	if onBus != nil {

@@ -3,6 +3,7 @@ package trust
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -459,8 +460,10 @@ func TestEachRevocationIsANewerJWT(t *testing.T) {
 // A store signed before decision 0022 (nodes imported consumer create and flow control) is
 // signed again with today's sharing when loaded, its revocations kept; one whose sharing is
 // neither is still refused (TestEnsureRefusesANodesAccountWithAForeignActivation).
-func TestEnsureSignsAStoreFromBeforeNodesLostConsumersAgain(t *testing.T) {
-	data := t.TempDir()
+// legacyStore makes a store in data signed as before decision 0022 (nodes created consumers),
+// with one revocation, and returns its first signing key.
+func legacyStore(t *testing.T, data string) (firstSigningPub string) {
+	t.Helper()
 	s, err := Ensure(data)
 	if err != nil {
 		t.Fatal(err)
@@ -485,17 +488,142 @@ func TestEnsureSignsAStoreFromBeforeNodesLostConsumersAgain(t *testing.T) {
 	if checkShared(ac, nc) == nil {
 		t.Fatal("the legacy sharing passes today's check")
 	}
-	s2, err := Ensure(data)
-	if err != nil {
-		t.Fatalf("Ensure of a store from before: %v", err)
+	return s.NodesSigningPublicKey()
+}
+
+// checkTransition checks that s is in the transition of decision 0024 from first.
+func checkTransition(t *testing.T, s *Store, first string) {
+	t.Helper()
+	jwts, _ := s.AccountJWTs()
+	ac, _ := jwt.DecodeAccountClaims(jwts[s.AccountPublicKey()])
+	nc, _ := jwt.DecodeAccountClaims(jwts[s.NodesAccountPublicKey()])
+	if err := checkSharing(transitionShared, ac, nc); err != nil {
+		t.Errorf("in transition: %v", err)
 	}
-	jwts, _ = s2.AccountJWTs()
-	ac, _ = jwt.DecodeAccountClaims(jwts[s2.AccountPublicKey()])
-	nc, _ = jwt.DecodeAccountClaims(jwts[s2.NodesAccountPublicKey()])
-	if err := checkShared(ac, nc); err != nil {
-		t.Errorf("after Ensure: %v", err)
+	if !s.InTransition() || s.LegacySigningPublicKey() != first {
+		t.Errorf("InTransition %v, first signing key %s, want true, %s", s.InTransition(), s.LegacySigningPublicKey(), first)
+	}
+	if s.NodesSigningPublicKey() == first || !nc.SigningKeys.Contains(first) || !nc.SigningKeys.Contains(s.NodesSigningPublicKey()) {
+		t.Errorf("signing keys %v: want the first (%s) and a second one users are signed with (%s)", nc.SigningKeys.Keys(), first, s.NodesSigningPublicKey())
 	}
 	if !nc.Revocations.IsRevoked("UAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", time.Unix(1_699_999_999, 0)) {
 		t.Error("the revocation was lost")
 	}
+	userPub := newUserPub(t)
+	text, err := s.NodeUser(wire.NamesFor(""), "node-a", userPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, _ := jwt.DecodeUserClaims(text)
+	if uc.Issuer != s.NodesSigningPublicKey() {
+		t.Errorf("a node user is signed by %s, want the second signing key %s", uc.Issuer, s.NodesSigningPublicKey())
+	}
+}
+
+func newUserPub(t *testing.T) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return pub
+}
+
+func TestEnsureStartsATransitionForAStoreFromBeforeNodesLostConsumers(t *testing.T) {
+	data := t.TempDir()
+	first := legacyStore(t, data)
+	copyDir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(copyDir, Dir), os.DirFS(filepath.Join(data, Dir))); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Ensure(data)
+	if err != nil {
+		t.Fatalf("Ensure of a store from before: %v", err)
+	}
+	checkTransition(t, s, first)
+	again, err := Ensure(data)
+	if err != nil {
+		t.Fatalf("Ensure of a store in transition: %v", err)
+	}
+	checkTransition(t, again, first)
+	// Another copy of the same trust directory signs with the same second key.
+	other, err := Ensure(copyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.NodesSigningPublicKey() != s.NodesSigningPublicKey() {
+		t.Errorf("two copies took second signing keys %s and %s, want the same", other.NodesSigningPublicKey(), s.NodesSigningPublicKey())
+	}
+}
+
+// TestEnsureFinishesATransitionACrashInterrupted stops beginTransition after each of its writes.
+func TestEnsureFinishesATransitionACrashInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		crash func(t *testing.T, dir string, next []byte, transitionJWTs map[string][]byte)
+	}{
+		{"after the second key is written", func(t *testing.T, dir string, next []byte, _ map[string][]byte) {
+			writeFile(t, filepath.Join(dir, nodesNextSigningSeedFile), next)
+		}},
+		{"after the mesh account is written", func(t *testing.T, dir string, next []byte, j map[string][]byte) {
+			writeFile(t, filepath.Join(dir, nodesNextSigningSeedFile), next)
+			writeFile(t, filepath.Join(dir, AccountJWTFile), j[AccountJWTFile])
+		}},
+		{"after both accounts are written", func(t *testing.T, dir string, next []byte, j map[string][]byte) {
+			writeFile(t, filepath.Join(dir, nodesNextSigningSeedFile), next)
+			writeFile(t, filepath.Join(dir, AccountJWTFile), j[AccountJWTFile])
+			writeFile(t, filepath.Join(dir, NodesJWTFile), j[NodesJWTFile])
+		}},
+		{"after the first key is moved aside", func(t *testing.T, dir string, next []byte, j map[string][]byte) {
+			writeFile(t, filepath.Join(dir, nodesNextSigningSeedFile), next)
+			writeFile(t, filepath.Join(dir, AccountJWTFile), j[AccountJWTFile])
+			writeFile(t, filepath.Join(dir, NodesJWTFile), j[NodesJWTFile])
+			if err := os.Rename(filepath.Join(dir, NodesSigningSeedFile), filepath.Join(dir, NodesLegacySigningSeedFile)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// What a whole transition writes, from a copy.
+			model := t.TempDir()
+			first := legacyStore(t, model)
+			crashed := t.TempDir()
+			if err := os.CopyFS(filepath.Join(crashed, Dir), os.DirFS(filepath.Join(model, Dir))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Ensure(model); err != nil {
+				t.Fatal(err)
+			}
+			j := map[string][]byte{}
+			for _, name := range []string{AccountJWTFile, NodesJWTFile} {
+				j[name] = readFile(t, filepath.Join(model, Dir, name))
+			}
+			tc.crash(t, filepath.Join(crashed, Dir), readFile(t, filepath.Join(model, Dir, NodesSigningSeedFile)), j)
+			s, err := Ensure(crashed)
+			if err != nil {
+				t.Fatalf("Ensure after the crash: %v", err)
+			}
+			checkTransition(t, s, first)
+			if _, err := os.Stat(filepath.Join(crashed, Dir, nodesNextSigningSeedFile)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s is left: %v", nodesNextSigningSeedFile, err)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -81,7 +81,10 @@ type Store struct {
 	operator, system, account, signing, nodes, nodesSigning nkeys.KeyPair
 	operatorPub, systemPub, accountPub, signingPub          string
 	nodesPub, nodesSigningPub                               string
-	operatorJWT, systemJWT, accountJWT                      string
+	// legacySigningPub is the nodes account's first signing key while it is in transition
+	// (transition.go); guarded by mu.
+	legacySigningPub                   string
+	operatorJWT, systemJWT, accountJWT string
 
 	mu sync.Mutex // held while nodes.jwt is read, changed and written
 }
@@ -288,9 +291,6 @@ func load(dataDir, dir string) (*Store, error) {
 	if s.nodes, s.nodesPub, err = readSeed(dir, NodesSeedFile, nkeys.PrefixByteAccount); err != nil {
 		return nil, err
 	}
-	if s.nodesSigning, s.nodesSigningPub, err = readSeed(dir, NodesSigningSeedFile, nkeys.PrefixByteAccount); err != nil {
-		return nil, err
-	}
 	if s.operatorJWT, err = readJWT(dir, OperatorJWTFile); err != nil {
 		return nil, err
 	}
@@ -317,23 +317,11 @@ func load(dataDir, dir string) (*Store, error) {
 	if !ac.SigningKeys.Contains(s.signingPub) {
 		return nil, broken(dir, AccountJWTFile, fmt.Errorf("the key in %s is not one of its signing keys", AccountSigningSeedFile))
 	}
-	nc, err := s.readNodes()
-	if err != nil {
+	if err := s.recoverTransition(); err != nil {
 		return nil, err
 	}
-	if !nc.SigningKeys.Contains(s.nodesSigningPub) {
-		return nil, broken(dir, NodesJWTFile, fmt.Errorf("the key in %s is not one of its signing keys", NodesSigningSeedFile))
-	}
-	if err := checkShared(ac, nc); err != nil {
-		// A store made before decision 0022 (nodes created consumers): its accounts, exactly
-		// as that version signed them, are signed again with today's sharing. Anything else
-		// is not this store's doing, and is refused.
-		if checkSharing(legacyShared, ac, nc) != nil {
-			return nil, broken(dir, NodesJWTFile, err)
-		}
-		if err := s.reshare(); err != nil {
-			return nil, broken(dir, NodesJWTFile, err)
-		}
+	if err := s.reload(); err != nil {
+		return nil, err
 	}
 	for _, name := range []string{SystemCredsFile, AdminCredsFile} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
@@ -341,58 +329,6 @@ func load(dataDir, dir string) (*Store, error) {
 		}
 	}
 	return s, nil
-}
-
-// reshare signs the mesh account with today's exports and the nodes account with today's
-// imports, keeping everything else of each (the nodes account's revocations among it), and
-// stores them.
-func (s *Store) reshare() error {
-	unlock, err := s.lockAccount()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// Read under the lock: a revocation may have been stored since, or another process may
-	// have signed it again already.
-	nc, err := s.readNodes()
-	if err != nil {
-		return err
-	}
-	text, err := readJWT(s.dir, AccountJWTFile)
-	if err != nil {
-		return err
-	}
-	ac, err := jwt.DecodeAccountClaims(text)
-	if err != nil {
-		return err
-	}
-	if checkShared(ac, nc) == nil {
-		s.accountJWT = text
-		return nil
-	}
-	ac.Exports = meshExports()
-	if nc.Imports, err = nodesImports(s.account, s.nodesPub); err != nil {
-		return fmt.Errorf("the nodes account's imports: %w", err)
-	}
-	if err := checkShared(ac, nc); err != nil {
-		return err
-	}
-	accountJWT, err := encodeAccount(ac, s.operator)
-	if err != nil {
-		return fmt.Errorf("re-sign the mesh account: %w", err)
-	}
-	nodesJWT, err := encodeAccount(nc, s.operator)
-	if err != nil {
-		return fmt.Errorf("re-sign the nodes account: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, AccountJWTFile), []byte(accountJWT+"\n"), 0o600); err != nil {
-		return fmt.Errorf("store the mesh account: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, NodesJWTFile), []byte(nodesJWT+"\n"), 0o600); err != nil {
-		return fmt.Errorf("store the nodes account: %w", err)
-	}
-	s.accountJWT = accountJWT
-	return nil
 }
 
 // checkAccount checks that text is an account JWT for pub, signed by the operator.

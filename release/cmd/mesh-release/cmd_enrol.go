@@ -41,7 +41,13 @@ const enrolServiceAbout = `Runs the mesh-enrol service in the foreground until i
 
 const nodeAbout = `revoke ID revokes the key node ID enrolled with: the server closes its connections and refuses
 it from then on; its record is kept, marked revoked. Re-enrol the node with a new token.
-Prints what was revoked.`
+Prints what was revoked.
+
+cut-over ends the transition of a trust store made before nodes stopped creating consumers
+(decision 0024): nodes enrolled before keep their old users, and renew them when they run a
+host that asks. It lists the nodes not renewed yet and, when there are none (or with --force,
+which cuts them off: each must enrol again with ` + "`mesh-host enrol --replace TOKEN`" + `), drops the
+old signing key and the sharing old users needed, on every server. --dry-run only lists.`
 
 // trustFlags are the flags of a command that uses the trust store serve keeps.
 type trustFlags struct {
@@ -253,15 +259,24 @@ func startEnrolService(ctx context.Context, admin, system *nats.Conn, store *tru
 func nodeCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	var t trustFlags
 	t.register(fs, s.getenv)
+	dryRun := fs.Bool("dry-run", false, "cut-over: list the nodes not renewed yet, change nothing")
+	force := fs.Bool("force", false, "cut-over: cut over even though some nodes have not renewed (they must enrol again)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	switch {
 	case len(pos) == 0:
-		return usagef("want revoke ID")
+		return usagef("want revoke ID, or cut-over")
+	case pos[0] == "cut-over":
+		if len(pos) != 1 {
+			return usagef("cut-over takes no arguments")
+		}
+		return cutOver(ctx, s, &t, *dryRun, *force)
 	case pos[0] != "revoke":
-		return usagef("unknown node command %q; the one there is: revoke ID", text.Cut(text.Printable(pos[0]), 32))
+		return usagef("unknown node command %q; there are: revoke ID, cut-over", text.Cut(text.Printable(pos[0]), 32))
+	case *dryRun || *force:
+		return usagef("--dry-run and --force go with cut-over")
 	case len(pos) != 2:
 		return usagef("want revoke ID, one node id")
 	}

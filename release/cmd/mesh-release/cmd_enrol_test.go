@@ -141,6 +141,8 @@ func TestEnrolTokenAndNodeCommandsRefuseUsage(t *testing.T) {
 		{[]string{"node", "forget", "x"}, "unknown node command \"forget\""},
 		{[]string{"node", "revoke"}, "want revoke ID, one node id"},
 		{[]string{"node", "revoke", "a.b"}, "node id \"a.b\""},
+		{[]string{"node", "cut-over", "x"}, "cut-over takes no arguments"},
+		{[]string{"node", "revoke", "x", "--force"}, "--dry-run and --force go with cut-over"},
 	} {
 		code, _, errOut := runMain(t, nil, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.err) {
@@ -235,6 +237,12 @@ func TestEnrolWithTheBuiltHostThenHeartbeatThenRevoke(t *testing.T) {
 		code, _, errOut := hostEnrol(t, hostBin, "--root", t.TempDir(), "--node", "web-02", forged)
 		if code != 1 || !strings.Contains(errOut, "pins CA sha256 "+p.CASHA256) || !strings.Contains(errOut, real) {
 			t.Fatalf("exit %d, stderr %q; want both %s and the bus's %s named", code, errOut, p.CASHA256, real)
+		}
+	})
+	t.Run("node cut-over of a store made since decision 0022", func(t *testing.T) {
+		code, out, errOut := runMain(t, nil, "node", "cut-over", "--data", b.data, "--nats", b.url)
+		if code != 0 || !strings.Contains(out, "nothing to cut over") {
+			t.Fatalf("node cut-over: exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
 	})
 	t.Run("node revoke", func(t *testing.T) {

@@ -47,6 +47,11 @@ func TestInitRefusesClusterFlagsThatDoNotGoTogether(t *testing.T) {
 		{"a server badly written", []string{"--server-config", "DIR", "--server", "s1=127.0.0.1:14222"}, "NAME=HOST:PORT,ROUTE_HOST:ROUTE_PORT"},
 		{"replicas out of range", []string{"--replicas", "7"}, "1 to 5 servers"},
 		{"replicas with --server-config", []string{"--server-config", "DIR", "--replicas", "3", "--server", "s1=127.0.0.1:14222,127.0.0.1:16222"}, "not with --server-config"},
+		{"a leaf without --server-config", []string{"--leaf", "site1=127.0.0.1:15222"}, "go with --server-config"},
+		{"a hub without a leaf", []string{"--server-config", "DIR", "--hub", "tls://127.0.0.1:17422", "--server", "s1=127.0.0.1:14222,127.0.0.1:16222"}, "--hub is where a --leaf connects"},
+		{"a leaf badly written", []string{"--server-config", "DIR", "--leaf", "127.0.0.1:15222"}, "NAME=HOST:PORT"},
+		{"a hub URL that is not TLS", []string{"--server-config", "DIR", "--leaf", "site1=127.0.0.1:15222", "--hub", "nats://127.0.0.1:17422"}, "tls://HOST:PORT"},
+		{"a leaf with nowhere to connect", []string{"--server-config", "DIR", "--leaf", "site1=127.0.0.1:15222", "--server", "s1=127.0.0.1:14222,127.0.0.1:16222"}, "needs the hub's leaf URLs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i, a := range tc.args {
@@ -59,5 +64,24 @@ func TestInitRefusesClusterFlagsThatDoNotGoTogether(t *testing.T) {
 				t.Fatalf("exit %d, %q; want 2 and %q", code, errOut, tc.want)
 			}
 		})
+	}
+}
+
+// init --server-config --leaf writes a site's leaf server beside the cluster's, connected to the
+// servers' leaf addresses, and says how to start it and which URL its nodes' tokens name.
+func TestInitServerConfigWritesALeafAndSaysWhatItsNodesDial(t *testing.T) {
+	dir, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
+	code, out, errOut := runMain(t, nil, "init", "--server-config", dir, "--data", data,
+		"--server", "s1=127.0.0.1:14222,127.0.0.1:16222,127.0.0.1:17422", "--leaf", "site1=127.0.0.1:15222")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	conf := filepath.Join(dir, "site1", "nats-server.conf")
+	if want := "leaf site1: nats-server -c " + conf + "   # its nodes: mesh-release enrol-token --url tls://127.0.0.1:15222"; !strings.Contains(out, want) {
+		t.Errorf("it does not say %q:\n%s", want, out)
+	}
+	text, err := os.ReadFile(conf)
+	if err != nil || !strings.Contains(string(text), `urls: ["tls://127.0.0.1:17422"]`) {
+		t.Errorf("the leaf does not connect to s1's leaf address (%v):\n%s", err, text)
 	}
 }

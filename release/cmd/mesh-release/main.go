@@ -46,7 +46,7 @@ var commands = []command{
 	{"withdraw", "VERSION", "withdraw a host version for good: nodes step down from it", withdrawAbout, withdrawCmd},
 	{"enrol-token", "", "make a one-time token that enrols a node (mesh-host enrol TOKEN)", enrolTokenAbout, enrolTokenCmd},
 	{"enrol-service", "", "run the enrolment service (serve runs one in operator mode)", enrolServiceAbout, enrolServiceCmd},
-	{"node", "revoke ID", "revoke an enrolled node's key", nodeAbout, nodeCmd},
+	{"node", "revoke ID | cut-over", "revoke an enrolled node's key; end the transition of nodes enrolled before", nodeAbout, nodeCmd},
 	{"version", "", "print this tool's version", "", versionCmd},
 }
 
