@@ -581,8 +581,8 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 }
 
 // startSession starts the watches for one connected period, one per key (declaration, node
-// target, fleet target, withdrawal list), and returns a function that stops them and waits until
-// they have stopped.
+// target, fleet target, withdrawal list, the node's and the fleet's windows), and returns a
+// function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	n := l.opts.Names
@@ -595,7 +595,12 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 		}),
 	}
 	keys = append(keys, l.targetWatches(&targetFold{l: l})...)
-	keys = append(keys, l.windowWatches(&l.windows)...)
+	// A user signed before decision 0022 predates maintenance windows too: it may create no
+	// consumer on the two window keys, so its link does not try (it keeps no window until its
+	// credentials are renewed; the reconnect that follows starts a session with them).
+	if !l.legacy.Load() {
+		keys = append(keys, l.windowWatches(&l.windows)...)
+	}
 	var wg sync.WaitGroup
 	for _, k := range keys {
 		wg.Add(1)
