@@ -56,6 +56,8 @@ bench:
 	$(BENCH) -bench SixNodeRollout -benchtime 3x ./lab/
 	$(BENCH) -bench RolloutThousandHosts -benchtime 1x ./lab/
 	$(BENCH) -bench RolloutTenThousandSimulatedNodes -benchtime 1x ./lab/
+	$(BENCH) -bench RolloutHundredThousandSimulatedNodes -benchtime 1x ./lab/
+	$(BENCH) -bench RolloutPauseOnServerLoss -benchtime 1x ./lab/
 	$(BENCH) -bench FleetRead -benchtime 20x ./release/fleet/
 	$(BENCH) -bench RolloutStateHundredThousandNodes -benchtime 5x ./release/rollout/
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/

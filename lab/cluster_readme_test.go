@@ -24,8 +24,8 @@ import (
 // The README's "A cluster of three stock NATS servers", run as written from a copy of this
 // checkout: the stock nats-server built from the module go.mod pins, three of them on loopback
 // configured from what `mesh-release init --server-config` wrote, then init, two enrolment
-// services of which one is SIGKILLed, an enrolment through the other (its token then refused a
-// second time) and a publish against them. Every stream is then kept on 3 servers, what the enrolment service
+// services of which one is SIGKILLed, an enrolment through the other with one of the three
+// servers down (its token then refused a second time) and a publish against them. Every stream is then kept on 3 servers, what the enrolment service
 // created later too; the node's credentials are admitted by each server, and after `node revoke`
 // refused by each — also by one restarted after the revocation, and by one that was down when it
 // was made and started after.
@@ -116,6 +116,14 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 		return err == nil && len(c.NC.Servers()) == 3
 	})
 	defer c.Close()
+	// And each server sees the other two (as `nats server report jetstream` lists them): a
+	// stream kept on all three can then be placed.
+	sys, err := nats.Connect(strings.Join(urls, ","), nats.UserCredentials(filepath.Join(data, "trust", "system.creds")), nats.RootCAs(ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	waitFor(t, ctx, "every server to see the other two in the JetStream meta group", func() bool { return metaReady(ctx, 3, sys) })
 
 	out = run("use", blocks["use"])
 	if !strings.Contains(out, "each on 3 servers") {
@@ -132,6 +140,9 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the killed enrolment service to be gone", func() bool { return exited(services[0]) && pings(t, c.NC) == 1 })
+	// s1, the first server the token names, is down: the node enrols through another, the
+	// token is spent and the release published on the two left (issue 20 §3.3).
+	s1 := stopServer(t, ctx, conf, "s1")
 	run("enrol", blocks["enrol"])
 	// The token is spent: used again, on another root, it is refused.
 	again := run("the token again", fmt.Sprintf("if mesh-host enrol --root %s \"$TOKEN\"; then echo ENROLLED-TWICE; else echo REFUSED; fi\n", filepath.Join(work, "root2")))
@@ -140,8 +151,9 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 	}
 	n := wire.NamesFor("")
 	// Init's streams, and the enrolment service's buckets, created after init.
-	for _, stream := range []string{"KV_" + n.Declarations(), "KV_" + n.Targets(), "KV_" + n.Releases(), "KV_" + n.Withdrawals(),
-		"KV_" + n.Rollouts(), "OBJ_" + n.Archives(), "OBJ_" + n.Blobs(), n.HeartbeatStream(), "KV_" + n.Enrolment(), "KV_" + n.Nodes()} {
+	streams := []string{"KV_" + n.Declarations(), "KV_" + n.Targets(), "KV_" + n.Releases(), "KV_" + n.Withdrawals(),
+		"KV_" + n.Rollouts(), "OBJ_" + n.Archives(), "OBJ_" + n.Blobs(), n.HeartbeatStream(), "KV_" + n.Enrolment(), "KV_" + n.Nodes()}
+	for _, stream := range streams {
 		st, err := c.JS.Stream(ctx, stream)
 		if err != nil {
 			t.Errorf("stream %s: %v", stream, err)
@@ -160,6 +172,10 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 	}
 
 	nodeCreds := filepath.Join(root, "node.creds")
+	run("start s1 again", s1)
+	waitFor(t, ctx, "s1 to accept clients again", func() bool { return connectAs(ctx, urls[0], admin, ca) == nil })
+	// Caught up before s3 is stopped: with s1 behind and s3 down a stream has no quorum.
+	waitFor(t, ctx, "s1 to catch up on every stream", func() bool { return replicasCurrent(ctx, c, streams) })
 	for i, u := range urls {
 		if err := connectAs(ctx, u, nodeCreds, ca); err != nil {
 			t.Fatalf("server s%d does not admit the enrolled node: %v", i+1, err)
@@ -183,7 +199,7 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 
 	// Restarted after the revocation, s1 still refuses: it keeps the newer account JWT in its
 	// accounts/ directory over the one its configuration preloads.
-	s1 := stopServer(t, ctx, conf, "s1")
+	s1 = stopServer(t, ctx, conf, "s1")
 	run("start s1 again", s1)
 	waitFor(t, ctx, "s1 to accept clients again", func() bool { return connectAs(ctx, urls[0], admin, ca) == nil })
 	if err := connectAs(ctx, urls[0], nodeCreds, ca); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
@@ -195,6 +211,27 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 			t.Errorf("the README no longer says %q: update this test's replacements with it", s.old)
 		}
 	}
+}
+
+// replicasCurrent reports whether each of streams has a leader and every replica online and
+// current, as the stream's leader says.
+func replicasCurrent(ctx context.Context, c *bus.Conn, streams []string) bool {
+	for _, name := range streams {
+		st, err := c.JS.Stream(ctx, name)
+		if err != nil {
+			return false
+		}
+		cl := st.CachedInfo().Cluster
+		if cl == nil || cl.Leader == "" {
+			return false
+		}
+		for _, r := range cl.Replicas {
+			if r.Offline || !r.Current {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // pings is how many enrolment services answer a micro ping within a second.

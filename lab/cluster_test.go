@@ -1,11 +1,9 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -42,11 +40,47 @@ type natsCluster struct {
 func startCluster(tb testing.TB, n int) *natsCluster {
 	tb.Helper()
 	bin := build(tb, pkgNATSNode, "v0.0.0-lab")
+	return startServers(tb, n, func(name string, port, clusterPort int, routes []string, store string) *exec.Cmd {
+		return exec.Command(bin, "--name", name, "--port", itoa(port), "--cluster-port", itoa(clusterPort),
+			"--routes", strings.Join(routes, ","), "--store", store)
+	})
+}
+
+
+// startBareStockCluster is startCluster with the stock nats-server binary (no auth, no TLS: the
+// benchmarks' bus; stockcluster_test.go has the operator-mode one), built from the module
+// go.mod pins, each server run as `nats-server -c FILE` from a configuration giving it its
+// name, client and route ports on loopback, the other servers' routes and a JetStream store.
+func startBareStockCluster(tb testing.TB, n int) *natsCluster {
+	tb.Helper()
+	bin, err := bins.BuildX(context.Background(), pkgStockServer, "nats-server")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return startServers(tb, n, func(name string, port, clusterPort int, routes []string, store string) *exec.Cmd {
+		var rs []string
+		for _, r := range routes {
+			rs = append(rs, fmt.Sprintf("%q", "nats-route://"+r))
+		}
+		conf := fmt.Sprintf("server_name: %q\nlisten: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n"+
+			"cluster { name: \"lab\", listen: \"127.0.0.1:%d\", routes: [%s] }\n", name, port, store, clusterPort, strings.Join(rs, ", "))
+		file := store + ".conf"
+		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		return exec.Command(bin, "-c", file)
+	})
+}
+
+// startServers starts n servers, each the command cmd gives for its name, client and route
+// port, the other servers' route addresses and its store directory, and returns once each
+// accepts clients; they are stopped when the test ends.
+func startServers(tb testing.TB, n int, cmd func(name string, port, clusterPort int, routes []string, store string) *exec.Cmd) *natsCluster {
+	tb.Helper()
 	ports := freePorts(tb, 2*n)
 	dir := tb.TempDir()
 	c := &natsCluster{}
 	tb.Cleanup(c.stop)
-	var ready []chan string
 	for i := 0; i < n; i++ {
 		var routes []string
 		for j := 0; j < n; j++ {
@@ -54,42 +88,34 @@ func startCluster(tb testing.TB, n int) *natsCluster {
 				routes = append(routes, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
 			}
 		}
-		s := &natsServer{Name: fmt.Sprintf("s%d", i+1), Log: filepath.Join(dir, fmt.Sprintf("s%d.log", i+1))}
-		s.Cmd = exec.Command(bin, "--name", s.Name, "--port", itoa(ports[i]), "--cluster-port", itoa(ports[n+i]),
-			"--routes", strings.Join(routes, ","), "--store", filepath.Join(dir, s.Name))
+		s := &natsServer{Name: fmt.Sprintf("s%d", i+1), URL: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]), Log: filepath.Join(dir, fmt.Sprintf("s%d.log", i+1))}
+		s.Cmd = cmd(s.Name, ports[i], ports[n+i], routes, filepath.Join(dir, s.Name))
 		logf, err := os.Create(s.Log)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s.Cmd.Stderr = logf
-		out, err := s.Cmd.StdoutPipe()
-		if err != nil {
-			tb.Fatal(err)
-		}
+		s.Cmd.Stdout, s.Cmd.Stderr = logf, logf
 		if err := s.Cmd.Start(); err != nil {
 			tb.Fatal(err)
 		}
 		logf.Close()
 		c.Servers = append(c.Servers, s)
-		r := make(chan string, 1)
-		ready = append(ready, r)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if _, url, ok := strings.Cut(sc.Text(), " ready "); ok {
-					r <- url
-					break
-				}
-			}
-			io.Copy(io.Discard, out)
-		}()
 	}
+	// A server accepts clients once it is ready (its JetStream meta group forms later, when
+	// enough peers are up).
 	for i, s := range c.Servers {
-		select {
-		case s.URL = <-ready[i]:
-		case <-time.After(60 * time.Second):
-			log, _ := os.ReadFile(s.Log)
-			tb.Fatalf("natsnode %s did not start:\n%s", s.Name, log)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]), time.Second)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				log, _ := os.ReadFile(s.Log)
+				tb.Fatalf("server %s did not accept clients within 60s:\n%s", s.Name, log)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	return c
@@ -132,6 +158,7 @@ func initReplicated(ctx context.Context, js jetstream.JetStream, n wire.Names, r
 		{Bucket: n.Targets(), History: 10, MaxValueSize: bus.MaxTargetBytes},
 		{Bucket: n.Releases(), History: 1, MaxValueSize: bus.MaxManifestBytes},
 		{Bucket: n.Rollouts(), History: 5, MaxValueSize: bus.MaxRolloutBytes},
+		{Bucket: n.Withdrawals(), History: 10, MaxValueSize: wire.MaxWithdrawalsBytes},
 	}
 	// Until the meta leader is elected a request may go unanswered: each try has its own bound.
 	retry := func(what string, f func(context.Context) error) error {

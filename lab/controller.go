@@ -23,6 +23,9 @@ type Controller struct {
 	// OnLine, if set before Start, is called with each line of output as it comes (stdout and
 	// stderr alike), from the goroutine reading it.
 	OnLine func(line string)
+	// Env is more environment (KEY=VALUE) for the process, after the test's own: the bus's
+	// credentials and CA (MESH_NATS_CREDS, MESH_NATS_CA) when it is a cluster of stock servers.
+	Env []string
 
 	bin string
 
@@ -48,7 +51,7 @@ func (c *Controller) Start() error {
 		return fmt.Errorf("mesh-release %s: already started", strings.Join(c.Args, " "))
 	}
 	cmd := exec.Command(c.bin, c.Args...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), c.Env...)
 	out, errOut := &lineWriter{line: c.add}, &lineWriter{line: c.add}
 	cmd.Stdout, cmd.Stderr = out, errOut
 	cmd.WaitDelay = 5 * time.Second

@@ -457,7 +457,7 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, ok func() bool) {
+func waitFor(t testing.TB, ctx context.Context, what string, ok func() bool) {
 	t.Helper()
 	for !ok() {
 		select {

@@ -19,11 +19,15 @@ type Release struct {
 	// Launcher is the mesh-launcher each release carries (the one the lab's nodes run); ""
 	// builds releases without one (--no-launcher, schema 1), as for hosts older than schema 2.
 	Launcher string
+	// Env is more environment (KEY=VALUE) for every command: the bus's credentials and CA
+	// (MESH_NATS_CREDS, MESH_NATS_CA) when it is a cluster of stock servers.
+	Env []string
 }
 
 // Run runs one mesh-release command and returns its output.
 func (r *Release) Run(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, r.Bin, args...)
+	cmd.Env = append(os.Environ(), r.Env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -175,50 +175,140 @@ func BenchmarkRolloutThousandHosts(b *testing.B) {
 }
 
 // BenchmarkRolloutTenThousandSimulatedNodes is the scale-out figure: 10,000 light simulated
-// nodes (lab/sim: the wire protocol only) on 30 connections over a 3-server NATS cluster, each
-// server a natsnode child process, with R3 buckets and heartbeat stream. Nodes heartbeat every
-// 3s, start a newer target 0.5–3s after it is set and confirm it 0.5s later. Two rollouts
-// with the real controller as a child process, canary 2 then 1%,10%,50%,100%, soak 2s: v1.1.0
-// completes; v1.2.0, which 3 nodes of the 10% batch roll back, halts in that batch with no node
-// of a later batch targeted (runScale asserts both). One op is the pair:
+// nodes (lab/sim: the wire protocol only) on 30 connections (334 nodes each) over a 3-server
+// NATS cluster, each server a stock nats-server child process (startStockCluster), with R3
+// buckets and heartbeat stream.
+// Nodes follow their four keys as hosts do (a subscription and direct gets, no consumer),
+// heartbeat every 3s, start a newer target 0.5–3s after it is set and confirm it 0.5s later.
+// Two rollouts with the real controller as a child process, canary 2 then 1%,10%,50%,100%,
+// soak 2s: v1.1.0 completes; v1.2.0, which 3 nodes of the 10% batch roll back, halts in that
+// batch with no node of a later batch targeted (runScale asserts both). One op is the pair:
 //
 //	go test -run '^$' -bench RolloutTenThousandSimulatedNodes -benchtime 1x ./lab
 //
 // MESH_BENCH_NODES (default 10000) and MESH_BENCH_SHARDS (default 30) change the sizes;
-// MESH_BENCH_WATCH=1 makes each node follow its keys with a KV watch (an ordered consumer per
-// node, as a real host does) instead of plain subscriptions; MESH_BENCH_PPROF=DIR profiles the
+// MESH_BENCH_WATCH=1 makes each node follow its keys with four KV watches (an ordered consumer
+// each, as hosts did before decision 0022) instead; MESH_BENCH_PPROF=DIR profiles the
 // controller into DIR.
 func BenchmarkRolloutTenThousandSimulatedNodes(b *testing.B) {
-	p := scaleParams{
+	benchScale(b, scaleParams{
 		Nodes: envInt("MESH_BENCH_NODES", 10000), Shards: envInt("MESH_BENCH_SHARDS", 30), Servers: 3,
 		Heartbeat: 3 * time.Second, StartMin: 500 * time.Millisecond, StartMax: 3 * time.Second, ConfirmAfter: 500 * time.Millisecond,
 		Canary: 2, Steps: []int{1, 10, 50, 100}, Soak: 2 * time.Second, Window: 2 * time.Minute, Silent: 20 * time.Second,
 		FailBatch: 2, FailCount: 3, Watch: os.Getenv("MESH_BENCH_WATCH") != "",
-	}
+	})
+}
+
+// BenchmarkRolloutHundredThousandSimulatedNodes is issue 20's figure at 100,000 nodes: as
+// BenchmarkRolloutTenThousandSimulatedNodes, with 100,000 simulated nodes on 100 connections
+// (1,000 nodes each) over the 3-server cluster, heartbeating every 30s as hosts do by default,
+// silent after 90s. v1.1.0 completes batch by batch (canary 2, then 1%, 10%, 50%, 100%) and
+// v1.2.0, which 3 nodes of the 10% batch roll back, halts there with nothing targeted after.
+// It reports the controller's CPU and peak RSS, each server's CPU and RSS, the consumers on
+// the servers, heartbeats/s and the rollout's time minus its configured waits:
+//
+//	go test -run '^$' -bench RolloutHundredThousandSimulatedNodes -benchtime 1x -timeout 60m ./lab
+//
+// MESH_BENCH_BIG_NODES (default 100000) and MESH_BENCH_BIG_SHARDS (default 100) change the
+// sizes (`make bench` runs it at its default); MESH_BENCH_WATCH and MESH_BENCH_PPROF as above.
+func BenchmarkRolloutHundredThousandSimulatedNodes(b *testing.B) {
+	benchScale(b, scaleParams{
+		Nodes: envInt("MESH_BENCH_BIG_NODES", 100000), Shards: envInt("MESH_BENCH_BIG_SHARDS", 100), Servers: 3,
+		Heartbeat: 30 * time.Second, StartMin: 500 * time.Millisecond, StartMax: 3 * time.Second, ConfirmAfter: 500 * time.Millisecond,
+		Canary: 2, Steps: []int{1, 10, 50, 100}, Soak: 2 * time.Second, Window: 5 * time.Minute, Silent: 90 * time.Second,
+		FailBatch: 2, FailCount: 3, Watch: os.Getenv("MESH_BENCH_WATCH") != "",
+	})
+}
+
+// benchScale runs runScale b.N times, prints each pair's figures in full (b.Log would cut
+// them to a few lines) and reports the last pair's.
+func benchScale(b *testing.B, p scaleParams) {
 	for i := 0; i < b.N; i++ {
 		good, bad := runScale(b, p)
-		for _, f := range []scaleFigures{good, bad} {
-			b.Logf("%s: %s\n%s  servers: %s\n  simulated nodes (this process): %.1f CPU-s; heartbeats stored %.0f/s",
-				f.Version, f.Run.summary(), batchTimeline(f.Run), serverSummary(f), f.Self.Seconds(), float64(f.Heartbeats)/f.Run.Wall.Seconds())
+		waits := configuredWaits(p, good.Run)
+		fmt.Print(scaleSummary(p, good, bad, waits))
+		if i < b.N-1 {
+			continue
 		}
-		if i == b.N-1 {
-			for _, f := range []struct {
-				name string
-				scaleFigures
-			}{{"complete", good}, {"halt", bad}} {
-				b.ReportMetric(f.Run.Wall.Seconds(), f.name+"-s")
-				b.ReportMetric(f.Run.CPU.Seconds(), f.name+"-controller-cpu-s")
-				b.ReportMetric(float64(f.Run.PeakRSS)/1024, f.name+"-controller-peak-rss-MB")
-			}
-			for j, s := range good.Servers {
-				b.ReportMetric(s.CPU.Seconds()/good.Run.Wall.Seconds()*100, fmt.Sprintf("s%d-cpu-%%", j+1))
-				b.ReportMetric(float64(bad.Servers[j].PeakRSS)/1024, fmt.Sprintf("s%d-peak-rss-MB", j+1))
-			}
-			b.ReportMetric(float64(good.Heartbeats)/good.Run.Wall.Seconds(), "heartbeats/s")
-			b.ReportMetric(good.Self.Seconds()/good.Run.Wall.Seconds()*100, "sim-cpu-%")
+		for _, f := range []struct {
+			name string
+			scaleFigures
+		}{{"complete", good}, {"halt", bad}} {
+			b.ReportMetric(f.Run.Wall.Seconds(), f.name+"-s")
+			b.ReportMetric(f.Run.CPU.Seconds(), f.name+"-controller-cpu-s")
+			b.ReportMetric(float64(f.Run.PeakRSS)/1024, f.name+"-controller-peak-rss-MB")
 		}
+		b.ReportMetric((good.Run.Wall - waits).Seconds(), "complete-minus-waits-s")
+		b.ReportMetric(controllerSteps(good.Run).Seconds(), "complete-targeting-s")
+		b.ReportMetric(good.Run.CPU.Seconds()/good.Run.Wall.Seconds()*100, "complete-controller-cpu-%")
+		for j, s := range good.Servers {
+			b.ReportMetric(s.CPU.Seconds()/good.Run.Wall.Seconds()*100, fmt.Sprintf("s%d-cpu-%%", j+1))
+			b.ReportMetric(float64(good.Fleet.Servers[j].RSS)/1024, fmt.Sprintf("s%d-rss-MB", j+1))
+			b.ReportMetric(float64(bad.Servers[j].PeakRSS)/1024, fmt.Sprintf("s%d-peak-rss-MB", j+1))
+		}
+		b.ReportMetric(good.Fleet.Setup.Seconds(), "nodes-setup-s")
+		b.ReportMetric(float64(good.Fleet.Consumers), "node-consumers")
+		b.ReportMetric(float64(good.Fleet.Consumers)/float64(p.Nodes), "consumers/node")
+		b.ReportMetric(float64(good.Heartbeats)/good.Run.Wall.Seconds(), "heartbeats/s")
+		b.ReportMetric(good.Self.Seconds()/good.Run.Wall.Seconds()*100, "sim-cpu-%")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// scaleSummary is the figures of a pair of rollouts as text.
+func scaleSummary(p scaleParams, good, bad scaleFigures, waits time.Duration) string {
+	var w strings.Builder
+	how := "a subscription on each key and direct gets"
+	if p.Watch {
+		how = "a KV watch on each key"
+	}
+	ff := good.Fleet
+	fmt.Fprintf(&w, "%d simulated nodes on %d connections (%d nodes each) over %d stock nats-server processes, R3, follow their four keys (%s), heartbeat every %s; ready in %.1fs, %d consumers on the servers (%.2f per node)\n",
+		p.Nodes, p.Shards, (p.Nodes+p.Shards-1)/p.Shards, p.Servers, how, p.Heartbeat, ff.Setup.Seconds(), ff.Consumers, float64(ff.Consumers)/float64(p.Nodes))
+	for _, s := range ff.Servers {
+		fmt.Fprintf(&w, "  %s: %.1f CPU-s to take them, RSS %.0f MB then\n", s.Name, s.CPU.Seconds(), float64(s.RSS)/1024)
+	}
+	for _, f := range []scaleFigures{good, bad} {
+		fmt.Fprintf(&w, "%s: %s\n%s  servers: %s\n  simulated nodes (the test process): %.1f CPU-s; heartbeats stored %.0f/s; consumers on the servers once targeting began: %d\n",
+			f.Version, f.Run.summary(), batchTimeline(f.Run), serverSummary(f), f.Self.Seconds(), float64(f.Heartbeats)/f.Run.Wall.Seconds(), f.Consumers)
+	}
+	fmt.Fprintf(&w, "v1.1.0 took %.1fs; its configured waits at most %.1fs (per batch: a node starts within %s, confirms %s later, and its next heartbeat at least %s after, within %s, shows the soak): at least %.1fs of its own; the controller setting targets and completing alone %.1fs\n",
+		good.Run.Wall.Seconds(), waits.Seconds(), p.StartMax, p.ConfirmAfter, p.Soak, p.Heartbeat, (good.Run.Wall - waits).Seconds(), controllerSteps(good.Run).Seconds())
+	return w.String()
+}
+
+// configuredWaits is the most a completed rollout's configuration makes it wait: per batch,
+// the longest a node waits before starting the target, the wait before it confirms, and the
+// soak, which a node's regular heartbeat shows (decision 0006): the first at least the soak
+// after it confirmed, so up to a heartbeat interval later.
+func configuredWaits(p scaleParams, run controllerRun) time.Duration {
+	batches := 0
+	for _, ev := range run.Events {
+		if ev.Kind == rollout.EventBatchDone {
+			batches++
+		}
+	}
+	return time.Duration(batches) * (p.StartMax + p.ConfirmAfter + p.Soak + p.Heartbeat)
+}
+
+// controllerSteps is the time between a batch being done and the next batch's targets being
+// set (and, at the end, the rollout being completed): the controller's own writing, what no
+// configuration waits for.
+func controllerSteps(run controllerRun) time.Duration {
+	var total time.Duration
+	var prev time.Time
+	if ev, ok := run.Last(rollout.EventStarted); ok {
+		prev = ev.Time
+	}
+	for _, ev := range run.Events {
+		switch ev.Kind {
+		case rollout.EventBatch, rollout.EventCompleted:
+			total += ev.Time.Sub(prev)
+		case rollout.EventBatchDone, rollout.EventHalted:
+			prev = ev.Time
+		}
+	}
+	return total
 }
 
 // serveBus runs `mesh-release serve` as a child process on a free port until ctx ends.

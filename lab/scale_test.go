@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -34,8 +33,8 @@ type scaleParams struct {
 	Soak, Window, Silent   time.Duration
 	// FailBatch is the batch (0 the canaries) in which FailCount nodes roll back the bad release.
 	FailBatch, FailCount int
-	// Watch makes each simulated node follow its keys with a KV watch, as a real host does,
-	// instead of plain subscriptions (sim.Config.Watch).
+	// Watch makes each simulated node follow its four keys with a KV watch each, as hosts did
+	// before decision 0022, instead of subscriptions and direct gets (sim.Config.Watch).
 	Watch bool
 }
 
@@ -46,6 +45,19 @@ type scaleFigures struct {
 	Servers    []procFigures
 	Self       time.Duration // CPU of this process (the simulated nodes) during the rollout
 	Heartbeats int64         // heartbeats the stream acknowledged during the rollout
+	Fleet      fleetFigures
+	// Consumers is how many consumers the servers held once the rollout's first batch was
+	// targeted: the controller's own, and the nodes' (none unless Watch).
+	Consumers int
+}
+
+// fleetFigures are what the simulated nodes cost the servers before any rollout: the time to
+// follow their keys and heartbeat once each, the consumers they hold, and each server's CPU
+// over that time and RSS after it.
+type fleetFigures struct {
+	Setup     time.Duration
+	Consumers int
+	Servers   []procFigures
 }
 
 // procFigures are one server's CPU during a rollout and its memory after it.
@@ -56,7 +68,7 @@ type procFigures struct {
 	before, after int64 // clock ticks
 }
 
-// runScale starts p.Servers natsnode processes as one cluster with R3 buckets and stream,
+// runScale starts p.Servers stock nats-server processes as one cluster with R3 buckets and stream,
 // publishes two releases, starts p.Nodes simulated nodes on p.Shards connections and runs two
 // rollouts with the real controller (`mesh-release rollout start`, a child process): v1.1.0,
 // which every node confirms and which must complete with every batch in order; then v1.2.0,
@@ -67,21 +79,18 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	if _, ok := tinyRelease("v1.1.0"); !ok {
 		tb.Skip("the lab's tiny release binary is amd64 machine code")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	ctl, profile := controllerBinary(tb)
-	cl := startCluster(tb, p.Servers)
+	cl := startBareStockCluster(tb, p.Servers)
 	c, err := bus.Connect(ctx, cl.URL(), "")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer c.Close()
 	names := wire.NamesFor("")
-	consumers := 0
-	if p.Watch {
-		consumers = p.Nodes + 100 // a watch per node, and the controller's and the test's own
-	}
-	if err := initReplicated(ctx, c.JS, names, min(3, p.Servers), consumers); err != nil {
+	// With p.Watch every node holds four consumers; bus.Init lets each bucket hold a million.
+	if err := initReplicated(ctx, c.JS, names, min(3, p.Servers), 0); err != nil {
 		tb.Fatal(err)
 	}
 	tmp := tb.TempDir()
@@ -118,6 +127,11 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	for _, s := range cl.Servers {
 		urls = append(urls, s.URL)
 	}
+	var ff fleetFigures
+	for _, s := range cl.Servers {
+		t, _ := CPUTicks(s.Cmd.Process.Pid)
+		ff.Servers = append(ff.Servers, procFigures{Name: s.Name, before: t})
+	}
 	began := time.Now()
 	fleet, err := sim.Start(ctx, sim.Config{
 		URLs: urls, Names: names, Nodes: nodes, Shards: p.Shards, Running: "v1.0.0", Heartbeat: p.Heartbeat,
@@ -129,15 +143,25 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 		tb.Fatal(err)
 	}
 	defer fleet.Close()
-	how := "subscriptions"
+	how := "a subscription and direct gets each, no consumer"
 	if p.Watch {
-		how = "KV watches"
+		how = "a KV watch each, 4 consumers per node"
 	}
-	tb.Logf("%d simulated nodes on %d connections over %d servers follow their keys (%s) and heartbeat once each in %s",
-		p.Nodes, p.Shards, p.Servers, how, time.Since(began).Round(time.Millisecond))
-	for _, s := range cl.Servers {
-		rss, _ := MemoryKB(s.Cmd.Process.Pid, "VmRSS")
-		tb.Logf("  %s RSS %.0f MB before the rollouts", s.Name, float64(rss)/1024)
+	ff.Setup = time.Since(began)
+	for i, s := range cl.Servers {
+		sf := &ff.Servers[i]
+		sf.after, _ = CPUTicks(s.Cmd.Process.Pid)
+		sf.CPU = time.Duration(sf.after-sf.before) * 10 * time.Millisecond
+		sf.RSS, _ = MemoryKB(s.Cmd.Process.Pid, "VmRSS")
+		sf.PeakRSS, _ = MemoryKB(s.Cmd.Process.Pid, "VmHWM")
+	}
+	if ff.Consumers, err = consumersOn(ctx, c.JS); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("%d simulated nodes on %d connections (%d nodes each) over %d servers follow their four keys (%s) and heartbeat once each in %s; %d consumers on the servers",
+		p.Nodes, p.Shards, (p.Nodes+p.Shards-1)/p.Shards, p.Servers, how, ff.Setup.Round(time.Millisecond), ff.Consumers)
+	for _, s := range ff.Servers {
+		tb.Logf("  %s: %.1f CPU-s to take them; RSS %.0f MB before the rollouts", s.Name, s.CPU.Seconds(), float64(s.RSS)/1024)
 	}
 
 	args := func(v string) []string {
@@ -145,13 +169,23 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 			"--window", p.Window.String(), "--soak", p.Soak.String(), "--alive", "10m", "--silent-after", p.Silent.String(), "--key", rel.KeyPath()}
 	}
 	measure := func(v string) scaleFigures {
-		f := scaleFigures{Version: v}
+		f := scaleFigures{Version: v, Fleet: ff}
 		for _, s := range cl.Servers {
 			t, _ := CPUTicks(s.Cmd.Process.Pid)
 			f.Servers = append(f.Servers, procFigures{Name: s.Name, before: t})
 		}
 		self0, hb0 := selfCPU(), fleet.Stats().Heartbeats
-		f.Run = runController(ctx, tb, time.Duration(len(p.Steps)+2)*(p.Window+time.Minute), ctl, profile(v), nil, args(v)...)
+		f.Consumers = -1
+		counted := false
+		onEvent := func(ev rollout.Event) {
+			if ev.Kind == rollout.EventBatch && !counted {
+				counted = true
+				if n, err := consumersOn(ctx, c.JS); err == nil {
+					f.Consumers = n
+				}
+			}
+		}
+		f.Run = runController(ctx, tb, time.Duration(len(p.Steps)+2)*(p.Window+time.Minute), ctl, profile(v), onEvent, args(v)...)
 		f.Self, f.Heartbeats = selfCPU()-self0, fleet.Stats().Heartbeats-hb0
 		for i, s := range cl.Servers {
 			sf := &f.Servers[i]
@@ -205,10 +239,14 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 			tb.Errorf("%s, of a batch after the halted one, was targeted with v1.2.0", n)
 		}
 	}
-	targets := mustKV(ctx, tb, c.JS, names.Targets())
-	for n := range later {
-		if e, err := targets.Get(ctx, wire.NodeTargetKey(n)); !errors.Is(err, jetstream.ErrKeyNotFound) {
-			tb.Errorf("%s, of a batch after the halted one, has its own target %v (%v); want none", n, e, err)
+	// One listing of the keys that hold a value, not a get per later node (90,000 at 100,000).
+	keys, err := mustKV(ctx, tb, c.JS, names.Targets()).ListKeys(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k := range keys.Keys() {
+		if n, ok := strings.CutPrefix(k, "node."); ok && later[n] {
+			tb.Errorf("%s, of a batch after the halted one, has its own target; want none", n)
 			break
 		}
 	}
@@ -219,6 +257,19 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 		tb.Errorf("the simulated nodes refused %d targets; every target the controller writes must verify", s.Refused)
 	}
 	return good, bad
+}
+
+// consumersOn counts the consumers of every stream on the bus, as the servers report them.
+func consumersOn(ctx context.Context, js jetstream.JetStream) (int, error) {
+	n := 0
+	streams := js.ListStreams(ctx)
+	for info := range streams.Info() {
+		n += info.State.Consumers
+	}
+	if err := streams.Err(); err != nil {
+		return 0, fmt.Errorf("count the consumers on the bus: %w", err)
+	}
+	return n, nil
 }
 
 // signedTarget is the version key names, checked as a host checks it: signed by pub for key.

@@ -37,6 +37,12 @@ func (n Names) Nodes() string       { return n.Prefix + "_nodes" }
 func (n Names) EnrolSubject() string  { return n.Prefix + ".enrol.node" }
 func (n Names) RevokeSubject() string { return n.Prefix + ".enrol.revoke" }
 
+// RenewSubject is where node asks the enrolment service for its user signed again with today's
+// permissions (a request, no body; the reply is the JWT alone). Only node's own user may publish
+// it: the subject says who asks. RenewWildcard matches every node's.
+func (n Names) RenewSubject(node string) string { return n.Prefix + ".enrol.renew." + node }
+func (n Names) RenewWildcard() string           { return n.Prefix + ".enrol.renew.*" }
+
 // NodeInboxPrefix is the inbox prefix a node's connection uses, the only subjects its user may
 // subscribe to (below it). It cannot collide with a default inbox, _INBOX.<nuid>.
 func NodeInboxPrefix(node string) string { return "_INBOX.node." + node }
@@ -51,6 +57,16 @@ func NodeCredentialsSubject(node string) string { return NodeInboxPrefix(node) +
 // RenewCredentialsHeader on a heartbeat asks the enrolment service for the node's user JWT
 // issued again with today's permissions, for the key the node enrolled with; its value is
 // RenewCredentialsLegacy. MaxCredentialsBytes bounds the JWT a node accepts.
+//
+// NodeUserVersion is the version of the permissions a node user is signed with today, in its
+// JWT's tag NodeUserTagPrefix+version: a host whose user is of an older version asks for it on
+// RenewSubject. 1 is the permissions from before decision 0022 (no tag); 2 follows keys by
+// subscription and direct get and may ask RenewSubject (decision 0024).
+const (
+	NodeUserVersion   = 2
+	NodeUserTagPrefix = "mesh-node-user:"
+)
+
 const (
 	RenewCredentialsHeader = "Mesh-Renew-Credentials"
 	RenewCredentialsLegacy = "legacy"

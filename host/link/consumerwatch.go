@@ -94,7 +94,7 @@ func (l *Link) watchOnceByConsumer(ctx context.Context, k watchedKey, healthy fu
 			if !e.Deleted {
 				e.Value = m.Data()
 			}
-			if !k.handle(ctx, e) {
+			if !l.take(ctx, k, e) {
 				return ctx.Err()
 			}
 			if initial && md.NumPending == 0 {

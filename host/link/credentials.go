@@ -2,14 +2,17 @@ package link
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/internal/text"
@@ -31,6 +34,24 @@ type userCreds struct {
 	path                  string
 	subject               string // the user's public key
 	issuer, issuerAccount string
+	version               int // of its permissions when read at Open: userVersion
+}
+
+// userVersion is the version of a node user's permissions (wire.NodeUserVersion): its tag, 1
+// for the permissions from before decision 0022, which carry none, and 2 for a user without the
+// tag otherwise.
+func userVersion(uc *jwt.UserClaims) int {
+	if legacyPermissions(uc) {
+		return 1
+	}
+	for _, tag := range uc.Tags {
+		if v, ok := strings.CutPrefix(tag, wire.NodeUserTagPrefix); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 2
 }
 
 // readUserCreds reads the user JWT of a .creds file. An error means the file holds none the link
@@ -44,7 +65,7 @@ func readUserCreds(path string, b []byte) (*userCreds, *jwt.UserClaims, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &userCreds{path: path, subject: uc.Subject, issuer: uc.Issuer, issuerAccount: uc.IssuerAccount}, uc, nil
+	return &userCreds{path: path, subject: uc.Subject, issuer: uc.Issuer, issuerAccount: uc.IssuerAccount, version: userVersion(uc)}, uc, nil
 }
 
 // legacyPermissions reports whether a node user's permissions are those from before decision
@@ -75,38 +96,80 @@ func (l *Link) listenForCredentials() error {
 	return nil
 }
 
-// renewCredentials takes a user JWT sent on the credentials subject: accepted, it replaces the
-// one in the creds file and the link reconnects with it; refused, it is logged and the next
-// heartbeat asks again.
+// renewCredentials takes a user JWT sent on the credentials subject to a node whose user is from
+// before decision 0022; refused, the next heartbeat asks again.
 func (l *Link) renewCredentials(m *nats.Msg) {
 	if !l.legacy.Load() {
 		return // renewed already; a late second answer changes nothing
 	}
-	token, err := l.acceptCredentials(m.Data, time.Now())
-	if err != nil {
-		l.log.Warn("link: refused the credentials sent on "+m.Subject+"; the next heartbeat asks again", "err", err)
+	if !l.takeCredentials(m.Data, m.Subject, "the next heartbeat asks again") {
 		return
+	}
+	if err := m.Sub.Unsubscribe(); err != nil {
+		l.log.Debug("link: unsubscribe from the credentials subject", "err", err)
+	}
+}
+
+// renewEvery is the least time between two requests for renewed credentials on the renew
+// subject (a release side older than the host answers with the same version again).
+const renewEvery = 10 * time.Minute
+
+// askRenewal asks the enrolment service, on this node's renew subject, for its user signed with
+// today's permissions: for a user of an older version than this host needs (Options.UserVersion).
+func (l *Link) askRenewal(ctx context.Context) {
+	if !l.stale.Load() {
+		return
+	}
+	now := time.Now()
+	if last := l.lastRenewAsk.Load(); last != 0 && now.Sub(time.Unix(0, last)) < renewEvery {
+		return
+	}
+	l.lastRenewAsk.Store(now.UnixNano())
+	subject := l.opts.Names.RenewSubject(l.opts.Node)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := l.nc.RequestWithContext(rctx, subject, nil)
+	if err != nil {
+		l.log.Warn("link: asked for this node's user with today's permissions and got no answer; asking again later", "subject", subject, "err", err, "in", renewEvery)
+		return
+	}
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		l.log.Warn("link: the enrolment service refused to renew this node's user; asking again later", "code", text.Cut(text.Printable(code), 8),
+			"why", text.Cut(text.Printable(m.Header.Get(micro.ErrorHeader)), 512), "in", renewEvery)
+		return
+	}
+	l.takeCredentials(m.Data, subject, "asking again in "+renewEvery.String())
+}
+
+// takeCredentials checks a renewed user JWT, tries it, stores it in the creds file and has the
+// link reconnect with it; refused, it logs why and what happens next (then), and reports false.
+func (l *Link) takeCredentials(data []byte, from, then string) bool {
+	token, err := l.acceptCredentials(data, time.Now())
+	if err != nil {
+		l.log.Warn("link: refused the credentials sent on "+from+"; "+then, "err", err)
+		return false
 	}
 	// Stored only once the bus has taken it: a JWT signed by a key the account does not name
 	// would lock the node out at its next reconnect.
 	if err := l.tryCredentials(token); err != nil {
-		l.log.Warn("link: refused the credentials sent on "+m.Subject+"; the next heartbeat asks again", "err", fmt.Errorf("the bus refused them, the current ones are kept: %w", err))
-		return
+		l.log.Warn("link: refused the credentials sent on "+from+"; "+then, "err", fmt.Errorf("the bus refused them, the current ones are kept: %w", err))
+		return false
 	}
 	if err := l.storeCredentials(token); err != nil {
-		l.log.Error("link: could not store the renewed credentials; the next heartbeat asks again", "err", err)
-		return
+		l.log.Error("link: could not store the renewed credentials; "+then, "err", err)
+		return false
 	}
+	uc, _ := jwt.DecodeUserClaims(token)
+	l.version.Store(int64(userVersion(uc)))
 	l.legacy.Store(false)
-	if err := m.Sub.Unsubscribe(); err != nil {
-		l.log.Debug("link: unsubscribe from the credentials subject", "err", err)
-	}
-	l.log.Info("link: credentials renewed with the permissions of decision 0024 (no consumers); reconnecting to follow keys by direct get",
-		"creds", l.user.path)
+	l.stale.Store(userVersion(uc) < l.opts.UserVersion)
+	l.log.Info("link: credentials renewed with today's permissions (decision 0024); reconnecting with them",
+		"creds", l.user.path, "version", userVersion(uc))
 	// nats.UserCredentials reads the file on every connect: the next session is the new user's.
 	if err := l.nc.ForceReconnect(); err != nil {
 		l.log.Warn("link: could not reconnect with the renewed credentials; the next reconnect uses them", "err", err)
 	}
+	return true
 }
 
 // accountOf is the account a user JWT belongs to: its issuer account, or its issuer when the
@@ -144,6 +207,8 @@ func (l *Link) acceptCredentials(data []byte, now time.Time) (string, error) {
 		return "", fmt.Errorf("the JWT expired at %s", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
 	case legacyPermissions(uc):
 		return "", errors.New("the JWT still lets the node create consumers (the permissions from before decision 0022); the release side must issue it with today's")
+	case int64(userVersion(uc)) <= l.version.Load():
+		return "", fmt.Errorf("the JWT's permissions are of version %d, and this node's are of %d already (the release side is older than this host)", userVersion(uc), l.version.Load())
 	}
 	vr := jwt.CreateValidationResults()
 	uc.Validate(vr)

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
@@ -377,6 +379,58 @@ func TestCredentialsAreLegacyOnlyWhenTheirJWTMayCreateConsumers(t *testing.T) {
 			defer l.Close()
 			if got := l.LegacyCredentials(); got != tc.legacy {
 				t.Errorf("LegacyCredentials() = %v, want %v", got, tc.legacy)
+			}
+		})
+	}
+}
+
+// A host whose user's permissions are of an older version than it needs (a user signed with
+// today's, then a host needing a later set) asks on its renew subject once connected, takes a
+// newer one, and refuses one of the same version (a release side older than the host).
+func TestALinkWhoseUserIsOlderThanItNeedsAsksForItRenewed(t *testing.T) {
+	tag := func(v int) string { return wire.NodeUserTagPrefix + strconv.Itoa(v) }
+	for _, tc := range []struct {
+		name    string
+		answer  int // the version the release side signs
+		renewed bool
+	}{
+		{"a release side that signs a newer version", 3, true},
+		{"a release side older than the host", 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := meshtest.StartOperatorBus(t)
+			withdrawalsBucket(t, b.Admin.JS)
+			creds, pub := b.NodeCreds(t, t.TempDir(), "n1", trust.NodePermissions(b.Names, "n1"), tag(2))
+			asked := make(chan struct{}, 8)
+			sub, err := b.Admin.NC.Subscribe(b.Names.RenewSubject("n1"), func(m *nats.Msg) {
+				asked <- struct{}{}
+				m.Respond([]byte(b.NodeJWT(t, pub, trust.NodePermissions(b.Names, "n1"), time.Time{}, tag(tc.answer))))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if err := b.Admin.NC.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.ReadFile(creds)
+			l, logs := openLogged(t, Options{URLs: []string{b.URL()}, Creds: creds, JSAPIPrefix: wire.NodeJSAPIPrefix, UserVersion: 3})
+			select {
+			case <-asked:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("the link did not ask for its user renewed:\n%s", logs.String())
+			}
+			want := "credentials renewed"
+			if !tc.renewed {
+				want = "release side is older than this host"
+			}
+			meshtest.Eventually(t, want, func() bool { return strings.Contains(logs.String(), want) })
+			after, _ := os.ReadFile(creds)
+			if changed := !bytes.Equal(before, after); changed != tc.renewed {
+				t.Errorf("creds file changed: %v, want %v", changed, tc.renewed)
+			}
+			if l.stale.Load() == tc.renewed {
+				t.Errorf("stale after the answer: %v", l.stale.Load())
 			}
 		})
 	}

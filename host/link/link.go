@@ -51,6 +51,10 @@ type Options struct {
 	// JSAPIPrefix is the JetStream API prefix (host.json js_api_prefix): wire.NodeJSAPIPrefix for
 	// a node user in the nodes account, empty for $JS.API.
 	JSAPIPrefix string
+	// UserVersion is the version of a node user's permissions this host needs
+	// (wire.NodeUserVersion when zero): a user of an older one is asked for renewed (decision
+	// 0024).
+	UserVersion int
 }
 
 // newJetStream is the link's JetStream context, under prefix when one is configured.
@@ -141,6 +145,13 @@ type Link struct {
 	user     *userCreds
 	legacy   atomic.Bool
 	renewSub *nats.Subscription
+	// version is the user's permissions' version (userVersion); stale says it is older than
+	// this host needs and the link asks for it renewed (askRenewal), at most one ask at a time
+	// (asking), every renewEvery (lastRenewAsk, Unix nanoseconds).
+	version      atomic.Int64
+	stale        atomic.Bool
+	asking       atomic.Bool
+	lastRenewAsk atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -150,10 +161,14 @@ type Link struct {
 	// starts; within one, each key's watch owns its revSeen, and the target fold's lock guards
 	// the target's.
 	declSeen, withdrawalsSeen revSeen
-	targetSeen                bool
-	targetKey                 string
-	targetRev                 uint64
-	windows                   windowFold // the maintenance window's keys (window.go)
+	// floors is the newest revision the link has seen of each key it follows (by subject), in
+	// any session: an answer behind it came from a replica that is behind (watch.go).
+	floorsMu   sync.Mutex
+	floors     map[string]uint64
+	targetSeen bool
+	targetKey  string
+	targetRev  uint64
+	windows    windowFold // the maintenance window's keys (window.go)
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -185,6 +200,9 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	}
 	if o.PublishTimeout == 0 {
 		o.PublishTimeout = 5 * time.Second
+	}
+	if o.UserVersion == 0 {
+		o.UserVersion = wire.NodeUserVersion
 	}
 	o.URLs = withScheme(o.URLs)
 	if err := CheckPlaintext(o.URLs, o.CA, o.InsecurePlaintext); err != nil {
@@ -298,6 +316,8 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			if user, claims, err := readUserCreds(o.Creds, b); err == nil {
 				l.user = user
 				l.legacy.Store(legacyPermissions(claims))
+				l.version.Store(int64(user.version))
+				l.stale.Store(user.version > 1 && user.version < o.UserVersion)
 			}
 		case bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")):
 			opt, err := nats.NkeyOptionFromSeed(o.Creds)
@@ -547,6 +567,9 @@ func (l *Link) run(ctx context.Context) {
 				return
 			}
 			stopSess = l.startSession(ctx)
+			if l.stale.Load() && l.asking.CompareAndSwap(false, true) {
+				go func() { defer l.asking.Store(false); l.askRenewal(ctx) }()
+			}
 		case connected && cu != seenCU:
 			// A heartbeat is answered again after it was not: catch up on every key, as after a
 			// reconnect.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 )
@@ -280,5 +282,42 @@ func TestLinkRefusesBadOptions(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A value behind the newest revision the link has seen of a key (what a replica that is behind
+// answers, or a bucket made again) is not taken as the key's new value: the link asks again, and
+// reports the next revision past the one it saw, never the older ones.
+func TestLinkDoesNotTakeAValueBehindTheRevisionItHasSeen(t *testing.T) {
+	b := meshtest.StartBus(t)
+	var seen uint64
+	for range 4 {
+		seen = b.Put(names.Declarations(), "n1", decl("n1"))
+	}
+	l := openLink(t, b.URL(), "n1")
+	if got := waitFor[DeclarationArrived](t, l, "the declaration", nil); got.Revision != seen {
+		t.Fatalf("first declaration = rev %d, want %d", got.Revision, seen)
+	}
+	// The bucket made again: its revisions start over, behind what the link saw.
+	ctx := t.Context()
+	if err := b.Conn.JS.DeleteKeyValue(ctx, names.Declarations()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: names.Declarations(), History: 10}); err != nil {
+		t.Fatal(err)
+	}
+	rev := b.Put(names.Declarations(), "n1", decl("n1"))
+	time.Sleep(500 * time.Millisecond) // the link has had the notice, and got revision 1
+	for rev <= seen {
+		rev = b.Put(names.Declarations(), "n1", decl("n1"))
+	}
+	got := waitFor[DeclarationArrived](t, l, "a revision past the one seen", func(e DeclarationArrived) bool {
+		if e.Revision <= seen {
+			t.Errorf("the link reported revision %d, behind the %d it had seen", e.Revision, seen)
+		}
+		return e.Revision > seen
+	})
+	if got.Revision != rev {
+		t.Errorf("declaration = rev %d, want %d", got.Revision, rev)
 	}
 }

@@ -116,7 +116,7 @@ func (l *Link) watchOnce(ctx context.Context, k watchedKey, healthy func()) erro
 	if !st.CachedInfo().Config.AllowDirect {
 		return fmt.Errorf("KV bucket %s does not allow direct gets (its stream's allow_direct), which a node reads its keys with; recreate it with `mesh-release init`", k.bucket)
 	}
-	e, err := l.lastEntry(ctx, st, k)
+	e, err := l.entryNotBehind(ctx, st, k)
 	if err != nil {
 		return err
 	}
@@ -124,16 +124,13 @@ func (l *Link) watchOnce(ctx context.Context, k watchedKey, healthy func()) erro
 	if k.start != nil {
 		k.start()
 	}
-	if e != nil && !k.handle(ctx, e) {
+	if e != nil && !l.take(ctx, k, e) {
 		return ctx.Err()
 	}
 	if !k.handle(ctx, nil) {
 		return ctx.Err()
 	}
-	var seen uint64
-	if e != nil {
-		seen = e.Revision
-	}
+	seen := l.floor(k)
 	for {
 		select {
 		case <-ctx.Done():
@@ -153,18 +150,21 @@ func (l *Link) watchOnce(ctx context.Context, k watchedKey, healthy func()) erro
 			if err != nil {
 				return err
 			}
-			if e == nil && seen != 0 {
-				// The key's whole history is gone (a purge of the stream): it is no more.
-				e = &keyEntry{Key: k.key, Deleted: true}
-			}
-			if e != nil && e.Revision != seen {
+			if e != nil && e.Revision > seen {
 				seen = e.Revision
-				if !k.handle(ctx, e) {
+				if !l.take(ctx, k, e) {
 					return ctx.Err()
 				}
 				break
 			}
+			// The same revision (the write is not on the replica that answered yet), an older
+			// one or none (a replica behind, a server catching up): asked again.
 			if try == len(staleRetries) {
+				if e == nil || e.Revision < seen {
+					// Still behind: the watch starts again, which waits longer for the bus to
+					// catch up, and takes what it then says (entryNotBehind).
+					return fmt.Errorf("%s: the bus answers with %s, behind revision %d this node has seen", subject, revisionText(e), seen)
+				}
 				break
 			}
 			t := time.NewTimer(staleRetries[try])
@@ -178,6 +178,77 @@ func (l *Link) watchOnce(ctx context.Context, k watchedKey, healthy func()) erro
 			}
 		}
 	}
+}
+
+// behindRetries are the pauses before a watch asks again when its first get answers with an
+// older revision than the link has seen of the key, or none: a replica behind (a server back
+// with an empty disk catches up in seconds). After the last, about a minute in all, the answer
+// is taken: the bucket was made again, or the key's history purged.
+var behindRetries = append(append([]time.Duration{}, staleRetries...),
+	5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second,
+	5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second)
+
+// entryNotBehind is k's last value, asked again while it is behind the newest revision of k
+// the link has seen (behindRetries).
+func (l *Link) entryNotBehind(ctx context.Context, st jetstream.Stream, k watchedKey) (*keyEntry, error) {
+	floor := l.floor(k)
+	for try := 0; ; try++ {
+		e, err := l.lastEntry(ctx, st, k)
+		if err != nil {
+			return nil, err
+		}
+		if floor == 0 || (e != nil && e.Revision >= floor) {
+			return e, nil
+		}
+		if try == len(behindRetries) {
+			l.log.Warn("link: the bus still answers with an older value of a key than this node saw; taking it (was the bucket made again?)",
+				"key", kvSubject(k.bucket, k.key), "answer", revisionText(e), "seen", floor)
+			l.setFloor(k, 0)
+			if e == nil {
+				// Gone, as far as the bus now says.
+				e = &keyEntry{Key: k.key, Deleted: true}
+			}
+			return e, nil
+		}
+		t := time.NewTimer(behindRetries[try])
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func revisionText(e *keyEntry) string {
+	if e == nil {
+		return "no value"
+	}
+	return fmt.Sprintf("revision %d", e.Revision)
+}
+
+// take hands e to k and remembers its revision as the newest the link has seen of k.
+func (l *Link) take(ctx context.Context, k watchedKey, e *keyEntry) bool {
+	if e.Revision > l.floor(k) {
+		l.setFloor(k, e.Revision)
+	}
+	return k.handle(ctx, e)
+}
+
+// floor is the newest revision of k the link has seen, in any session; 0 when none.
+func (l *Link) floor(k watchedKey) uint64 {
+	l.floorsMu.Lock()
+	defer l.floorsMu.Unlock()
+	return l.floors[kvSubject(k.bucket, k.key)]
+}
+
+func (l *Link) setFloor(k watchedKey, rev uint64) {
+	l.floorsMu.Lock()
+	defer l.floorsMu.Unlock()
+	if l.floors == nil {
+		l.floors = map[string]uint64{}
+	}
+	l.floors[kvSubject(k.bucket, k.key)] = rev
 }
 
 // lastEntry is k's last value on the bus, by a direct get of the last message on its subject;

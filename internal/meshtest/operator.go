@@ -53,6 +53,7 @@ func operatorSharing(names wire.Names) []*jwt.Import {
 		{Name: "flow control", Subject: "$JS.FC.>", Type: jwt.Service}, // before decision 0022
 		{Name: "key writes", Subject: "$KV.>", Type: jwt.Stream},
 		{Name: "heartbeats", Subject: jwt.Subject(names.HeartbeatWildcard()), Type: jwt.Service},
+		{Name: "renewal", Subject: jwt.Subject(names.RenewWildcard()), Type: jwt.Service},
 		{Name: "node inboxes", Subject: jwt.Subject(wire.NodeInboxPrefix(">")), Type: jwt.Stream},
 	}
 }
@@ -146,15 +147,15 @@ func (b *OperatorBus) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", b
 
 // NodeJWT is a user JWT for userPub in the nodes account with perms, signed by the nodes
 // account's signing key as `mesh-release` signs a node's; expires zero: never.
-func (b *OperatorBus) NodeJWT(tb testing.TB, userPub string, perms jwt.Permissions, expires time.Time) string {
+func (b *OperatorBus) NodeJWT(tb testing.TB, userPub string, perms jwt.Permissions, expires time.Time, tags ...string) string {
 	tb.Helper()
-	text, _ := signUser(tb, b.nodesSigner, b.NodesAccount, &userPub, perms, expires)
+	text, _ := signUser(tb, b.nodesSigner, b.NodesAccount, &userPub, perms, expires, tags...)
 	return text
 }
 
 // NodeCreds writes a .creds file (mode 0600) in dir for a new key pair of node's, whose JWT has
 // perms, as `mesh-host enrol` leaves it, and returns its path and the user's public key.
-func (b *OperatorBus) NodeCreds(tb testing.TB, dir, node string, perms jwt.Permissions) (path, userPub string) {
+func (b *OperatorBus) NodeCreds(tb testing.TB, dir, node string, perms jwt.Permissions, tags ...string) (path, userPub string) {
 	tb.Helper()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -162,7 +163,7 @@ func (b *OperatorBus) NodeCreds(tb testing.TB, dir, node string, perms jwt.Permi
 	}
 	userPub, _ = kp.PublicKey()
 	seed, _ := kp.Seed()
-	creds, err := jwt.FormatUserConfig(b.NodeJWT(tb, userPub, perms, time.Time{}), seed)
+	creds, err := jwt.FormatUserConfig(b.NodeJWT(tb, userPub, perms, time.Time{}, tags...), seed)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func (b *OperatorBus) NodeCreds(tb testing.TB, dir, node string, perms jwt.Permi
 
 // signUser signs a user JWT with signer (for issuerAccount when signer is a signing key), for
 // *userPub or, when nil, a new user whose seed it returns.
-func signUser(tb testing.TB, signer nkeys.KeyPair, issuerAccount string, userPub *string, perms jwt.Permissions, expires time.Time) (text, seed string) {
+func signUser(tb testing.TB, signer nkeys.KeyPair, issuerAccount string, userPub *string, perms jwt.Permissions, expires time.Time, tags ...string) (text, seed string) {
 	tb.Helper()
 	var pub string
 	if userPub != nil {
@@ -192,6 +193,7 @@ func signUser(tb testing.TB, signer nkeys.KeyPair, issuerAccount string, userPub
 	uc := jwt.NewUserClaims(pub)
 	uc.IssuerAccount = issuerAccount
 	uc.Permissions = perms
+	uc.Tags.Add(tags...)
 	if !expires.IsZero() {
 		uc.Expires = expires.Unix()
 	}

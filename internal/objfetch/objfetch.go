@@ -13,14 +13,25 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// ChunkTry is how long a chunk's get waits for its answer before it is asked again: a server
+// of a cluster that dies holding the request takes the answer with it, and the next get is
+// answered by another replica.
+const ChunkTry = 5 * time.Second
 
 // Reader is an object's bytes, fetched a chunk at a time as they are read. Its Read returns
 // jetstream.ErrDigestMismatch when the chunks do not match the store's digest of the object
 // (or add up to more or fewer bytes than its size), and io.EOF only after they matched.
 type Reader struct {
+	// Try is how long one chunk's get may wait for its answer before it is asked again
+	// (default ChunkTry).
+	Try time.Duration
+
 	ctx     context.Context
 	stream  jetstream.Stream
 	subject string
@@ -76,7 +87,7 @@ func (r *Reader) fetch() error {
 		}
 		return io.EOF
 	}
-	m, err := r.stream.GetMsg(r.ctx, r.next, jetstream.WithGetMsgSubject(r.subject))
+	m, err := r.get()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("%w: the object store holds %d of the object's %d bytes", jetstream.ErrDigestMismatch, r.got, r.info.Size)
 	}
@@ -101,6 +112,42 @@ func (r *Reader) fetch() error {
 	}
 	return nil
 }
+
+// get is the next chunk's message, asked for again when its answer does not come within Try
+// (the server holding the request died) or nobody answered (no replica of a cluster's stream
+// was up to): until one answers or r.ctx ends — the host's stall timer ends a fetch that makes
+// no progress.
+func (r *Reader) get() (*jetstream.RawStreamMsg, error) {
+	try := r.Try
+	if try <= 0 {
+		try = ChunkTry
+	}
+	for {
+		tctx, cancel := context.WithTimeout(r.ctx, try)
+		m, err := r.stream.GetMsg(tctx, r.next, jetstream.WithGetMsgSubject(r.subject))
+		cancel()
+		if err == nil || r.ctx.Err() != nil {
+			return m, err
+		}
+		switch {
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, nats.ErrNoResponders):
+			// Asked again at once it would find nobody again: a short pause first.
+			t := time.NewTimer(noResponderPause)
+			select {
+			case <-r.ctx.Done():
+				t.Stop()
+				return nil, r.ctx.Err()
+			case <-t.C:
+			}
+		default:
+			return m, err
+		}
+	}
+}
+
+// noResponderPause is how long a get that nobody answered waits before it asks again.
+const noResponderPause = 250 * time.Millisecond
 
 // Close ends the reader; nothing is left on the server to remove.
 func (r *Reader) Close() error {

@@ -88,3 +88,72 @@ func TestAnObjectIsReadByDirectGetsAndCheckedAgainstTheStoresDigest(t *testing.T
 		})
 	}
 }
+
+// A chunk's get whose answer never comes — the server that would have answered it was lost,
+// as when a cluster's server is killed mid-fetch — is asked again after Reader.Try, and the
+// object reads back whole; before, the read waited for the answer until its context ended (the
+// host's stall timeout, 30 s).
+func TestAChunkWhoseAnswerIsLostIsAskedForAgain(t *testing.T) {
+	const chunk = 128 << 10
+	body := make([]byte, 2*chunk+chunk/3)
+	for i := range body {
+		body[i] = byte(i * 13)
+	}
+	b := meshtest.StartBus(t, meshtest.NoBuckets())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obs, err := b.Conn.JS.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "objs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, "o", body); err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &losingJS{JetStream: b.Conn.JS, lose: map[int]bool{2: true}}
+	r, err := objfetch.Open(ctx, js, "objs", info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Try = 200 * time.Millisecond
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read %d bytes of %d, err %v; want the object whole", len(got), len(body), err)
+	}
+	if js.gets != 4 {
+		t.Errorf("%d gets, want 4: three chunks, the second asked twice", js.gets)
+	}
+}
+
+// losingJS is a JetStream whose streams lose the answer to the gets numbered in lose (1 is the
+// first): such a get waits, as one sent to a server that died does, until its context ends.
+type losingJS struct {
+	jetstream.JetStream
+	lose map[int]bool
+	gets int
+}
+
+func (j *losingJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	st, err := j.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &losingStream{Stream: st, js: j}, nil
+}
+
+type losingStream struct {
+	jetstream.Stream
+	js *losingJS
+}
+
+func (s *losingStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	s.js.gets++
+	if s.js.lose[s.js.gets] {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Stream.GetMsg(ctx, seq, opts...)
+}

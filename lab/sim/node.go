@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,10 +14,6 @@ import (
 
 	"github.com/novox/mesh-host/wire"
 )
-
-// kvOperation is the header JetStream KV sets on a delete or purge (nats.go's kvop); a put
-// has none.
-const kvOperation = "KV-Operation"
 
 // node is one simulated node: what a real host would say about itself.
 type node struct {
@@ -32,13 +28,8 @@ type node struct {
 	rollbacks          []wire.Rollback
 	targeted           map[string]bool // the versions its own key was ever set to
 	timer              *time.Timer
-}
-
-// update is a target key changing, for one node or (node "") every node of the shard.
-type update struct {
-	node, key string
-	value     []byte
-	deleted   bool
+	rev                [numKeys]uint64 // the revision of each key acted on
+	queued             [numKeys]bool   // a get of the key waits in the shard's queue
 }
 
 // shard is one connection and the nodes it carries. mu guards the nodes.
@@ -46,9 +37,11 @@ type shard struct {
 	f        *Fleet
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	msgs     chan *nats.Msg // plain subscriptions on the keys' subjects
-	updates  chan update    // KV watches (Config.Watch)
-	watchers []jetstream.KeyWatcher
+	notices  chan *nats.Msg            // the plain subscriptions on the keys' subjects
+	gets     chan getJob               // direct gets to make, at most one waiting per key per node
+	streams  [numKeys]jetstream.Stream // the bucket's stream each kind of key is read from
+	pending  atomic.Int64              // gets queued or running (and, with Watch, initial values not in)
+	watchers []jetstream.KeyWatcher    // Config.Watch
 
 	mu     sync.Mutex
 	nodes  map[string]*node
@@ -56,70 +49,19 @@ type shard struct {
 	closed bool
 }
 
-// follow subscribes the shard's nodes to their target keys and the fleet key.
-func (s *shard) follow(ctx context.Context) error {
-	bucket := s.f.cfg.Names.Targets()
-	s.msgs = make(chan *nats.Msg, 1<<16)
-	s.updates = make(chan update, 1<<12)
-	if !s.f.cfg.Watch {
-		subjects := []string{"$KV." + bucket + "." + wire.FleetTargetKey}
-		for _, n := range s.order {
-			subjects = append(subjects, "$KV."+bucket+"."+wire.NodeTargetKey(n.id))
-		}
-		for _, subj := range subjects {
-			sub, err := s.nc.ChanSubscribe(subj, s.msgs)
-			if err != nil {
-				return fmt.Errorf("sim: subscribe %s: %w", subj, err)
-			}
-			sub.SetPendingLimits(-1, -1)
-		}
-		return s.nc.FlushTimeout(10 * time.Second) // the server has every subscription before the first heartbeat
-	}
-	kv, err := s.js.KeyValue(ctx, bucket)
-	if err != nil {
-		return fmt.Errorf("sim: targets bucket: %w", err)
-	}
-	for _, n := range s.order {
-		w, err := kv.WatchFiltered(ctx, []string{wire.NodeTargetKey(n.id), wire.FleetTargetKey})
-		if err != nil {
-			return fmt.Errorf("sim: watch the targets of %s: %w", n.id, err)
-		}
-		s.watchers = append(s.watchers, w)
-		go func() {
-			for e := range w.Updates() {
-				if e == nil {
-					continue // the initial values are in
-				}
-				s.updates <- update{node: n.id, key: e.Key(), value: e.Value(), deleted: e.Operation() != jetstream.KeyValuePut}
-			}
-		}()
-	}
-	return nil
-}
-
-// targets applies key updates until ctx ends.
-func (s *shard) targets(ctx context.Context) {
-	prefix := "$KV." + s.f.cfg.Names.Targets() + "."
-	for {
-		var u update
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-s.msgs:
-			u = update{key: strings.TrimPrefix(m.Subject, prefix), value: m.Data, deleted: m.Header.Get(kvOperation) != ""}
-		case u = <-s.updates:
-		}
-		s.apply(u)
-	}
-}
-
-func (s *shard) apply(u update) {
+// set acts on a new value of n's own or the fleet target key: a target that does not verify
+// is refused and the one in force stays. Called with mu held.
+func (s *shard) set(n *node, kind keyKind, value []byte, deleted bool) {
 	s.f.stats.targets.Add(1)
 	version := ""
-	if !u.deleted {
-		t, err := wire.ParseTarget(u.value)
+	if !deleted {
+		t, err := wire.ParseTarget(value)
 		if err == nil && len(s.f.cfg.TrustedKeys) > 0 {
-			if err = t.Verify(u.key, s.f.cfg.TrustedKeys); err == nil && t.ExpiredAt(time.Now()) {
+			key := wire.FleetTargetKey
+			if kind == keyOwn {
+				key = wire.NodeTargetKey(n.id)
+			}
+			if err = t.Verify(key, s.f.cfg.TrustedKeys); err == nil && t.ExpiredAt(time.Now()) {
 				err = errors.New("expired")
 			}
 			if err != nil {
@@ -131,19 +73,9 @@ func (s *shard) apply(u update) {
 			version = t.Version
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if u.key == wire.FleetTargetKey {
-		for _, n := range s.order {
-			if u.node == "" || u.node == n.id {
-				n.fleet = version
-				s.consider(n)
-			}
-		}
-		return
-	}
-	n := s.nodes[strings.TrimPrefix(u.key, "node.")]
-	if n == nil {
+	if kind == keyFleet {
+		n.fleet = version
+		s.consider(n)
 		return
 	}
 	if version != "" {

@@ -5,14 +5,20 @@
 // "starts" a newer target after a random delay and confirms it shortly after — or, if told to
 // fail it, rolls back from it as a launcher would. There is no root, no records, no fetch.
 //
-// Nodes are spread over a few connections (shards). Each shard follows its nodes' target keys
-// with one plain subscription per key on the bucket's subject ($KV.<bucket>.node.<id>, and one
-// on the fleet key), all feeding one channel, so a node costs a subscription, not a KV watch
-// (an ordered consumer) as a real host's does; Config.Watch selects real KV watches instead,
-// to measure what they cost.
+// Nodes are spread over a few connections (shards). A node follows the keys a host follows
+// (its declaration, its own and the fleet target, the withdrawal list) as a host does since
+// decision 0022 (host/link/watch.go), holding no JetStream consumer: a plain subscription on
+// each key's subject tells it the key was written, and a direct get of the key's last value
+// says what it holds — made once the subscriptions are in place, after every notice (again
+// after a pause while a replica still answers the revision seen), and after every reconnect,
+// so nothing written meanwhile is lost. The shard subscribes once per node to the node's own
+// keys and once to the fleet and withdrawal keys its nodes share; each node makes its own gets.
+// Config.Watch selects a KV watch per key instead (an ordered consumer each, as hosts held
+// before 0022), to measure what those cost.
 package sim
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -47,9 +53,15 @@ type Config struct {
 	ConfirmAfter       time.Duration
 	// Fails reports whether node rolls back from version instead of confirming it.
 	Fails func(node, version string) bool
-	// Watch makes each node follow its keys with a KV watch (WatchFiltered on node.<id> and
-	// fleet), as a real host does, instead of plain subscriptions.
+	// Watch makes each node follow its four keys with a KV watch each (an ordered consumer per
+	// key), as hosts did before decision 0022, instead of subscriptions and direct gets: the
+	// "before" of the consumers figure.
 	Watch bool
+	// ReconnectWait is how long a shard waits before trying a server again after losing it
+	// (default nats.go's, 2s).
+	ReconnectWait time.Duration
+	// GetsInFlight is how many direct gets each shard has outstanding at most (default 8).
+	GetsInFlight int
 	// TrustedKeys, when set, are the target keys: a target that does not verify with one of
 	// them for the key it is stored under, or has expired, is not acted on (the key keeps the
 	// target it had) and is counted in Stats.Refused, as a host refuses it. Empty: targets are
@@ -66,13 +78,20 @@ type Stats struct {
 	RolledBack  int64 // versions rolled back from
 	TargetsSeen int64 // target key updates received (node and fleet keys)
 	Refused     int64 // targets not acted on: not verifying with TrustedKeys, or expired
+	Notices     int64 // messages on the keys' subscriptions (or watches) received
+	Gets        int64 // direct gets of a key's last value made
+	GetErrors   int64 // direct gets that failed (and were made again)
+	Reconnects  int64 // connections of the shards reconnected
 }
 
 // Fleet is a running simulated fleet.
 type Fleet struct {
 	cfg    Config
 	shards []*shard
-	stats  struct{ heartbeats, errors, started, confirmed, rolledBack, targets, refused atomic.Int64 }
+	stats  struct {
+		heartbeats, errors, started, confirmed, rolledBack, targets, refused atomic.Int64
+		notices, gets, getErrors, reconnects                                 atomic.Int64
+	}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -100,15 +119,13 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	if cfg.Fails == nil {
 		cfg.Fails = func(string, string) bool { return false }
 	}
+	if cfg.GetsInFlight <= 0 {
+		cfg.GetsInFlight = 8
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &Fleet{cfg: cfg, cancel: cancel}
 	for i := 0; i < cfg.Shards; i++ {
-		s, err := f.connect(ctx, i)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		f.shards = append(f.shards, s)
+		f.shards = append(f.shards, &shard{f: f, nodes: map[string]*node{}})
 	}
 	for i, id := range cfg.Nodes {
 		s := f.shards[i%len(f.shards)]
@@ -116,10 +133,45 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		s.nodes[id] = n
 		s.order = append(s.order, n)
 	}
-	for _, s := range f.shards {
-		if err := s.follow(runCtx); err != nil { // KV watches live as long as the fleet
+	for i, s := range f.shards {
+		s.gets = make(chan getJob, int(numKeys)*len(s.order))
+		if err := f.connect(ctx, i, s); err != nil {
 			f.Close()
 			return nil, err
+		}
+	}
+	for _, s := range f.shards {
+		if cfg.Watch {
+			if err := s.followWatches(runCtx); err != nil { // KV watches live as long as the fleet
+				f.Close()
+				return nil, err
+			}
+			continue
+		}
+		if err := s.followSubscriptions(); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := s.openStreams(ctx); err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.wg.Add(1 + cfg.GetsInFlight)
+		go func() { defer f.wg.Done(); s.noticesLoop(runCtx) }()
+		for range cfg.GetsInFlight {
+			go func() { defer f.wg.Done(); s.getter(runCtx) }()
+		}
+		s.getAll()
+	}
+	// Every node knows its keys' values before it first says what it runs, as a host does.
+	for _, s := range f.shards {
+		for s.pending.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				f.Close()
+				return nil, fmt.Errorf("sim: the keys' first values: %w", ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	for _, s := range f.shards {
@@ -142,21 +194,29 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		return nil, fmt.Errorf("sim: %d first heartbeats were not stored (is the heartbeat stream there?)", e)
 	}
 	for _, s := range f.shards {
-		f.wg.Add(2)
+		f.wg.Add(1)
 		go func() { defer f.wg.Done(); s.heartbeats(runCtx) }()
-		go func() { defer f.wg.Done(); s.targets(runCtx) }()
 	}
 	return f, nil
 }
 
-// connect opens shard i's connection to its server.
-func (f *Fleet) connect(ctx context.Context, i int) (*shard, error) {
+// connect opens shard i's connection to its server. After a reconnect every node of the shard
+// gets each of its keys again (the subscriptions are renewed by the client before), so a write
+// made while the connection was down is not lost.
+func (f *Fleet) connect(ctx context.Context, i int, s *shard) error {
 	url := f.cfg.URLs[i%len(f.cfg.URLs)]
-	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("sim-%d", i)), nats.DontRandomize(), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("sim-%d", i)), nats.DontRandomize(), nats.MaxReconnects(-1),
+		nats.ReconnectWait(cmp.Or(f.cfg.ReconnectWait, nats.DefaultReconnectWait)),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			f.stats.reconnects.Add(1)
+			if !f.cfg.Watch {
+				s.getAll()
+			}
+		}))
 	if err != nil {
-		return nil, fmt.Errorf("sim: connect shard %d to %s: %w", i, url, err)
+		return fmt.Errorf("sim: connect shard %d to %s: %w", i, url, err)
 	}
-	s := &shard{f: f, nc: nc, nodes: map[string]*node{}, updates: make(chan update, 4096)}
+	s.nc = nc
 	s.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(1024),
 		jetstream.WithPublishAsyncTimeout(10*time.Second),
@@ -164,9 +224,9 @@ func (f *Fleet) connect(ctx context.Context, i int) (*shard, error) {
 		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { f.stats.errors.Add(1) }))
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // Stats returns the counters so far.
@@ -174,7 +234,8 @@ func (f *Fleet) Stats() Stats {
 	return Stats{
 		Heartbeats: f.stats.heartbeats.Load(), Errors: f.stats.errors.Load(), Started: f.stats.started.Load(),
 		Confirmed: f.stats.confirmed.Load(), RolledBack: f.stats.rolledBack.Load(), TargetsSeen: f.stats.targets.Load(),
-		Refused: f.stats.refused.Load(),
+		Refused: f.stats.refused.Load(), Notices: f.stats.notices.Load(), Gets: f.stats.gets.Load(),
+		GetErrors: f.stats.getErrors.Load(), Reconnects: f.stats.reconnects.Load(),
 	}
 }
 
@@ -226,7 +287,9 @@ func (f *Fleet) Close() {
 		for _, w := range s.watchers {
 			w.Stop()
 		}
-		s.nc.Close()
+		if s.nc != nil {
+			s.nc.Close()
+		}
 	}
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
@@ -45,7 +48,6 @@ func (s *Service) startRenewals() error {
 	go func() {
 		defer close(s.renewDone)
 		defer sub.Unsubscribe()
-		last := map[string]time.Time{}
 		for {
 			select {
 			case <-s.stop:
@@ -55,14 +57,9 @@ func (s *Service) startRenewals() error {
 					continue
 				}
 				node := strings.TrimSuffix(strings.TrimPrefix(m.Subject, s.cfg.Names.Prefix+".node."), ".heartbeat")
-				now := s.cfg.Now()
-				if t, ok := last[node]; ok && now.Sub(t) < renewEvery {
+				if !s.renewals.allow(node, s.cfg.Now()) {
 					continue
 				}
-				if len(last) >= renewRemembered {
-					clear(last)
-				}
-				last[node] = now
 				ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 				if err := s.renew(ctx, node); err != nil {
 					s.log.Warn("renewal refused", "node", text.Cut(node, 64), "err", err)
@@ -74,28 +71,75 @@ func (s *Service) startRenewals() error {
 	return nil
 }
 
-// renew signs node's user again for the key in its record and sends it to the node.
+// renew signs node's user again for the key in its record and sends it to the node's inbox.
 func (s *Service) renew(ctx context.Context, node string) error {
-	if err := wire.ValidNode(node); err != nil {
+	userJWT, err := s.signAgain(ctx, node)
+	if err != nil {
 		return err
+	}
+	return s.cfg.Admin.Publish(wire.NodeCredentialsSubject(node), []byte(userJWT))
+}
+
+// handleRenew answers a node's request on its RenewSubject with its user signed again.
+func (s *Service) handleRenew(req micro.Request) {
+	node := strings.TrimPrefix(req.Subject(), s.cfg.Names.RenewSubject(""))
+	if !s.renewals.allow(node, s.cfg.Now()) {
+		req.Error(CodeConflict, fmt.Sprintf("node %s was renewed less than %s ago; ask again later", text.Cut(node, 64), renewEvery), nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	defer cancel()
+	userJWT, err := s.signAgain(ctx, node)
+	if err != nil {
+		s.log.Warn("renewal refused", "node", text.Cut(node, 64), "err", err)
+		req.Error(CodeForbidden, text.Cut(err.Error(), 512), nil)
+		return
+	}
+	req.Respond([]byte(userJWT))
+}
+
+// renewals remembers when each node was last renewed, to renew one at most every renewEvery.
+type renewals struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (r *renewals) allow(node string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.last[node]; ok && now.Sub(t) < renewEvery {
+		return false
+	}
+	if r.last == nil || len(r.last) >= renewRemembered {
+		r.last = map[string]time.Time{}
+	}
+	r.last[node] = now
+	return true
+}
+
+// signAgain signs node's user again, with today's permissions, for the key in its record, and
+// records which key signed it.
+func (s *Service) signAgain(ctx context.Context, node string) (string, error) {
+	if err := wire.ValidNode(node); err != nil {
+		return "", err
 	}
 	e, err := s.nodes.Get(ctx, wire.NodeKey(node))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return errors.New("no node of that id is enrolled")
+		return "", errors.New("no node of that id is enrolled")
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	var rec NodeRecord
 	if err := wire.DecodeStrict(e.Value(), &rec); err != nil {
-		return err
+		return "", err
 	}
 	if rec.RevokedAt != nil {
-		return errors.New("the node is revoked")
+		return "", errors.New("the node is revoked")
 	}
 	userJWT, err := s.cfg.Store.NodeUser(s.cfg.Names, node, rec.PublicKey)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if rec.SignedBy != s.cfg.Store.NodesSigningPublicKey() {
 		now := s.cfg.Now().UTC()
@@ -103,12 +147,9 @@ func (s *Service) renew(ctx context.Context, node string) error {
 		b, _ := json.Marshal(rec)
 		// Another service renewing it at the same moment writes the same.
 		if _, err := s.nodes.Update(ctx, wire.NodeKey(node), b, e.Revision()); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return err
+			return "", err
 		}
 	}
-	if err := s.cfg.Admin.Publish(wire.NodeCredentialsSubject(node), []byte(userJWT)); err != nil {
-		return err
-	}
 	s.log.Info("renewed a node's user with today's permissions", "node", node, "key", rec.PublicKey)
-	return nil
+	return userJWT, nil
 }

@@ -3,6 +3,8 @@ package enrol
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +118,41 @@ func TestServiceRenewsANodeUserWhenItsHeartbeatAsks(t *testing.T) {
 	}
 	e.heartbeat("node-a", true)
 	next("node-a")
+}
+
+func TestServiceRenewsANodeUserThatAsksOnItsRenewSubject(t *testing.T) {
+	e := startEnv(t) // not in transition: any node of today may ask
+	pub, pubR := newUser(t), newUser(t)
+	at := e.clock.now().UTC()
+	e.putRecord("node-a", NodeRecord{PublicKey: pub, EnrolledAt: at, TokenID: "t1"})
+	e.putRecord("node-r", NodeRecord{PublicKey: pubR, EnrolledAt: at, TokenID: "t2", RevokedAt: &at})
+	ask := func(node string) ([]byte, error) {
+		return request(e.bus.Conn.NC, e.names.RenewSubject(node), nil)
+	}
+	b, err := ask("node-a")
+	if err != nil {
+		t.Fatalf("renew node-a: %v", err)
+	}
+	if uc, err := jwt.DecodeUserClaims(string(b)); err != nil || uc.Subject != pub {
+		t.Fatalf("the renewed user: %v (%s), want one for %s", err, b, pub)
+	}
+	for _, tc := range []struct {
+		name, node, code, why string
+	}{
+		{"asked again at once", "node-a", CodeConflict, "renewed less than"},
+		{"a revoked node", "node-r", CodeForbidden, "revoked"},
+		{"a node never enrolled", "node-x", CodeForbidden, "no node of that id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ask(tc.node)
+			var se *serviceError
+			if !errors.As(err, &se) || se.code != tc.code || !strings.Contains(se.reason, tc.why) {
+				t.Errorf("renew %s: %v, want refusal %s saying %q", tc.node, err, tc.code, tc.why)
+			}
+		})
+	}
+	e.clock.add(renewEvery)
+	if _, err := ask("node-a"); err != nil {
+		t.Errorf("renew node-a after renewEvery: %v", err)
+	}
 }

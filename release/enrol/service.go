@@ -72,6 +72,7 @@ type Service struct {
 	stop      chan struct{}
 	done      chan struct{}
 	renewDone chan struct{} // closed when the renewals end; nil when there are none
+	renewals  renewals
 	stopOnce  sync.Once
 }
 
@@ -121,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.svc, err = micro.AddService(cfg.Admin, micro.Config{
 		Name: ServiceName, Version: "1.0.0",
-		Description: "mesh enrolment: a one-time token and a node's public key in, the node's user JWT out; revocation",
+		Description: "mesh enrolment: a one-time token and a node's public key in, the node's user JWT out; renewal; revocation",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)
@@ -133,6 +134,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
 	if err := s.svc.AddEndpoint("revoke", micro.HandlerFunc(s.handleRevoke), micro.WithEndpointSubject(cfg.Names.RevokeSubject()), limits); err != nil {
+		s.svc.Stop()
+		return nil, fmt.Errorf("enrolment service: %w", err)
+	}
+	if err := s.svc.AddEndpoint("renew", micro.HandlerFunc(s.handleRenew), micro.WithEndpointSubject(cfg.Names.RenewWildcard()), limits); err != nil {
 		s.svc.Stop()
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}

@@ -83,6 +83,24 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 	defer msgs.Stop()
 	stop := context.AfterFunc(ctx, msgs.Stop)
 	defer stop()
+	// The consumer lives on one server. When that server dies with no word (SIGKILL, a machine
+	// lost), the client is not told: the watch waited, deaf, long past a rollout's window. Its
+	// consumer is asked after every ConsumerCheck; when two asks in a row go unanswered the
+	// watch ends, so the caller makes a new one, on a server that is there.
+	var lost error
+	var lostMu sync.Mutex
+	if live {
+		checkCtx, cancelCheck := context.WithCancel(ctx)
+		defer cancelCheck()
+		go func() {
+			if err := checkConsumer(checkCtx, cons); err != nil {
+				lostMu.Lock()
+				lost = err
+				lostMu.Unlock()
+				msgs.Stop()
+			}
+		}()
+	}
 	caughtUp := false
 	seen := make(map[string]bool) // subjects delivered before catching up
 	if empty {
@@ -95,6 +113,11 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			lostMu.Lock()
+			if lost != nil {
+				err = lost
+			}
+			lostMu.Unlock()
 			return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
 		}
 		md, err := m.Metadata()
@@ -114,6 +137,46 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, live bool
 			if !live {
 				return nil
 			}
+		}
+	}
+}
+
+// ConsumerCheck is how often a live watch asks after its consumer, each ask waiting as long.
+const ConsumerCheck = 2 * time.Second
+
+// checkConsumer asks after cons every ConsumerCheck until ctx ends; it returns an error once two
+// asks in a row went unanswered or were refused (the consumer, or its server, is gone).
+func checkConsumer(ctx context.Context, cons jetstream.Consumer) error {
+	t := time.NewTicker(ConsumerCheck)
+	defer t.Stop()
+	failed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		// An ordered consumer's Info waits for the consumer's lock, which a reset (nats.go's own
+		// recovery) holds while it retries: the ask is bounded here, not by its context alone.
+		answer := make(chan error, 1)
+		actx, cancel := context.WithTimeout(ctx, ConsumerCheck)
+		go func() { _, err := cons.Info(actx); answer <- err }()
+		var err error
+		select {
+		case err = <-answer:
+		case <-actx.Done():
+			err = actx.Err()
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			failed = 0
+			continue
+		}
+		if failed++; failed == 2 {
+			return fmt.Errorf("its consumer does not answer (%w): its server may be gone", err)
 		}
 	}
 }

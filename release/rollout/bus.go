@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,13 +22,59 @@ const opTimeout = 5 * time.Second
 // maxBackoff is the longest wait between two attempts.
 const maxBackoff = 2 * time.Second
 
-// retry runs op until it succeeds or fails with an error that is not transient.
+// retry runs op until it succeeds or fails with an error that is not transient, each attempt
+// bounded by opTimeout.
 func retry(ctx context.Context, log *slog.Logger, what string, op func(context.Context) error) error {
+	return retryAttempts(ctx, log, what, func(ctx context.Context) error {
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		return op(octx)
+	})
+}
+
+// retryProgressing is retry for an operation whose length grows with the fleet (reading every
+// node's heartbeat): an attempt is cut short only when op has not called alive for opTimeout,
+// not after opTimeout in all — such a bound had each attempt at 100,000 nodes on a loaded
+// machine begun again from the start, for minutes.
+func retryProgressing(ctx context.Context, log *slog.Logger, what string, op func(ctx context.Context, alive func()) error) error {
+	return retryAttempts(ctx, log, what, func(ctx context.Context) error {
+		actx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		var last atomic.Int64
+		alive := func() { last.Store(time.Now().UnixNano()) }
+		alive()
+		stalled := errors.New("no progress")
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			t := time.NewTicker(opTimeout / 10)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+				}
+				if time.Since(time.Unix(0, last.Load())) > opTimeout {
+					cancel(stalled)
+					return
+				}
+			}
+		}()
+		err := op(actx, alive)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), stalled) {
+			return fmt.Errorf("nothing came for %s: %w", opTimeout, context.DeadlineExceeded)
+		}
+		return err
+	})
+}
+
+// retryAttempts runs attempt until it succeeds or fails with an error that is not transient,
+// waiting with backoff between attempts.
+func retryAttempts(ctx context.Context, log *slog.Logger, what string, attempt func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for {
-		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := op(octx)
-		cancel()
+		err := attempt(ctx)
 		if err == nil || !transient(ctx, err) {
 			return err
 		}

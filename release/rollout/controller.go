@@ -214,11 +214,8 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 			old = &st
 		}
 	}
-	var entries []fleet.Entry
-	if err := retry(ctx, c.log, "read the heartbeats", func(ctx context.Context) (err error) {
-		entries, err = fleet.Read(ctx, c.cfg.JS, c.cfg.Names)
-		return err
-	}); err != nil {
+	entries, err := c.readFleet(ctx)
+	if err != nil {
 		return State{}, err
 	}
 	now := time.Now().UTC()
@@ -283,7 +280,36 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	return st, nil
 }
 
-// fits refuses a plannedFleet state that cannot be stored: a node list over the chunks a head may
+// readFleet reads every node's last heartbeat, what a rollout is planned from. The read takes
+// as long as the fleet is large, so an attempt is given up only when the heartbeats stop coming
+// (retryProgressing). A heartbeat stored while the snapshot is read comes too: each node keeps
+// its newest, where its first one was (as fleet.Read).
+func (c *Controller) readFleet(ctx context.Context) ([]fleet.Entry, error) {
+	var out []fleet.Entry
+	err := retryProgressing(ctx, c.log, "read the heartbeats", func(ctx context.Context, alive func()) error {
+		out = out[:0]
+		at := map[string]int{}
+		rctx, caughtUp := context.WithCancel(ctx)
+		defer caughtUp()
+		read := false
+		err := fleet.Watch(rctx, c.cfg.JS, c.cfg.Names, func(e fleet.Entry) {
+			alive()
+			if i, ok := at[e.Node]; ok {
+				out[i] = e
+				return
+			}
+			at[e.Node] = len(out)
+			out = append(out, e)
+		}, func() { read = true; caughtUp() })
+		if read {
+			return nil
+		}
+		return err
+	})
+	return out, err
+}
+
+// fits refuses a planned state that cannot be stored: a node list over the chunks a head may
 // name (bus.MaxRolloutChunks), or a head without room for a halt report. The node list is not
 // in the head (decision 0021): 100,000 nodes and more fit.
 func fits(st State, bucket string) error {

@@ -247,29 +247,34 @@ func (r *runner) release() {
 
 // renewing runs op — a long bus operation of the main loop, such as setting a batch's targets —
 // while renewing the lease every third of it. If a renewal finds that someone else changed the
-// rollout, op's context is cancelled and the reason returned.
+// rollout, op's context is cancelled and the reason returned. A renewal under way when op ends
+// is let finish on ctx, not cut short with op's context: cut short, its write may land all the
+// same (a loaded server answers late), and the controller, not knowing the revision it made,
+// would take its own next write's conflict for another writer.
 func (r *runner) renewing(ctx context.Context, op func(ctx context.Context) error) error {
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan struct{})
+	opDone, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(r.c.cfg.Lease / 3)
 		defer t.Stop()
 		for {
 			select {
+			case <-opDone:
+				return
 			case <-octx.Done():
 				return
 			case <-t.C:
 			}
-			if err := r.write(octx, func(*State) {}); err != nil && r.stopErr() != nil {
+			if err := r.write(ctx, func(*State) {}); err != nil && r.stopErr() != nil {
 				cancel()
 				return
 			}
 		}
 	}()
 	err := op(octx)
-	cancel()
+	close(opDone)
 	<-done
 	if stop := r.stopErr(); stop != nil {
 		return stop

@@ -51,6 +51,18 @@ type keeper struct {
 	keys    map[string]Current
 	retryAt map[string]time.Time // a key whose re-signing failed, and when to try again
 	foreign map[string]uint64    // keys reported as not ours, at that revision (said once)
+	// signed is, per key, whether its target at a revision verifies with this keeper's key:
+	// each pass looks over every key, and checking an ed25519 signature each time was a third
+	// of a rollout controller's CPU at 100,000 nodes. A revision's value never changes.
+	signed map[string]signedAt
+	// verify checks a target's signature (default: the signer's); tests count the checks.
+	verify func(kvKey string, t wire.Target) bool
+}
+
+// signedAt is whether a key's target at rev verifies with the keeper's key.
+type signedAt struct {
+	rev uint64
+	ok  bool
 }
 
 func (k *keeper) run(ctx context.Context, js jetstream.JetStream) error {
@@ -64,6 +76,7 @@ func (k *keeper) run(ctx context.Context, js jetstream.JetStream) error {
 	w := Writer{KV: kv, Signer: k.signer}
 	k.retryAt = make(map[string]time.Time)
 	k.foreign = make(map[string]uint64)
+	k.signed = make(map[string]signedAt)
 	for ctx.Err() == nil {
 		if err := k.follow(ctx, js.Conn(), w); err != nil && ctx.Err() == nil {
 			k.log.Warn("the targets watch stopped; establishing it again", "err", err)
@@ -104,6 +117,7 @@ func (k *keeper) follow(ctx context.Context, nc *nats.Conn, w Writer) error {
 	}
 	defer func() { _ = kw.Stop() }()
 	k.keys = make(map[string]Current)
+	k.signed = make(map[string]signedAt) // keys deleted while the watch was down go with it
 	ready := false
 	tick := time.NewTicker(k.check)
 	defer tick.Stop()
@@ -127,6 +141,7 @@ func (k *keeper) follow(ctx context.Context, nc *nats.Conn, w Writer) error {
 				k.keys[e.Key()] = CurrentOf(e.Key(), e)
 			} else {
 				delete(k.keys, e.Key())
+				delete(k.signed, e.Key())
 			}
 		case <-tick.C:
 			if nc.Stats().Reconnects != reconnects {
@@ -191,7 +206,7 @@ func (k *keeper) due(c Current) bool {
 	if !c.Present() || c.Err != nil {
 		return false
 	}
-	if !k.signer.Signed(c.Key, c.Target) {
+	if !k.ours(c) {
 		if k.foreign[c.Key] != c.Rev && c.Target.KeyID != "" {
 			k.foreign[c.Key] = c.Rev
 			k.log.Info("a target signed by another key is left to that key's holder", "key", c.Key, "key_id", c.Target.KeyID, "expires", c.Target.Expires)
@@ -199,6 +214,24 @@ func (k *keeper) due(c Current) bool {
 		return false
 	}
 	return k.signer.Due(c.Target)
+}
+
+// ours reports whether c's target verifies with the keeper's key, checking each revision of
+// a key once.
+func (k *keeper) ours(c Current) bool {
+	if at, ok := k.signed[c.Key]; ok && at.rev == c.Rev && c.Rev != 0 {
+		return at.ok
+	}
+	verify := k.verify
+	if verify == nil {
+		verify = k.signer.Signed
+	}
+	ok := verify(c.Key, c.Target)
+	if k.signed == nil {
+		k.signed = make(map[string]signedAt)
+	}
+	k.signed[c.Key] = signedAt{rev: c.Rev, ok: ok}
+	return ok
 }
 
 // wait waits d or until ctx ends.

@@ -50,8 +50,10 @@ var shared = func() []sharing {
 		{name: "key writes", subject: "$KV.>", kind: jwt.Stream},
 		// A node's heartbeat, stored by the heartbeat stream, its PubAck carried back.
 		{name: "heartbeats", subject: every.HeartbeatWildcard(), kind: jwt.Service},
-		// The enrolment service (not its revoke subject: admin only).
+		// The enrolment service (not its revoke subject: admin only), and its renewal of a
+		// node's user (decision 0024).
 		{name: "enrolment", subject: every.EnrolSubject(), kind: jwt.Service},
+		{name: "renewal", subject: every.RenewWildcard(), kind: jwt.Service},
 		// What the mesh account sends to a node's inbox (wire.NodeInboxPrefix).
 		{name: "node inboxes", subject: wire.NodeInboxPrefix(">"), kind: jwt.Stream},
 	}
@@ -63,7 +65,7 @@ var shared = func() []sharing {
 var legacyShared = func() []sharing {
 	out := []sharing{}
 	for _, s := range shared {
-		if s.subject == "$KV.>" {
+		if s.subject == "$KV.>" || s.name == "renewal" {
 			continue
 		}
 		out = append(out, s)

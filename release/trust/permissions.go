@@ -37,7 +37,8 @@ func getKey(bucket, key string) string {
 // names, and nothing else (the host's connection uses the inbox prefix
 // wire.NodeInboxPrefix(node) and the JetStream API prefix wire.NodeJSAPIPrefix):
 //
-//   - publish its heartbeat, names.Heartbeat(node);
+//   - publish its heartbeat, names.Heartbeat(node), and ask for its user signed again with
+//     today's permissions, names.RenewSubject(node) (decision 0024);
 //   - stream info of the streams of the buckets it reads (declarations, targets, releases,
 //     withdrawals) and of the archive and blob stores: what js.KeyValue, js.ObjectStore and
 //     js.Stream ask;
@@ -60,7 +61,7 @@ func getKey(bucket, key string) string {
 // any request comes back into the nodes account, whatever reply subject the request names.
 func NodePermissions(names wire.Names, node string) jwt.Permissions {
 	var p jwt.Permissions
-	p.Pub.Allow.Add(names.Heartbeat(node))
+	p.Pub.Allow.Add(names.Heartbeat(node), names.RenewSubject(node))
 	// The object stores a node reads the same way: host archives, and blobs, what declarations
 	// name by digest (host/blobs).
 	objs := []string{names.Archives(), names.Blobs()}

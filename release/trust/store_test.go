@@ -148,6 +148,7 @@ func TestIdentitiesAreWhatTheServerNeeds(t *testing.T) {
 		"service $JS.API.DIRECT.GET.> as $JS.mesh.API.DIRECT.GET.>",
 		"service $JS.API.STREAM.INFO.* as $JS.mesh.API.STREAM.INFO.*",
 		"service *.enrol.node as *.enrol.node",
+		"service *.enrol.renew.* as *.enrol.renew.*",
 		"service *.node.*.heartbeat as *.node.*.heartbeat",
 		"stream $KV.> as $KV.>",
 		"stream _INBOX.node.> as _INBOX.node.>",
@@ -377,6 +378,7 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 	p := NodePermissions(wire.NamesFor(""), "web-01")
 	wantPub := []string{
 		"mesh.node.web-01.heartbeat",
+		"mesh.enrol.renew.web-01",
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_declarations",
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_host_targets",
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_host_releases",

@@ -2,6 +2,7 @@ package trust
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -20,7 +21,7 @@ func (s *Store) NodeUser(names wire.Names, node, userPub string) (string, error)
 	if !nkeys.IsValidPublicUserKey(userPub) {
 		return "", fmt.Errorf("trust: node %s: %q is not an nkey user public key (U…)", node, userPub)
 	}
-	text, err := signUser(s.nodesSigning, s.nodesPub, userPub, node, []string{NodeTag, NodeTagPrefix + node}, NodePermissions(names, node), 0)
+	text, err := signUser(s.nodesSigning, s.nodesPub, userPub, node, []string{NodeTag, NodeTagPrefix + node, wire.NodeUserTagPrefix + strconv.Itoa(wire.NodeUserVersion)}, NodePermissions(names, node), 0)
 	if err != nil {
 		return "", fmt.Errorf("trust: sign node %s's user: %w", node, err)
 	}
