@@ -98,7 +98,8 @@ func NodePermissions(names wire.Names, node string) jwt.Permissions {
 // nodeKeys are the keys a node follows: its declaration, its target, the fleet target, the
 // withdrawal list, and its maintenance window and the fleet's (decision 0029: two keys of the
 // targets bucket, so no new stream to read; a node enrolled before them lacks these two and
-// keeps no window until it enrols again or its user is signed again).
+// keeps no window until its user is signed again: wire.NodeUserVersion 3, which such a host
+// asks for).
 func nodeKeys(names wire.Names, node string) []struct{ bucket, key string } {
 	return []struct{ bucket, key string }{
 		{names.Declarations(), node},
