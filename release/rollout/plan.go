@@ -30,7 +30,7 @@ type plannedFleet struct {
 
 // planFleet is plan, saying how many metered nodes (heartbeat link_class metered) it deferred to
 // the last batch: unless o.IncludeMetered, they are never canaries (but when named) and come
-// after every other node, all in the last batch. A fleet of metered nodes only is plannedFleet as any.
+// after every other node, all in the last batch. A fleet of metered nodes only is planned as any.
 func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
 	var nodes, ran []string
 	type member struct {
