@@ -63,8 +63,11 @@ bench:
 	$(BENCH) -bench FleetPageTenThousandNodes -benchtime 20x ./release/web/
 	$(BENCH) -bench RolloutStateHundredThousandNodes -benchtime 5x ./release/rollout/
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
+	$(BENCH) -bench FetchThrough200KBps -benchtime 1x ./host/deliver/
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
+	$(BENCH) -bench DeltaSteps -benchtime 1x ./release/build/
+	$(BENCH) -bench RebuildFromDelta -benchtime 20x ./release/build/
 	$(BENCH) -bench ParseDeclaration -benchtime 20x ./wire/
 	$(BENCH) -bench DecodeHeartbeat -benchtime 20000x ./wire/
 	$(BENCH) -bench ThousandNodeUsers -benchtime 1x ./release/trust/

@@ -16,6 +16,7 @@ import (
 	"github.com/novox/mesh-host/host/apply/files"
 	"github.com/novox/mesh-host/host/apply/systemd"
 	"github.com/novox/mesh-host/host/blobs"
+	"github.com/novox/mesh-host/internal/ratelimit"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -74,8 +75,22 @@ func (h *Host) blobs() apply.Blobs {
 	var src blobs.Source = noSource{}
 	if h.link != nil {
 		src = blobs.Bus(h.link.JetStream(), wire.NamesFor(h.opts.Config.Prefix).Blobs(), h.link.LegacyCredentials)
+		if rate := h.opts.Config.MaxFetchRate; rate > 0 {
+			src = cappedSource{src: src, rate: rate}
+		}
 	}
 	return blobs.New(BlobsDir(h.root), src)
+}
+
+// cappedSource fetches blobs no faster than max_fetch_rate: what it writes waits for the
+// cap, which holds the fetch back (internal/ratelimit).
+type cappedSource struct {
+	src  blobs.Source
+	rate int64
+}
+
+func (c cappedSource) Fetch(ctx context.Context, d digest.Digest, w io.Writer) (int64, error) {
+	return c.src.Fetch(ctx, d, ratelimit.Writer(ctx, w, c.rate, nil))
 }
 
 // noSource is the blob source of a host with no bus configured.

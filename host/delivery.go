@@ -46,7 +46,7 @@ func (h *Host) newDelivery() (*delivery, error) {
 	d, err := deliver.New(deliver.Config{
 		Root: h.root, JS: h.link.JetStream(), Names: wire.NamesFor(cfg.Prefix), TrustedKeys: keys,
 		Records: h.records, Withdrawn: h.isWithdrawn, Log: h.log.With("component", "deliver"), PreflightArgs: h.opts.PreflightArgs,
-		LegacyCredentials: h.link.LegacyCredentials,
+		MaxFetchRate: cfg.MaxFetchRate, LegacyCredentials: h.link.LegacyCredentials,
 	})
 	if err != nil {
 		return nil, err

@@ -31,6 +31,8 @@ func (h *Host) readEvents(ctx context.Context) {
 			h.targetChanged(ctx, ev)
 		case link.WithdrawalsArrived:
 			h.withdrawalsArrived(ctx, ev)
+		case link.WindowChanged:
+			h.windowChanged(ctx, ev)
 		}
 	}
 }

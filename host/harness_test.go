@@ -78,6 +78,12 @@ func startHost(t testing.TB, root, node, url string, opts ...hostOpt) *testHost 
 // startHostAs starts a host that is version (its directory must be on root).
 func startHostAs(t testing.TB, root, node, url, version string, opts ...hostOpt) *testHost {
 	t.Helper()
+	return startHostWith(t, root, node, url, version, nil, opts...)
+}
+
+// startHostWith is startHostAs with more options (a clock) set by with.
+func startHostWith(t testing.TB, root, node, url, version string, with func(*Options), opts ...hostOpt) *testHost {
+	t.Helper()
 	cfg := config.Config{
 		Root: root, Node: node, Prefix: "mesh",
 		ReconcileInterval: config.Duration(time.Hour), HeartbeatInterval: config.Duration(time.Hour),
@@ -91,7 +97,11 @@ func startHostAs(t testing.TB, root, node, url, version string, opts ...hostOpt)
 		o(&cfg)
 	}
 	logs := &meshtest.Buffer{}
-	h, err := New(Options{Config: cfg, Version: version, Detector: testDetector, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	o := Options{Config: cfg, Version: version, Detector: testDetector, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	if with != nil {
+		with(&o)
+	}
+	h, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,6 +119,8 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	if hb.Launcher, err = h.launcher(ctx); err != nil {
 		warn("the launcher", err)
 	}
+	hb.Window = h.windowState()
+	hb.LinkClass = h.opts.Config.LinkClass
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb

@@ -42,6 +42,9 @@ type Options struct {
 	// Detector detects the machine's profile; hosts of one process (the lab's fleets) share
 	// one. Nil: the host makes its own, reusing a detection for a minute.
 	Detector *profile.Detector
+	// Now is the clock the host judges its maintenance window and its target's expiry by; nil
+	// for time.Now. Tests set it.
+	Now func() time.Time
 }
 
 // Result says why Run returned without error.
@@ -77,9 +80,14 @@ type Host struct {
 	expiry         *time.Timer // fires when target expires
 	delivery       *delivery   // nil when the host does not fetch versions (no link or no trusted keys)
 	withdrawn      map[string]wire.Withdrawn
-	withdrawalsRev uint64     // KV revision of the withdrawal list accepted last (0: known from the store)
-	saidNoStepDown bool       // the refusal "withdrawn, nothing to step down to" was recorded
-	lastApplied    *time.Time // when a declaration was last applied completely (nil: not known)
+	withdrawalsRev uint64      // KV revision of the withdrawal list accepted last (0: known from the store)
+	saidNoStepDown bool        // the refusal "withdrawn, nothing to step down to" was recorded
+	lastApplied    *time.Time  // when a declaration was last applied completely (nil: not known)
+	window         *keptWindow // the maintenance window in force (window.go); nil for none
+	windowTimer    *time.Timer // rechecks Choose when the window opens
+	lastChoice     string      // what Choose named at the last stand-aside check
+	waitingSaid    string      // the wait last logged and left for status ("" for none)
+	waitWritten    bool        // the wait file was written (or removed) once since start
 }
 
 // New makes a host; nothing happens until Run.
@@ -141,6 +149,10 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	h.applyWithdrawals(ctx, 0, false)
+	// The window kept before is in force before the bus answers: a host started while cut off
+	// from the bus still keeps it.
+	h.loadWindow()
+	defer h.stopWindowTimer()
 	defer func() {
 		h.mu.Lock()
 		if h.expiry != nil {
@@ -283,7 +295,8 @@ func (h *Host) recheckSoon() {
 	}
 }
 
-// standAsideFor returns the version Choose names if it is not this one. The withdrawal list is
+// standAsideFor returns the version Choose names if it is not this one, unless the maintenance
+// window holds it (window.go: the window's opening checks again). The withdrawal list is
 // applied to what is on disk first, so a withdrawn version is never stood aside for, and a
 // withdrawn host steps down.
 func (h *Host) standAsideFor(ctx context.Context) (string, error) {
@@ -293,12 +306,16 @@ func (h *Host) standAsideFor(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if choice.Version == h.opts.Version {
+		h.holdForWindow(choice.Version) // waits for nothing: clears a wait left before
 		return "", nil
 	}
 	if choice.Version == "" {
 		// Nothing is runnable, not even this binary: exiting would leave the launcher nothing
 		// to run, so keep going and say so.
 		return "", fmt.Errorf("choose names no version (was this binary's directory removed or altered?); not standing aside")
+	}
+	if h.holdForWindow(choice.Version) {
+		return "", nil // the window's opening rechecks
 	}
 	return choice.Version, nil
 }

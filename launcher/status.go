@@ -31,6 +31,10 @@ type Report struct {
 	// Launcher is the launcher image the unit runs (or ran last), the floor's version, the
 	// launcher versions under ROOT/launchers and the launcher rollbacks, newest first.
 	Launcher rollback.LauncherReport `json:"launcher"`
+	// WindowWait is, while the host has staged a newer version and waits for its maintenance
+	// window to stand aside (decision 0029), that version and when the window opens: what the
+	// host left in ROOT/window-wait.json, shown while that version is on disk and not running.
+	WindowWait *rollback.WindowWait `json:"window_wait,omitempty"`
 	// launcherUnknown: the records predate launcher versions (schema 6), so Launcher is empty
 	// for want of records, not of launchers.
 	launcherUnknown bool
@@ -86,10 +90,26 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 		return rep, statusErr(err)
 	}
 	rep.launcherUnknown = !r.HasLaunchers()
+	rep.WindowWait = windowWait(root, rep.Status)
 	rep.UnitFileChanged = rep.LauncherPID != 0 && unitFileChanged(ctx, r, FindUnitFile)
 	rep.State, rep.DegradedReason = judgeState(rep)
 	rep.Degraded = rep.State == StateDegraded
 	return rep, nil
+}
+
+// windowWait is the host's wait for its window, if it still stands: the version it waits to
+// stand aside for is on disk, not bad, and not running. A file that cannot be read says nothing.
+func windowWait(root string, st rollback.Status) *rollback.WindowWait {
+	w, err := rollback.ReadWindowWait(root)
+	if err != nil || w == nil {
+		return nil
+	}
+	for _, v := range st.Versions {
+		if v.Version == w.Version && v.OnDisk && !v.Bad && !v.Running {
+			return w
+		}
+	}
+	return nil
 }
 
 // judgeState says whether the node is healthy; the first row that matches decides.
@@ -167,6 +187,9 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 	}
 	if rep.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", text(rep.Note))
+	}
+	if ww := rep.WindowWait; ww != nil {
+		fmt.Fprintf(tw, "window\t%s\n", text(ww.Line()))
 	}
 	if rep.UnitFileChanged {
 		fmt.Fprintf(tw, "unit\t%s\n", UnitFileChangedNote)

@@ -60,7 +60,7 @@ const MaxHeartbeatBytes = 1 << 20
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
 // present except target_expired_since, refused, fetch, link, profile, inventory, drift,
-// launcher and truncated.
+// launcher, window, link_class and truncated.
 type Heartbeat struct {
 	Schema           int      `json:"schema"`
 	Node             string   `json:"node"`
@@ -94,6 +94,12 @@ type Heartbeat struct {
 	// Launcher is the launcher running this host, as the records say it: absent from hosts
 	// older than issue 19 and while the records are older than launcher versions (schema 6).
 	Launcher *Launcher `json:"launcher,omitempty"`
+	// Window is the maintenance window this node keeps (decision 0029): absent when none is in
+	// force, and from hosts older than issue 21.
+	Window *WindowState `json:"window,omitempty"`
+	// LinkClass is host.json's link_class when the node declared its link LinkMetered (a
+	// rollout defers it to its last batch); absent otherwise.
+	LinkClass string `json:"link_class,omitempty"`
 	// Truncated is true when the host cut this heartbeat to fit the largest message it may
 	// send; what was cut is said in docs/wire.md.
 	Truncated bool `json:"truncated,omitempty"`
@@ -178,7 +184,34 @@ type Fetch struct {
 	// keeps the host version from being staged. Absent when the release carried none or the
 	// node had it already.
 	LauncherNote string `json:"launcher_note,omitempty"`
+	// Delta is the base version whose delta is being (or was) fetched instead of the archive
+	// (decision 0028); absent when the node fetches the full archive. Bytes and Total are then
+	// the delta's.
+	Delta string `json:"delta,omitempty"`
+	// Moved is every byte the node has fetched delivering the version so far, over its attempts:
+	// a delta, the archive too when the delta could not be used, and fetches that failed part
+	// way. Absent (0) before the first byte.
+	Moved int64 `json:"moved,omitempty"`
 }
+
+// WindowState is the maintenance window a node keeps, judged by its own clock. Opens and
+// Closes are the opening it is in (Open) or the next one, in the window's zone. WaitingFor is a
+// staged version the node stands aside for once the window opens (absent when it waits for
+// nothing); Waiting is then WaitingLine's text. ExpiredSince is set, and the window not kept,
+// when the window in force has expired.
+type WindowState struct {
+	Key          string     `json:"key"`
+	Spec         string     `json:"spec"`
+	Open         bool       `json:"open"`
+	Opens        time.Time  `json:"opens,omitzero"`
+	Closes       time.Time  `json:"closes,omitzero"`
+	WaitingFor   string     `json:"waiting_for,omitempty"`
+	Waiting      string     `json:"waiting,omitempty"`
+	ExpiredSince *time.Time `json:"expired_since,omitempty"`
+}
+
+// LinkMetered is the link class of a node whose bytes cost (host.json link_class).
+const LinkMetered = "metered"
 
 // Marshal returns the heartbeat's JSON with the schema filled in and empty lists written as []
 // (and an empty by_type as {}) rather than null.

@@ -24,17 +24,48 @@ import (
 // Hosts older than schema 2 refuse a schema 2 manifest ("schema is 2; this host reads schema 1
 // only"), so `mesh-release build --no-launcher` still writes schema 1 for a fleet of them
 // (decision 0014).
+//
+// Schema 3 also lists deltas of the host binary against earlier releases' binaries (Deltas), in
+// the signed text, with or without a launcher; hosts older than schema 3 refuse it the same way,
+// so `mesh-release publish --no-deltas` keeps a release at schema 1 or 2 (decision 0028).
 const (
 	ManifestSchema             = 1
 	ManifestSchemaWithLauncher = 2
+	ManifestSchemaWithDeltas   = 3
 )
 
 // SigningHeader is the first line of the text a schema 1 manifest's signature covers;
-// SigningHeaderWithLauncher that of a schema 2 manifest.
+// SigningHeaderWithLauncher that of a schema 2 manifest, SigningHeaderWithDeltas of schema 3.
 const (
 	SigningHeader             = "mesh-host release 1\n"
 	SigningHeaderWithLauncher = "mesh-host release 2\n"
+	SigningHeaderWithDeltas   = "mesh-host release 3\n"
 )
+
+// MaxDeltas is the most deltas a manifest lists; MaxDeltaSize the largest delta it may name.
+const (
+	MaxDeltas    = 8
+	MaxDeltaSize = 256 << 20
+)
+
+// ReleaseDelta is one delta a schema 3 manifest lists: the host binary of this release made
+// from the binary of an earlier one (BaseVersion, whose binary has BaseDigest) with
+// wire/delta. It is an object in the archives store, named DeltaObjectName, of Size bytes and
+// sha256 Digest. A node whose versions/<base_version>/mesh-host has exactly BaseDigest may
+// fetch it instead of the archive; what it rebuilds must have the manifest's binary_digest.
+type ReleaseDelta struct {
+	BaseVersion string        `json:"base_version"`
+	BaseDigest  digest.Digest `json:"base_digest"`
+	Object      string        `json:"object"`
+	Size        int64         `json:"size"`
+	Digest      digest.Digest `json:"digest"`
+}
+
+// DeltaObjectName is a delta's name in the object store and in a build directory:
+// mesh-host-<version>-<os>-<arch>.delta-from-<base>.zst.
+func DeltaObjectName(version, base, goos, goarch string) string {
+	return "mesh-host-" + version + "-" + goos + "-" + goarch + ".delta-from-" + base + ".zst"
+}
 
 // MaxLauncherSize is the largest mesh-launcher a manifest may name (the cap on a binary in a
 // host archive, archive.DefaultMaxBinary).
@@ -82,10 +113,14 @@ type Manifest struct {
 	Digest       digest.Digest `json:"digest"`
 	BinaryDigest digest.Digest `json:"binary_digest"`
 	Created      string        `json:"created"`
-	// Launcher is the mesh-launcher the archive carries: set exactly in schema 2.
-	Launcher  ReleaseLauncher `json:"launcher,omitzero"`
-	KeyID     string          `json:"key_id,omitempty"`
-	Signature string          `json:"signature,omitempty"`
+	// Launcher is the mesh-launcher the archive carries: set in every schema 2 manifest, and
+	// in a schema 3 one whose archive carries it.
+	Launcher ReleaseLauncher `json:"launcher,omitzero"`
+	// Deltas are the deltas of the host binary against earlier releases: schema 3 only, 1 to
+	// MaxDeltas of them.
+	Deltas    []ReleaseDelta `json:"deltas,omitempty"`
+	KeyID     string         `json:"key_id,omitempty"`
+	Signature string         `json:"signature,omitempty"`
 }
 
 // Errors Verify returns (wrapped, with the details); test them with errors.Is.
@@ -143,8 +178,20 @@ func (m Manifest) Validate() error {
 		if err := m.Launcher.validate(); err != nil {
 			return err
 		}
+	case ManifestSchemaWithDeltas:
+		if m.HasLauncher() {
+			if err := m.Launcher.validate(); err != nil {
+				return err
+			}
+		}
+		if len(m.Deltas) == 0 || len(m.Deltas) > MaxDeltas {
+			return bad("deltas", "lists %d; a schema %d manifest lists 1 to %d", len(m.Deltas), ManifestSchemaWithDeltas, MaxDeltas)
+		}
 	default:
-		return bad("schema", "is %d; this host reads schema %d and %d", m.Schema, ManifestSchema, ManifestSchemaWithLauncher)
+		return bad("schema", "is %d; this host reads schema %d, %d and %d", m.Schema, ManifestSchema, ManifestSchemaWithLauncher, ManifestSchemaWithDeltas)
+	}
+	if m.Schema != ManifestSchemaWithDeltas && len(m.Deltas) > 0 {
+		return bad("deltas", "are listed in a schema %d manifest; a manifest listing deltas is schema %d", m.Schema, ManifestSchemaWithDeltas)
 	}
 	if !ValidVersion(m.Version) {
 		return bad("version", "%q is not %s", m.Version, VersionRule)
@@ -174,6 +221,16 @@ func (m Manifest) Validate() error {
 	}
 	if _, err := time.Parse(time.RFC3339, m.Created); err != nil {
 		return bad("created", "%q is not an RFC 3339 time like 2026-10-01T12:00:00Z", m.Created)
+	}
+	seen := make(map[string]bool, len(m.Deltas))
+	for i, d := range m.Deltas {
+		if err := d.validate(m, i); err != nil {
+			return err
+		}
+		if seen[d.BaseVersion] {
+			return bad(fmt.Sprintf("deltas[%d].base_version", i), "%s is listed twice; a manifest lists one delta a base", d.BaseVersion)
+		}
+		seen[d.BaseVersion] = true
 	}
 	if m.KeyID != "" {
 		if !validKeyID(m.KeyID) {
@@ -206,13 +263,47 @@ func (l ReleaseLauncher) validate() error {
 	return nil
 }
 
+// validate checks the manifest's i-th delta, naming the first field that is wrong.
+func (d ReleaseDelta) validate(m Manifest, i int) error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("manifest deltas[%d].%s: %s", i, field, fmt.Sprintf(format, args...))
+	}
+	if !ValidVersion(d.BaseVersion) {
+		return bad("base_version", "%q is not %s", text.Bound(d.BaseVersion), VersionRule)
+	}
+	if d.BaseVersion == m.Version {
+		return bad("base_version", "is the release's own version, %s", m.Version)
+	}
+	if want := DeltaObjectName(m.Version, d.BaseVersion, m.OS, m.Arch); d.Object != want {
+		return bad("object", "is %q; for this version, base and platform it must be %q", text.Bound(d.Object), want)
+	}
+	if d.Size <= 0 || d.Size > MaxDeltaSize {
+		return bad("size", "is %d; a delta is 1 to %d bytes", d.Size, MaxDeltaSize)
+	}
+	for _, f := range []struct {
+		field string
+		v     digest.Digest
+	}{{"base_digest", d.BaseDigest}, {"digest", d.Digest}} {
+		if err := f.v.Validate(); err != nil {
+			return bad(f.field, "%q is not a digest like sha256:<64 hex digits>: %v", text.Bound(string(f.v)), err)
+		}
+		if f.v.Algorithm() != digest.SHA256 {
+			return bad(f.field, "%q uses %s; manifests use sha256", text.Bound(string(f.v)), f.v.Algorithm())
+		}
+	}
+	return nil
+}
+
 // SigningText returns the exact bytes the signature covers (see Manifest): the schema's header,
-// then one line a field, the launcher's last in schema 2.
+// then one line a field, the launcher's after created, then the deltas' in schema 3.
 func (m Manifest) SigningText() []byte {
 	var b bytes.Buffer
 	header := SigningHeader
-	if m.Schema == ManifestSchemaWithLauncher {
+	switch m.Schema {
+	case ManifestSchemaWithLauncher:
 		header = SigningHeaderWithLauncher
+	case ManifestSchemaWithDeltas:
+		header = SigningHeaderWithDeltas
 	}
 	b.WriteString(header)
 	lines := [][2]string{
@@ -225,11 +316,21 @@ func (m Manifest) SigningText() []byte {
 		{"binary_digest", string(m.BinaryDigest)},
 		{"created", m.Created},
 	}
-	if m.Schema == ManifestSchemaWithLauncher {
+	if m.Schema == ManifestSchemaWithLauncher || (m.Schema == ManifestSchemaWithDeltas && m.HasLauncher()) {
 		lines = append(lines,
 			[2]string{"launcher_version", m.Launcher.Version},
 			[2]string{"launcher_digest", string(m.Launcher.Digest)},
 			[2]string{"launcher_size", strconv.FormatInt(m.Launcher.Size, 10)})
+	}
+	if m.Schema == ManifestSchemaWithDeltas {
+		for _, d := range m.Deltas {
+			lines = append(lines,
+				[2]string{"delta_base_version", d.BaseVersion},
+				[2]string{"delta_base_digest", string(d.BaseDigest)},
+				[2]string{"delta_object", d.Object},
+				[2]string{"delta_size", strconv.FormatInt(d.Size, 10)},
+				[2]string{"delta_digest", string(d.Digest)})
+		}
 	}
 	for _, kv := range lines {
 		b.WriteString(kv[0])

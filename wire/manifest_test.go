@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func TestManifestRoundTripsInBothSchemas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if back != m {
+			if !reflect.DeepEqual(back, m) {
 				t.Fatalf("round trip changed the manifest: %+v != %+v", back, m)
 			}
 		})
@@ -84,7 +85,8 @@ func TestParseManifestRefusesAnInvalidLauncher(t *testing.T) {
 		{"launcher size over the cap", func(m *Manifest) { m.Launcher.Size = MaxLauncherSize + 1 }, "launcher.size"},
 		{"schema 2 without a launcher", func(m *Manifest) { m.Launcher = ReleaseLauncher{} }, "launcher.version"},
 		{"schema 1 with a launcher", func(m *Manifest) { m.Schema = 1 }, "launcher"},
-		{"schema 3", func(m *Manifest) { m.Schema = 3 }, "schema"},
+		{"schema 3 listing no delta", func(m *Manifest) { m.Schema = 3 }, "deltas"},
+		{"schema 4", func(m *Manifest) { m.Schema = 4 }, "schema"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

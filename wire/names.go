@@ -61,9 +61,10 @@ func NodeCredentialsSubject(node string) string { return NodeInboxPrefix(node) +
 // NodeUserVersion is the version of the permissions a node user is signed with today, in its
 // JWT's tag NodeUserTagPrefix+version: a host whose user is of an older version asks for it on
 // RenewSubject. 1 is the permissions from before decision 0022 (no tag); 2 follows keys by
-// subscription and direct get and may ask RenewSubject (decision 0024).
+// subscription and direct get and may ask RenewSubject (decision 0024); 3 may also read its
+// maintenance window and the fleet's (decision 0029).
 const (
-	NodeUserVersion   = 2
+	NodeUserVersion   = 3
 	NodeUserTagPrefix = "mesh-node-user:"
 )
 

@@ -25,7 +25,9 @@ const TargetSigningHeader = "mesh-host target 1\n"
 //	seq=1764417600000
 //	expires=2026-12-06T12:00:00Z
 //
-// each line ending in "\n". key is the KV key the target is stored under, so a target signed
+// each line ending in "\n", and after them "urgent=true\n" when the target is urgent (so a target
+// that is not reads as it always did). An urgent target is not held for a maintenance window
+// (decision 0029): a node stands aside for it as soon as it is staged. key is the KV key the target is stored under, so a target signed
 // for one node cannot be moved to another node or to the fleet key. A host keeps, per key, the
 // highest Seq it accepted and refuses a lower one (a replay); it does not act on a target past
 // Expires, and says so in its heartbeat.
@@ -33,6 +35,7 @@ type Target struct {
 	Version   string `json:"version"`
 	Seq       uint64 `json:"seq"`
 	Expires   string `json:"expires"`
+	Urgent    bool   `json:"urgent,omitempty"`
 	KeyID     string `json:"key_id"`
 	Signature string `json:"signature"`
 }
@@ -105,6 +108,9 @@ func (t Target) SigningText(key string) []byte {
 		b.WriteByte('=')
 		b.WriteString(kv[1])
 		b.WriteByte('\n')
+	}
+	if t.Urgent {
+		b.WriteString("urgent=true\n")
 	}
 	return b.Bytes()
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -46,7 +47,24 @@ type Config struct {
 	// MaxDeclarationBytes is the largest declaration the host accepts; a larger one is refused
 	// and the held one kept. Default wire.DefaultMaxDeclarationBytes (1 MiB).
 	MaxDeclarationBytes int64 `json:"max_declaration_bytes,omitempty"`
+	// MaxFetchRate caps, in bytes per second, how fast the host fetches a host version, so an
+	// upgrade does not take the link the machine is there to serve; 0 is no cap. At least
+	// MinFetchRate.
+	MaxFetchRate int64 `json:"max_fetch_rate,omitempty"`
+	// LinkClass says what the node's link costs: "" or LinkUnmetered, or LinkMetered (a rollout
+	// defers metered nodes to its last batch). Carried in the heartbeat.
+	LinkClass string `json:"link_class,omitempty"`
 }
+
+// The link classes host.json's link_class takes (wire.LinkMetered is the one a rollout reads).
+const (
+	LinkUnmetered = "unmetered"
+	LinkMetered   = wire.LinkMetered
+)
+
+// MinFetchRate is the smallest max_fetch_rate: slower, a 10 MB archive takes more than three
+// hours.
+const MinFetchRate = 1 << 10
 
 // Duration is a time.Duration written as "10m" in host.json.
 type Duration time.Duration
@@ -145,6 +163,9 @@ func Load(root, path string, getenv Env) (Config, error) {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = Duration(30 * time.Second)
 	}
+	if err := c.checkLink(); err != nil {
+		return Config{}, err
+	}
 	switch {
 	case c.MaxDeclarationBytes == 0:
 		c.MaxDeclarationBytes = wire.DefaultMaxDeclarationBytes
@@ -161,6 +182,7 @@ func (c *Config) applyEnv(getenv Env) error {
 		"MESH_HOST_NATS_CA":       &c.NATSCA,
 		"MESH_HOST_PREFIX":        &c.Prefix,
 		"MESH_HOST_JS_API_PREFIX": &c.JSAPIPrefix,
+		"MESH_HOST_LINK_CLASS":    &c.LinkClass,
 	}
 	for name, p := range str {
 		if v := getenv(name); v != "" {
@@ -196,6 +218,13 @@ func (c *Config) applyEnv(getenv Env) error {
 		}
 		c.MaxDeclarationBytes = n
 	}
+	if v := getenv("MESH_HOST_MAX_FETCH_RATE"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("config MESH_HOST_MAX_FETCH_RATE: %q is not a number of bytes per second (like 200000; 0 for no cap)", v)
+		}
+		c.MaxFetchRate = n
+	}
 	for name, p := range dur {
 		if v := getenv(name); v != "" {
 			d, err := parseDuration(v)
@@ -206,6 +235,18 @@ func (c *Config) applyEnv(getenv Env) error {
 		}
 	}
 	return nil
+}
+
+// checkLink checks max_fetch_rate and link_class, naming what is wrong.
+func (c Config) checkLink() error {
+	if c.MaxFetchRate != 0 && (c.MaxFetchRate < MinFetchRate || c.MaxFetchRate > 1<<40) {
+		return fmt.Errorf("config: max_fetch_rate is %d bytes per second; give at least %d (1 KiB/s), or 0 for no cap", c.MaxFetchRate, MinFetchRate)
+	}
+	switch c.LinkClass {
+	case "", LinkUnmetered, LinkMetered:
+		return nil
+	}
+	return fmt.Errorf("config: link_class %q is not %q or %q", text.Bound(c.LinkClass), LinkUnmetered, LinkMetered)
 }
 
 // TargetKeys are the keys that verify targets and withdrawal lists, in the form trusted_keys

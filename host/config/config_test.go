@@ -196,3 +196,46 @@ func TestLoadJetStreamAPIPrefix(t *testing.T) {
 		})
 	}
 }
+
+// max_fetch_rate and link_class come from host.json, the environment winning; a rate under
+// 1 KiB/s, a rate that is not a number, and a link class nobody knows are refused, named.
+func TestLoadFetchRateAndLinkClass(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		rate       int64
+		class      string
+		err        string
+	}{
+		{"neither: no cap, unmetered", `{}`, nil, 0, "", ""},
+		{"from host.json", `{"max_fetch_rate": 200000, "link_class": "metered"}`, nil, 200_000, "metered", ""},
+		{"the environment wins", `{"max_fetch_rate": 200000, "link_class": "metered"}`,
+			map[string]string{"MESH_HOST_MAX_FETCH_RATE": "50000", "MESH_HOST_LINK_CLASS": "unmetered"}, 50_000, "unmetered", ""},
+		{"0 in the environment lifts the cap", `{"max_fetch_rate": 200000}`, map[string]string{"MESH_HOST_MAX_FETCH_RATE": "0"}, 0, "", ""},
+		{"a rate under 1 KiB/s", `{"max_fetch_rate": 100}`, nil, 0, "", "max_fetch_rate is 100 bytes per second; give at least 1024"},
+		{"a negative rate", `{"max_fetch_rate": -5}`, nil, 0, "", "max_fetch_rate is -5"},
+		{"a rate that is not a number", `{}`, map[string]string{"MESH_HOST_MAX_FETCH_RATE": "fast"}, 0, "", `MESH_HOST_MAX_FETCH_RATE: "fast" is not a number`},
+		{"a class nobody knows", `{"link_class": "satellite"}`, nil, 0, "", `link_class "satellite" is not "unmetered" or "metered"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.WriteFile(filepath.Join(root, "host.json"), []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e := map[string]string{"MESH_HOST_NODE": "n"}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			c, err := Load(root, "", env(e))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || c.MaxFetchRate != tc.rate || c.LinkClass != tc.class {
+				t.Fatalf("rate %d class %q (%v), want %d %q", c.MaxFetchRate, c.LinkClass, err, tc.rate, tc.class)
+			}
+		})
+	}
+}

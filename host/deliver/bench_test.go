@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 )
 
@@ -79,5 +81,76 @@ func BenchmarkDeliver20MB(b *testing.B) {
 	if cli {
 		b.ReportMetric(float64(tCLI.Nanoseconds())/float64(b.N), "cli-ns/op")
 		b.ReportMetric(float64(tDeliver)/float64(tCLI), "deliver/cli")
+	}
+}
+
+// BenchmarkFetchThrough200KBps is an upgrade of the real host through a link of 200 KB/s (a
+// relay in front of the bus forwarding 200,000 bytes a second to the node): a node on the host
+// built at HEAD~N of this repository (v1.0.0, staged from the bus beforehand) delivers HEAD
+// (v1.0.1) — fetch, verify or rebuild, preflight, stage — once from the full archive and once
+// from the delta against what it has (N = 1 and 10). It reports the seconds per delivery and the
+// bytes it moved (the heartbeat's fetch.moved). Skipped without git history to build from.
+//
+//	go test -run '^$' -bench FetchThrough200KBps -benchtime 1x ./host/deliver/
+func BenchmarkFetchThrough200KBps(b *testing.B) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := meshtest.Commits(root)
+	if err != nil {
+		b.Skip(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		step  int
+		delta bool
+	}{
+		{"archive", 1, false},
+		{"delta-commits=1", 1, true},
+		{"delta-commits=10", 10, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			if n <= tc.step {
+				b.Skipf("the history has %d commits, too short for a %d-commit step", n, tc.step)
+			}
+			old, err := meshtest.HostAt(root, fmt.Sprintf("HEAD~%d", tc.step), v1)
+			if err != nil {
+				b.Skipf("HEAD~%d does not build here: %v", tc.step, err)
+			}
+			next, err := meshtest.HostAt(root, "HEAD", v101)
+			if err != nil {
+				b.Skipf("HEAD does not build here: %v", err)
+			}
+			var moved int64
+			for b.Loop() {
+				b.StopTimer()
+				h := newHarness(b, func(c *Config) { c.PreflightTimeout = 30 * time.Second })
+				h.release(v1, old)
+				if err := h.d.Deliver(context.Background(), v1, nil); err != nil {
+					b.Fatal(err)
+				}
+				if tc.delta {
+					h.releaseWithDeltas(v101, next, []base{{v1, old}}, nil)
+				} else {
+					h.release(v101, next) // schema 1: nothing listed to rebuild from
+				}
+				r := startRelay(b, h.url, 200_000)
+				h.deliverVia(r.URL())
+				var last Progress
+				b.StartTimer()
+				if err := h.d.Deliver(context.Background(), v101, func(p Progress) { last = p }); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if tc.delta != (last.Delta != "") {
+					b.Fatalf("staged %+v; want delta %v", last, tc.delta)
+				}
+				moved = last.Moved
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(moved), "bytes-moved")
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/delivery")
+		})
 	}
 }

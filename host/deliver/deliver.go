@@ -9,6 +9,10 @@
 //     archive matched the signed size and digest, the extractor found one regular file
 //     mesh-host (and at most a mesh-launcher after it), that file matched the signed binary
 //     digest, and its preflight printed the version;
+//   - a release listing deltas (manifest schema 3) is rebuilt from one only when this node has its
+//     base with exactly the signed base digest and the result has the signed binary digest;
+//     anything else about a delta falls back to the archive in the same attempt and never refuses
+//     the release (delta.go);
 //   - a launcher the release carries (manifest schema 2) is staged under launchers/<v> before
 //     the host version appears, when the node has no launcher of its digest; a launcher that
 //     fails is logged and noted, never a refusal of the host release (launcher.go);
@@ -44,6 +48,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/objfetch"
+	"github.com/novox/mesh-host/internal/ratelimit"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -95,7 +100,12 @@ type Config struct {
 	// A fetch fails, and is retried with the backoff, when no bytes arrive for FetchStall or
 	// when it takes longer than FetchStall + size/FetchMinRate in all.
 	FetchStall   time.Duration // default 30 s
-	FetchMinRate int64         // bytes per second; default 16 KiB/s
+	FetchMinRate int64         // bytes per second; default 16 KiB/s, at most half MaxFetchRate
+
+	// MaxFetchRate caps the fetch of the archive or a delta, in bytes per second (host.json max_fetch_rate;
+	// internal/ratelimit); 0 is no cap. FetchClock is the cap's clock (nil: the machine's).
+	MaxFetchRate int64
+	FetchClock   ratelimit.Clock
 }
 
 // Deliverer stages host versions under one root. It is safe for concurrent use; stagings run
@@ -109,6 +119,8 @@ type Deliverer struct {
 
 	oldRecords       sync.Once    // the log said once that records.db is too old for launchers
 	launcherStagings atomic.Int64 // launchers a release carried that this node began to stage
+	// moved is, per version not staged yet, the bytes its attempts fetched (under mu).
+	moved map[string]int64
 }
 
 // LauncherStagings is how many launchers releases carried that this Deliverer began to stage
@@ -159,8 +171,12 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.FetchMinRate <= 0 {
 		cfg.FetchMinRate = 16 << 10
 	}
+	if cfg.MaxFetchRate > 0 {
+		// A capped fetch must not be failed as too slow for keeping to its cap.
+		cfg.FetchMinRate = max(min(cfg.FetchMinRate, cfg.MaxFetchRate/2), 1)
+	}
 	cfg.Backoff = cfg.Backoff.withDefaults()
-	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}}, nil
+	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}, moved: map[string]int64{}}, nil
 }
 
 // Have reports whether versions/<v>/mesh-host exists.
@@ -327,29 +343,66 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		return &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	defer st.Discard() // nothing once committed
+	// A node that has a base the manifest lists a delta from rebuilds the binary from it (delta.go);
+	// anything else about the delta is a fallback to the archive, never a refusal.
+	var (
+		bin  archive.Binary
+		note string
+		used deltaUse
+	)
+	// moved counts every byte fetched for this version, over its attempts, for the heartbeat.
+	moved := d.movedBefore(version)
+	defer func() { d.keepMoved(version, moved, err == nil) }()
+	if d.deltaFits(ctx, m) {
+		bin, used = d.fromDelta(ctx, m, st.Dir(), &moved, progress)
+		if ctx.Err() != nil {
+			return &Error{Version: version, Kind: KindBus, Err: ctx.Err()}
+		}
+	}
+	if used.Base != "" {
+		// The binary has the signed digest: what it does now is the release's, as from the archive.
+		if err := d.checkBinary(ctx, m, bin); err != nil {
+			return err
+		}
+		note = d.launcherAfterDelta(ctx, m)
+	} else {
+		var err error
+		if bin, note, err = d.fromArchive(ctx, m, st, &moved, progress); err != nil {
+			return err
+		}
+	}
+	return d.commit(ctx, m, st, bin, note, used, moved, progress)
+}
+
+// fromArchive fetches the archive into the staging directory and extracts the binary (and the
+// launcher, when this node is to stage it, which it commits) from it, adding what it fetches to
+// moved.
+func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollback.Staging, moved *int64, progress func(Progress)) (archive.Binary, string, error) {
+	version := m.Version
+	versions := rollback.VersionsDir(d.cfg.Root)
 	staging := st.Dir()
-	dl, err := d.fetch(ctx, m, staging, progress)
+	dl, err := d.fetch(ctx, archiveOf(m), staging, downloadName, moved, progress)
 	if err != nil {
-		return err
+		return archive.Binary{}, "", err
 	}
 	defer dl.Close()
 	if _, err := dl.Seek(0, io.SeekStart); err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: err}
+		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100})
+	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100, Moved: *moved})
 	lim := archive.Limits{MaxBinary: d.cfg.MaxBinary}
 	size, err := archive.Peek(ctx, dl, lim)
 	if errors.Is(err, archive.ErrUnsafe) {
-		return refuse(version, KindBadArchive, "%w", err)
+		return archive.Binary{}, "", refuse(version, KindBadArchive, "%w", err)
 	}
 	if err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: err}
+		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	if err := d.room(version, versions, size, fmt.Sprintf("the binary (%s)", mib(size))); err != nil {
-		return err
+		return archive.Binary{}, "", err
 	}
 	if _, err := dl.Seek(0, io.SeekStart); err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: err}
+		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	// The release's launcher, if this node is to stage it, is extracted from the same archive
 	// in the same pass, into its own staging directory under launchers/.
@@ -358,18 +411,34 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	rel, err := archive.ExtractRelease(ctx, dl, staging, lp.extract(), lim)
 	bin := rel.Host
 	if errors.Is(err, archive.ErrUnsafe) {
-		return refuse(version, KindBadArchive, "%w", err)
+		return archive.Binary{}, "", refuse(version, KindBadArchive, "%w", err)
 	}
 	if err != nil {
-		return writeErr(version, "extracting "+archive.BinaryName, err)
+		return archive.Binary{}, "", writeErr(version, "extracting "+archive.BinaryName, err)
 	}
 	dl.Close()
 	if err := os.Remove(dl.Name()); err != nil {
-		return &Error{Version: version, Kind: KindLocal, Err: err}
+		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
 	if bin.Digest != m.BinaryDigest {
-		return refuse(version, KindBinaryDigest, "the archive's binary is %s but the manifest signed %s", bin.Digest, m.BinaryDigest)
+		return archive.Binary{}, "", refuse(version, KindBinaryDigest, "the archive's binary is %s but the manifest signed %s", bin.Digest, m.BinaryDigest)
 	}
+	if err := d.checkBinary(ctx, m, bin); err != nil {
+		return archive.Binary{}, "", err
+	}
+	// The launcher goes in place before the host version does: once versions/<v> appears the
+	// host may stand aside for it, and the launcher that starts it should be on disk by then. A
+	// launcher that fails here leaves the host version to be staged all the same.
+	if lp != nil {
+		note = d.commitLauncher(ctx, lp, m, rel)
+	}
+	return bin, note, nil
+}
+
+// checkBinary checks a binary the archive or a delta gave: built for this machine, its
+// preflight passes, and the version not withdrawn meanwhile.
+func (d *Deliverer) checkBinary(ctx context.Context, m wire.Manifest, bin archive.Binary) error {
+	version := m.Version
 	if arch, err := archive.ArchOf(bin.Path); err != nil || arch != runtime.GOARCH {
 		if err != nil {
 			return refuse(version, KindWrongPlatform, "%w", err)
@@ -381,18 +450,15 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		return err
 	}
 	// Withdrawn while it was being fetched: it never reaches versions/.
-	if err := d.withdrawn(version); err != nil {
-		return err
-	}
-	// The launcher goes in place before the host version does: once versions/<v> appears the
-	// host may stand aside for it, and the launcher that starts it should be on disk by then. A
-	// launcher that fails here leaves the host version to be staged all the same.
-	if lp != nil {
-		note = d.commitLauncher(ctx, lp, m, rel)
-	}
+	return d.withdrawn(version)
+}
+
+// commit puts the staged binary in place as versions/<v> and reports it staged.
+func (d *Deliverer) commit(ctx context.Context, m wire.Manifest, st *rollback.Staging, bin archive.Binary, note string, used deltaUse, moved int64, progress func(Progress)) error {
+	version := m.Version
 	// The shared commit (rollback.Staging): the digest recorded before the directory appears,
 	// with where the version came from, then one rename.
-	err = st.Commit(ctx, d.cfg.Records, version, bin.Digest, rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID})
+	err := st.Commit(ctx, d.cfg.Records, version, bin.Digest, rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID})
 	if dc := (*rollback.DigestConflict)(nil); errors.As(err, &dc) {
 		return refuse(version, KindBinaryDigest, "%w", err)
 	}
@@ -403,56 +469,83 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("put the staged version in place: %w", err)}
 	}
 	final := rollback.VersionDir(d.cfg.Root, version)
-	progress(Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100, Launcher: note})
-	d.cfg.Log.Info("host version staged", "version", version, "digest", string(m.Digest), "binary_digest", string(bin.Digest), "dir", final)
+	p := Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100, Launcher: note, Moved: moved}
+	if used.Base != "" {
+		p.Bytes, p.Total, p.Delta = used.Size, used.Size, used.Base
+	}
+	progress(p)
+	d.cfg.Log.Info("host version staged", "version", version, "digest", string(m.Digest), "binary_digest", string(bin.Digest), "dir", final,
+		"delta_from", used.Base, "bytes_moved", moved)
 	return nil
 }
 
-// fetch streams the archive from the object store into staging/download.tar.zst, hashing it
-// while it is written and reporting progress. The manifest's size is a hard cap.
-func (d *Deliverer) fetch(ctx context.Context, m wire.Manifest, staging string, progress func(Progress)) (*os.File, error) {
-	v := m.Version
+// object is one object of the archives store a delivery fetches: the archive, or a delta.
+type object struct {
+	version string // the release it belongs to
+	name    string
+	size    int64
+	digest  digest.Digest
+	delta   string // with a delta: its base version
+}
+
+func archiveOf(m wire.Manifest) object {
+	return object{version: m.Version, name: m.Object, size: m.Size, digest: m.Digest}
+}
+
+// fetch streams an object from the object store into staging/file, hashing it while it is
+// written, adding each byte to moved and reporting progress. The signed size is a hard cap.
+func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, moved *int64, progress func(Progress)) (*os.File, error) {
+	v := o.version
 	obs, err := d.cfg.JS.ObjectStore(ctx, d.cfg.Names.Archives())
 	if err != nil {
 		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("open object store %s: %w", d.cfg.Names.Archives(), err)}
 	}
-	info, err := obs.GetInfo(ctx, m.Object)
+	info, err := obs.GetInfo(ctx, o.name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, refuse(v, KindObjectMissing, "object %s is not in %s; republish the release", m.Object, d.cfg.Names.Archives())
+		return nil, refuse(v, KindObjectMissing, "object %s is not in %s; republish the release", o.name, d.cfg.Names.Archives())
 	}
 	if err != nil {
-		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("object %s: %w", m.Object, err)}
+		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("object %s: %w", o.name, err)}
 	}
-	if err := sizeCheck(m, int64(info.Size), "the object store holds"); err != nil {
+	if err := sizeCheck(o, int64(info.Size), "the object store holds"); err != nil {
 		return nil, err
 	}
-	if want, _ := wire.ObjectStoreDigest(m.Digest); info.Digest != want {
+	if want, _ := wire.ObjectStoreDigest(o.digest); info.Digest != want {
 		return nil, refuse(v, KindDigestMismatch, "the object store's digest of %s is %s but the manifest signed %s (%s); republish the release",
-			m.Object, info.Digest, m.Digest, want)
+			o.name, info.Digest, o.digest, want)
 	}
-	f, err := os.OpenFile(filepath.Join(staging, downloadName), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(filepath.Join(staging, file), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, writeErr(v, "creating the download", err)
 	}
-	meter := newMeter(v, m.Size, progress)
-	w := d.watch(ctx, m.Size)
+	meter := newMeter(v, o.size, o.delta, moved, progress)
+	w := d.watch(ctx, o.size)
 	defer w.close()
 	res, err := d.open(w.ctx, obs, info)
 	if err != nil {
 		f.Close()
 		if why := w.failed(); why != nil {
-			return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, why)}
+			return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", o.name, why)}
 		}
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return nil, refuse(v, KindObjectMissing, "object %s vanished from %s", m.Object, d.cfg.Names.Archives())
+			return nil, refuse(v, KindObjectMissing, "object %s vanished from %s", o.name, d.cfg.Names.Archives())
 		}
-		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
+		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", o.name, err)}
 	}
-	if err := copyVerified(f, w.reader(res, meter.stalled), m, meter); err != nil {
+	// max_fetch_rate caps every object fetched here, the delta as much as the archive; the
+	// watch still closes what open returned (obs.Get's consumer, for legacy credentials).
+	capped := readCloser{ratelimit.Reader(w.ctx, res, d.cfg.MaxFetchRate, d.cfg.FetchClock), res}
+	if err := copyVerified(f, w.reader(capped, meter.stalled), o, meter); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
+}
+
+// readCloser reads from one reader and closes another: a capped reader and the source below it.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // open starts reading the object info describes: by direct gets of its chunks, no consumer, as a
@@ -469,28 +562,46 @@ func (d *Deliverer) open(ctx context.Context, obs jetstream.ObjectStore, info *j
 	return io.NopCloser(res), nil
 }
 
-// copyVerified copies at most m.Size+1 bytes of src to dst, verifying them on the way, and
-// checks the count and the digest against the manifest (whose digest ParseManifest validated).
-func copyVerified(dst io.Writer, src io.Reader, m wire.Manifest, meter io.Writer) error {
-	v := m.Digest.Verifier()
+// copyVerified copies at most o.size+1 bytes of src to dst, verifying them on the way, and
+// checks the count and the digest against the manifest (whose digests ParseManifest validated).
+func copyVerified(dst io.Writer, src io.Reader, o object, meter io.Writer) error {
+	v := o.digest.Verifier()
 	out := &archive.WriteRecorder{W: dst}
-	n, err := io.Copy(io.MultiWriter(out, v, meter), io.LimitReader(src, m.Size+1))
+	n, err := io.Copy(io.MultiWriter(out, v, meter), io.LimitReader(src, o.size+1))
 	if out.Err != nil {
-		return writeErr(m.Version, "writing the download", out.Err)
+		return writeErr(o.version, "writing the download", out.Err)
 	}
 	if errors.Is(err, jetstream.ErrDigestMismatch) {
-		return refuse(m.Version, KindDigestMismatch, "the object store's chunks of %s do not match its own digest; republish the release", m.Object)
+		return refuse(o.version, KindDigestMismatch, "the object store's chunks of %s do not match its own digest; republish the release", o.name)
 	}
 	if err != nil {
-		return &Error{Version: m.Version, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", m.Object, err)}
+		return &Error{Version: o.version, Kind: KindBus, Err: fmt.Errorf("fetch %s: %w", o.name, err)}
 	}
-	if err := sizeCheck(m, n, "the fetch delivered"); err != nil {
+	if err := sizeCheck(o, n, "the fetch delivered"); err != nil {
 		return err
 	}
 	if !v.Verified() {
-		return refuse(m.Version, KindDigestMismatch, "%s does not match the digest the manifest signed, %s; republish the release", m.Object, m.Digest)
+		return refuse(o.version, KindDigestMismatch, "%s does not match the digest the manifest signed, %s; republish the release", o.name, o.digest)
 	}
 	return nil
+}
+
+// movedBefore is what earlier attempts at version fetched.
+func (d *Deliverer) movedBefore(version string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.moved[version]
+}
+
+// keepMoved remembers what the attempts at version fetched until it is staged.
+func (d *Deliverer) keepMoved(version string, moved int64, staged bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if staged {
+		delete(d.moved, version)
+		return
+	}
+	d.moved[version] = moved
 }
 
 // room checks that dir's file system has need bytes free beyond the margin; what says what
@@ -510,12 +621,12 @@ func (d *Deliverer) room(version, dir string, need int64, what string) error {
 // mib writes n bytes in MiB with one decimal.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-func sizeCheck(m wire.Manifest, n int64, what string) error {
+func sizeCheck(o object, n int64, what string) error {
 	switch {
-	case n > m.Size:
-		return refuse(m.Version, KindSizeMismatch, "%s more than the %d bytes of %s the manifest signed; republish the release", what, m.Size, m.Object)
-	case n < m.Size:
-		return refuse(m.Version, KindTruncated, "%s %d of the %d bytes of %s the manifest signed (truncated); republish the release", what, n, m.Size, m.Object)
+	case n > o.size:
+		return refuse(o.version, KindSizeMismatch, "%s more than the %d bytes of %s the manifest signed; republish the release", what, o.size, o.name)
+	case n < o.size:
+		return refuse(o.version, KindTruncated, "%s %d of the %d bytes of %s the manifest signed (truncated); republish the release", what, n, o.size, o.name)
 	}
 	return nil
 }

@@ -566,19 +566,19 @@ func TestCopyVerifiedChecksWhatItStreams(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := copyVerified(io.Discard, c.src, m, io.Discard)
+			err := copyVerified(io.Discard, c.src, archiveOf(m), io.Discard)
 			var e *Error
 			if !errors.As(err, &e) || e.Kind != c.kind {
 				t.Fatalf("got %v, want %s", err, c.kind)
 			}
 		})
 	}
-	if err := copyVerified(io.Discard, bytes.NewReader(body), m, io.Discard); err != nil {
+	if err := copyVerified(io.Discard, bytes.NewReader(body), archiveOf(m), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	var huge bytes.Buffer
 	// The manifest's size caps what is read: a stream that never ends is cut at size+1.
-	err := copyVerified(&huge, endless{}, m, io.Discard)
+	err := copyVerified(&huge, endless{}, archiveOf(m), io.Discard)
 	if e := (*Error)(nil); !errors.As(err, &e) || e.Kind != KindSizeMismatch || int64(huge.Len()) != m.Size+1 {
 		t.Fatalf("endless stream: %v after %d bytes", err, huge.Len())
 	}
@@ -587,7 +587,7 @@ func TestCopyVerifiedChecksWhatItStreams(t *testing.T) {
 func TestCopyVerifiedCallsAFullDiskNoSpaceNotABusFailure(t *testing.T) {
 	body := []byte("the archive's bytes")
 	m := wire.Manifest{Version: v1, Object: "o", Size: int64(len(body)), Digest: digest.FromBytes(body)}
-	err := copyVerified(fullDisk{}, bytes.NewReader(body), m, io.Discard)
+	err := copyVerified(fullDisk{}, bytes.NewReader(body), archiveOf(m), io.Discard)
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != KindNoSpace || e.Kind.Permanent() || !strings.Contains(err.Error(), "free some space") {
 		t.Fatalf("got %v, want a no-space failure that says to free space", err)

@@ -33,12 +33,18 @@ type Progress struct {
 	// "launcher v0.3.0 staged", or why it was not. Empty when it carried none or the node
 	// has it already.
 	Launcher string
+	// Delta is the base version whose delta is fetched (Bytes and Total are then the delta's),
+	// or "" for the archive.
+	Delta string
+	// Moved is every byte the delivery of the version fetched so far, over its attempts: a delta
+	// it could not use, and a fetch that failed part way, count too.
+	Moved int64
 }
 
 // Fetch returns the progress as the heartbeat carries it.
 func (p Progress) Fetch() *wire.Fetch {
 	f := &wire.Fetch{State: p.State, Version: p.Version, Bytes: p.Bytes, Total: p.Total, Percent: p.Percent, RateBPS: p.RateBPS,
-		StalledS: int64(p.Stalled / time.Second), LauncherNote: p.Launcher}
+		StalledS: int64(p.Stalled / time.Second), LauncherNote: p.Launcher, Delta: p.Delta, Moved: p.Moved}
 	if p.Err != nil {
 		f.Error = p.Err.Error()
 		f.RetryAt = p.Err.RetryAt
@@ -50,6 +56,8 @@ func (p Progress) Fetch() *wire.Fetch {
 // meterInterval, and once more when the last byte is written.
 type meter struct {
 	version  string
+	delta    string // the base version when the object is a delta
+	moved    *int64 // every byte the delivery of the version fetched: this object's are added
 	total, n int64
 	start    time.Time
 	last     time.Time     // of the last report
@@ -59,15 +67,16 @@ type meter struct {
 
 const meterInterval = 250 * time.Millisecond
 
-func newMeter(version string, total int64, report func(Progress)) *meter {
+func newMeter(version string, total int64, delta string, moved *int64, report func(Progress)) *meter {
 	now := time.Now()
-	m := &meter{version: version, total: total, start: now, last: now, report: report}
+	m := &meter{version: version, delta: delta, moved: moved, total: total, start: now, last: now, report: report}
 	m.send()
 	return m
 }
 
 func (m *meter) Write(p []byte) (int, error) {
 	m.n += int64(len(p))
+	*m.moved += int64(len(p))
 	if now := time.Now(); now.Sub(m.last) >= meterInterval || m.n >= m.total {
 		m.last = now
 		m.send()
@@ -86,7 +95,7 @@ func (m *meter) stalled(idle time.Duration) {
 }
 
 func (m *meter) send() {
-	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle}
+	p := Progress{Version: m.version, State: StateFetching, Bytes: m.n, Total: m.total, Stalled: m.idle, Delta: m.delta, Moved: *m.moved}
 	if m.total > 0 {
 		p.Percent = float64(m.n) * 100 / float64(m.total)
 	}

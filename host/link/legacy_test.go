@@ -169,7 +169,8 @@ func TestAHostWithCredentialsFromBefore0022FollowsItsKeysByConsumerAndAsksForRen
 
 // Renewed credentials sent on the node's credentials subject are stored in the creds file with
 // the node's own seed, and the link reconnects with them and follows its keys by direct get: it
-// creates no consumer, and follows on once the old session's consumers are gone.
+// creates no consumer, follows its maintenance window (which the legacy user may not read), and
+// follows on once the old session's consumers are gone.
 func TestRenewedCredentialsAreStoredAndTheLinkFollowsItsKeysWithNoConsumer(t *testing.T) {
 	n := openNode(t, meshtest.LegacyNodePermissions)
 	n.followsDeclaration(t, n.put(t, names.Declarations(), "n1", decl("n1")))
@@ -219,6 +220,11 @@ func TestRenewedCredentialsAreStoredAndTheLinkFollowsItsKeysWithNoConsumer(t *te
 	n.put(t, names.Targets(), wire.NodeTargetKey("n1"), target(t, wire.NodeTargetKey("n1"), "v1.2.0"))
 	waitFor[TargetChanged](t, n.link, "the node target", func(e TargetChanged) bool {
 		return e.Key == wire.NodeTargetKey("n1")
+	})
+	// Renewed, it follows its maintenance window too, which the legacy user could not read.
+	n.put(t, names.Targets(), wire.NodeWindowKey("n1"), window(t, wire.NodeWindowKey("n1"), []string{"n1"}, "mon 03:00-04:00 UTC"))
+	waitFor[WindowChanged](t, n.link, "the node's window", func(e WindowChanged) bool {
+		return e.Key == wire.NodeWindowKey("n1") && e.Window != nil
 	})
 	now := n.consumers(t)
 	for _, c := range now {

@@ -66,7 +66,7 @@ func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived, TargetChanged or WithdrawalsArrived.
+// DeclarationArrived, TargetChanged, WithdrawalsArrived or WindowChanged.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -168,6 +168,7 @@ type Link struct {
 	targetSeen bool
 	targetKey  string
 	targetRev  uint64
+	windows    windowFold // the maintenance window's keys (window.go)
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -218,6 +219,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 		done:   make(chan struct{}),
 	}
 	l.fail = newFailures(l.log)
+	l.windows.l = l
 	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
 		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
 			"plaintext", text.Redact(strings.Join(plain, ",")))
@@ -602,8 +604,8 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 }
 
 // startSession starts the watches for one connected period, one per key (declaration, node
-// target, fleet target, withdrawal list), and returns a function that stops them and waits until
-// they have stopped.
+// target, fleet target, withdrawal list, the node's and the fleet's windows), and returns a
+// function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	n := l.opts.Names
@@ -616,6 +618,12 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 		}),
 	}
 	keys = append(keys, l.targetWatches(&targetFold{l: l})...)
+	// A user signed before decision 0022 predates maintenance windows too: it may create no
+	// consumer on the two window keys, so its link does not try (it keeps no window until its
+	// credentials are renewed; the reconnect that follows starts a session with them).
+	if !l.legacy.Load() {
+		keys = append(keys, l.windowWatches(&l.windows)...)
+	}
 	var wg sync.WaitGroup
 	for _, k := range keys {
 		wg.Add(1)

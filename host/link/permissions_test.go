@@ -14,10 +14,10 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
-// nodePermissions are the subjects decisions 0011 and 0022 let node n1 use for what the link
-// does, and no others: its heartbeat; for each of its four keys the stream's info, a direct get
-// of the key's last value and a subscription on its subject; receiving below its own inbox
-// prefix. No consumer: a node creates none.
+// nodePermissions are the subjects decisions 0011, 0022 and 0029 let node n1 use for what the
+// link does, and no others: its heartbeat; for each of its six keys (four, and two windows) the
+// stream's info, a direct get of the key's last value and a subscription on its subject;
+// receiving below its own inbox prefix. No consumer: a node creates none.
 func nodePermissions(node string) (publish, subscribe []string) {
 	subscribe = []string{wire.NodeInboxPrefix(node) + ".>"}
 	streams := map[string]bool{}

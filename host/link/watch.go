@@ -383,13 +383,16 @@ func (l *Link) reportTarget(ctx context.Context, node, fleet *keyEntry) bool {
 }
 
 // WatchedSubjects are the KV subjects the link follows for a node, each with its stream: its
-// declaration, its target, the fleet target and the withdrawal list. A node's permissions let it
-// subscribe to each and get its last value directly ($JS.API.DIRECT.GET.<stream>.<subject>).
+// declaration, its target, the fleet target, the withdrawal list, and its window and the fleet's.
+// A node's permissions let it subscribe to each and get its last value directly
+// ($JS.API.DIRECT.GET.<stream>.<subject>).
 func WatchedSubjects(names wire.Names, node string) map[string]string {
 	return map[string]string{
 		kvSubject(names.Declarations(), node):                kvStream(names.Declarations()),
 		kvSubject(names.Targets(), wire.NodeTargetKey(node)): kvStream(names.Targets()),
 		kvSubject(names.Targets(), wire.FleetTargetKey):      kvStream(names.Targets()),
 		kvSubject(names.Withdrawals(), wire.WithdrawalsKey):  kvStream(names.Withdrawals()),
+		kvSubject(names.Targets(), wire.NodeWindowKey(node)): kvStream(names.Targets()),
+		kvSubject(names.Targets(), wire.FleetWindowKey):      kvStream(names.Targets()),
 	}
 }

@@ -61,6 +61,10 @@ type Options struct {
 	Launcher   string
 	NoLauncher bool
 
+	// Deltas are the releases to make deltas against (BaseFromDir, or a published version
+	// read from the bus): the manifest lists them, schema 3 (decision 0028).
+	Deltas []Base
+
 	SourceDir string           // module root to build HostPackage in; default "."
 	GOARCH    string           // architecture to build for; default runtime.GOARCH
 	Go        string           // the go command; default "go"
@@ -73,6 +77,7 @@ type Result struct {
 	Manifest     wire.Manifest
 	ArchivePath  string
 	ManifestPath string
+	DeltaPaths   []string // one for each delta the manifest lists, in its order
 }
 
 // Build makes the release Options describe and returns its manifest. The archive is named
@@ -139,7 +144,14 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	if err := atomicfile.WriteFile(mp, m.Marshal(), 0o644); err != nil {
 		return Result{}, fmt.Errorf("write the manifest: %w", err)
 	}
-	return Result{Manifest: m, ArchivePath: ap, ManifestPath: mp}, nil
+	if m, err = AddDeltas(ctx, o.OutDir, m, o.Deltas, o.Key, o.MaxBinary); err != nil {
+		return Result{}, err
+	}
+	r := Result{Manifest: m, ArchivePath: ap, ManifestPath: mp}
+	for _, d := range m.Deltas {
+		r.DeltaPaths = append(r.DeltaPaths, filepath.Join(o.OutDir, d.Object))
+	}
+	return r, nil
 }
 
 // buildAndPack builds HostPackage into a temporary directory and packs it.

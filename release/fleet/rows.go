@@ -39,8 +39,10 @@ type Row struct {
 	TargetExpiredSince *time.Time `json:"target_expired_since,omitempty"`
 	// Launcher is the launcher running the node's host, as its heartbeat says it; absent from
 	// hosts and records older than launcher versions.
-	Launcher  *wire.Launcher  `json:"launcher,omitempty"`
-	Heartbeat *wire.Heartbeat `json:"heartbeat,omitempty"`
+	Launcher *wire.Launcher `json:"launcher,omitempty"`
+	// Window is the maintenance window the node keeps, as its heartbeat says it (decision 0029).
+	Window    *wire.WindowState `json:"window,omitempty"`
+	Heartbeat *wire.Heartbeat   `json:"heartbeat,omitempty"`
 }
 
 // RowOptions are what, besides each node's heartbeat, its row is judged from.
@@ -91,7 +93,7 @@ func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]boo
 			if wd, ok := o.Withdrawals.Has(hb.Running); ok && hb.Running != "" {
 				r.Withdrawn = &wd
 			}
-			r.TargetExpiredSince, r.Launcher = hb.TargetExpiredSince, hb.Launcher
+			r.TargetExpiredSince, r.Launcher, r.Window = hb.TargetExpiredSince, hb.Launcher, hb.Window
 			r.Heartbeat = &hb
 		}
 		rows = append(rows, r)

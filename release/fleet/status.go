@@ -21,6 +21,7 @@ const (
 	KindWithdrawn     Kind = "withdrawn"
 	KindRolledBack    Kind = "rolled-back"
 	KindRefused       Kind = "refused"
+	KindWaiting       Kind = "waiting-for-window"
 	KindFetching      Kind = "fetching"
 	KindTargetExpired Kind = "target-expired"
 	KindRestarted     Kind = "restarting"
@@ -63,18 +64,21 @@ const RestartShownFor = 5 * time.Minute
 //     refused.what is "withdrawals" and refused.revision is the withdrawal list's revision on
 //     the bus (the list in force was refused) — "refused withdrawal list rev 9: why". A failed
 //     fetch of the target that is not retried is a refusal too.
-//  8. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
+//  8. waiting-for-window: window.waiting_for is set and not running — "staged v1.2.0,
+//     waiting for the window (opens 2026-12-02T02:00+01:00)": the node stands aside when its
+//     maintenance window opens, by its own clock (decision 0029). Not trouble.
+//  9. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
 //     "verifying v1.2.0", "fetch of v1.2.0 failed, retry at 13:16:05: why", "staged v1.2.0".
-//  9. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
+//  10. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
 //     the node acts on no target until one signed again arrives (`mesh-release serve --key`
 //     or a rollout controller signs targets again before they expire).
-//  10. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
+//  11. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
 //     within RestartShownFor — "restarting (up 3s)"; trying: running is not known_good, the
 //     version is on trial — "trying v1.2.0 (not confirmed, up 3s)".
-//  11. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
+//  12. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
 //     not hold on the node (the LAST RECONCILE column says why; the host tries again on its
 //     next reconcile). Before its first reconcile a node is not failing.
-//  12. ok.
+//  13. ok.
 //
 // Times are UTC (with the date when not within a day of now); "up" is uptime_s plus the time
 // since the heartbeat was heard.
@@ -87,6 +91,7 @@ var rules = []struct {
 	{KindWithdrawn, withdrawn},
 	{KindRolledBack, rolledBack},
 	{KindRefused, refused},
+	{KindWaiting, waitingForWindow},
 	{KindFetching, fetching},
 	{KindTargetExpired, targetExpired},
 	{KindRestarted, restarted},
@@ -234,6 +239,14 @@ func workingOnTarget(hb wire.Heartbeat) bool {
 	return fe.State != "failed" || !fe.RetryAt.IsZero()
 }
 
+func waitingForWindow(f facts) (string, bool) {
+	w := f.hb.Window
+	if w == nil || w.WaitingFor == "" || w.WaitingFor == f.hb.Running {
+		return "", false
+	}
+	return wire.WaitingLine(version(w.WaitingFor), w.Opens), true
+}
+
 func fetching(f facts) (string, bool) {
 	fe := f.hb.Fetch
 	if fe == nil || fe.Version != f.hb.Target || fe.Version == f.hb.Running {
@@ -243,6 +256,9 @@ func fetching(f facts) (string, bool) {
 	switch fe.State {
 	case "fetching":
 		text := "fetching " + v
+		if fe.Delta != "" {
+			text += " as a delta from " + version(fe.Delta) // decision 0028
+		}
 		if fe.Total > 0 {
 			text += fmt.Sprintf(" %.0f%%", min(max(fe.Percent, 0), 100))
 		}

@@ -114,9 +114,20 @@ func TestFleetStateSaysWhatTheNodeIsDoing(t *testing.T) {
 		{name: "a refused declaration older than the held one is history", hb: with(func(hb *wire.Heartbeat) {
 			hb.Refused = &wire.Refusal{What: "declaration", Revision: 41, Error: "declaration: version 2 is not supported"}
 		}), kind: KindOK, text: "ok"},
+		{name: "a node staged and waiting for its window says when it opens", hb: with(func(hb *wire.Heartbeat) {
+			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "staged", Version: "v1.2.0"}
+			hb.Window = &wire.WindowState{Key: "window.fleet", Spec: "mon-fri 02:00-04:00 Europe/Brussels", WaitingFor: "v1.2.0",
+				Opens: time.Date(2026, 12, 2, 2, 0, 0, 0, time.FixedZone("CET", 3600))}
+		}), kind: KindWaiting, text: "staged v1.2.0, waiting for the window (opens 2026-12-02T02:00+01:00)"},
+		{name: "a window waiting for the version that runs is over", hb: with(func(hb *wire.Heartbeat) {
+			hb.Window = &wire.WindowState{Key: "window.fleet", WaitingFor: "v1.1.0", Opens: at("13:15:00")}
+		}), kind: KindOK, text: "ok"},
 		{name: "fetching the target gives the percent", hb: with(func(hb *wire.Heartbeat) {
 			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "fetching", Version: "v1.2.0", Bytes: 42, Total: 100, Percent: 42.4}
 		}), kind: KindFetching, text: "fetching v1.2.0 42%"},
+		{name: "fetching the target as a delta names its base", hb: with(func(hb *wire.Heartbeat) {
+			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "fetching", Version: "v1.2.0", Bytes: 42, Total: 100, Percent: 42.4, Delta: "v1.1.0", Moved: 42}
+		}), kind: KindFetching, text: "fetching v1.2.0 as a delta from v1.1.0 42%"},
 		{name: "a stalled fetch says for how long", hb: with(func(hb *wire.Heartbeat) {
 			hb.Target, hb.Fetch = "v1.2.0", &wire.Fetch{State: "fetching", Version: "v1.2.0", Total: 100, Percent: 42.4, StalledS: 75}
 		}), kind: KindFetching, text: "fetching v1.2.0 42%, stalled 1m15s"},

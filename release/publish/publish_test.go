@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestPublishPutsTheArchiveAndAnnouncesTheManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := wire.ParseManifest(e.Value())
-	if err != nil || got != m {
+	if err != nil || !reflect.DeepEqual(got, m) {
 		t.Fatalf("announced %+v, %v", got, err)
 	}
 	if err := got.Verify([]ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}); err != nil {

@@ -219,10 +219,11 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return State{}, err
 	}
 	now := time.Now().UTC()
-	nodes, ran, batches, err := plan(o, entries, now)
+	p, err := planFleet(o, entries, now)
 	if err != nil {
 		return State{}, err
 	}
+	nodes, ran, batches := p.nodes, p.ran, p.batches
 	// An id is the second a rollout started and its version: one superseding the current rollout
 	// of its version within the same second takes the next second's id, which no other holds.
 	idAt := now
@@ -233,7 +234,7 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		Schema: Schema, ID: rolloutID(idAt, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
 		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
 		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
-		Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
+		Urgent: o.Urgent, Metered: p.metered, Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
 	}
 	if st.Nodes == nil {
 		st.Nodes, st.Ran = []string{}, []string{}

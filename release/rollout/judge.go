@@ -44,6 +44,14 @@ type track struct {
 	lastUptime  int64 // uptime_s of the last heartbeat of the version
 	soaked      bool
 	trouble     *NodeReason // sticky: the first trouble seen on a heartbeat
+	// moved is the most the node's heartbeats said it fetched delivering the version
+	// (fetch.moved: a delta, or the archive, or both): what the fleet's total adds up. A
+	// delivery the heartbeats never showed counts 0.
+	moved int64
+	// windowOpens is when the node's maintenance window opens, by its last heartbeat that said
+	// it had staged the version and waits for that window (decision 0029): until window after
+	// it the node is neither silent nor late, and its deadline to confirm counts from it.
+	windowOpens time.Time
 }
 
 // lastRollbackFrom is when, by the node's clock, e says it last rolled back from version.
@@ -115,6 +123,12 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 		t.prevHeard = t.last.Heard
 	}
 	t.last, t.heard = e, true
+	if f := e.Heartbeat.Fetch; e.Err == nil && f != nil && f.Version == version && f.Moved > t.moved {
+		t.moved = f.Moved
+	}
+	if w := e.Heartbeat.Window; e.Err == nil && w != nil && w.WaitingFor == version && !w.Opens.IsZero() {
+		t.windowOpens = w.Opens
+	}
 	if !t.judged() || t.trouble != nil || e.Err != nil {
 		return changeNone
 	}
@@ -168,8 +182,9 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 }
 
 // overdue judges what only time shows: a node silent past the window, or not confirmed within
-// the window of its target being set (deadline). judgeable is false while the controller's
-// view of the heartbeats cannot be trusted (the bus was away: see runner.graceOver).
+// the window of its target being set (deadline). A node that said it waits for its maintenance
+// window to stand aside is neither, until window past the window's opening; its deadline counts
+// from that opening.
 func (t *track) overdue(node, version string, now, deadline time.Time, window time.Duration) *NodeReason {
 	if !t.judged() {
 		return nil
@@ -179,6 +194,14 @@ func (t *track) overdue(node, version string, now, deadline time.Time, window ti
 	}
 	if !t.heard {
 		return nil // left out when its batch began if it was never heard
+	}
+	if !t.windowOpens.IsZero() {
+		if now.Before(t.windowOpens.Add(window)) && !t.confirmed {
+			return nil // waiting for its window, by its own clock: it stands aside when it opens
+		}
+		if opened := t.windowOpens.Add(window); opened.After(deadline) {
+			deadline = opened
+		}
 	}
 	if age := now.Sub(t.last.Heard); age > window {
 		return &NodeReason{Node: node, Why: WhySilent, Since: t.last.Heard,

@@ -267,3 +267,46 @@ func TestJudgingANodeOnItsLauncher(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A node that said it staged the version and waits for its maintenance window is neither
+// silent nor late until the window (--window) past the window's opening, by the controller's
+// clock; its deadline to confirm counts from that opening, also once it has stood aside; a node
+// cut off while its window opens is judged silent only once that has passed.
+func TestANodeWaitingForItsWindowIsNeitherSilentNorLateUntilItOpens(t *testing.T) {
+	const v = "v1.2.0"
+	window := 10 * time.Second
+	deadline := t0.Add(window)
+	opens := t0.Add(time.Hour)
+	waiting := func(at float64) fleet.Entry {
+		return beat(at, "v1.1.0", "v1.1.0", 1, func(hb *wire.Heartbeat) {
+			hb.Window = &wire.WindowState{Key: wire.FleetWindowKey, WaitingFor: v, Opens: opens, Waiting: wire.WaitingLine(v, opens)}
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		beats []fleet.Entry
+		now   time.Duration
+		why   string
+	}{
+		{"waiting, past the batch's window: not late", []fleet.Entry{waiting(5)}, 20 * time.Second, ""},
+		{"waiting and unheard since long before the opening: not silent", []fleet.Entry{waiting(5)}, 50 * time.Minute, ""},
+		{"cut off while its window opened, within the window after it: not yet silent", []fleet.Entry{waiting(5)}, time.Hour + 9*time.Second, ""},
+		{"cut off, past the window after the opening: silent", []fleet.Entry{waiting(5)}, time.Hour + 11*time.Second, WhySilent},
+		{"stood aside when it opened, trying the version, within the window after it", []fleet.Entry{waiting(5), beat(3601, v, "v1.1.0", 1)}, time.Hour + 9*time.Second, ""},
+		{"stood aside and did not confirm within the window after the opening", []fleet.Entry{waiting(5), beat(3609, v, "v1.1.0", 9)}, time.Hour + 11*time.Second, WhyNotConfirmed},
+		{"waiting for another version's window says nothing of this one", []fleet.Entry{beat(5, "v1.1.0", "v1.1.0", 1, func(hb *wire.Heartbeat) {
+			hb.Window = &wire.WindowState{WaitingFor: "v1.1.5", Opens: opens}
+		})}, 12 * time.Second, WhyNotConfirmed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &track{inBatch: true, targetRev: 7}
+			for _, e := range tc.beats {
+				tr.observe(e, v, time.Hour)
+			}
+			r := tr.overdue("n", v, t0.Add(tc.now), deadline, window)
+			if (r == nil) != (tc.why == "") || (r != nil && r.Why != tc.why) {
+				t.Fatalf("overdue = %+v, want %q", r, tc.why)
+			}
+		})
+	}
+}

@@ -35,7 +35,16 @@ func startedMessage(st State) string {
 		}
 		order += strings.Join(then, ", ")
 	}
-	return fmt.Sprintf("%s in %s (%s); window %s, soak %s", head, count(len(st.Batches), "batch"), order, human(secsDur(st.WindowS)), human(secsDur(st.SoakS)))
+	m := fmt.Sprintf("%s in %s (%s); window %s, soak %s", head, count(len(st.Batches), "batch"), order, human(secsDur(st.WindowS)), human(secsDur(st.SoakS)))
+	return m + meteredWords(st)
+}
+
+// meteredWords says how many metered nodes wait for the last batch, or nothing.
+func meteredWords(st State) string {
+	if st.Metered == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s on metered links deferred to the last batch (--include-metered treats them as any)", count(st.Metered, "node"))
 }
 
 // batchLabel is "batch 2/3 (50%)".
@@ -53,6 +62,9 @@ func batchMessage(st State, i int, targeted, already []string, leftOut int) stri
 	}
 	if leftOut > 0 {
 		m += fmt.Sprintf("; %s left out (silent)", count(leftOut, "node"))
+	}
+	if st.Metered > 0 && i == len(st.Batches)-1 {
+		m += fmt.Sprintf("; %s on metered links among them, deferred to this batch", count(st.Metered, "node"))
 	}
 	return m
 }
@@ -89,7 +101,18 @@ func completedMessage(st State, left []string) string {
 	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
 		m += fmt.Sprintf(" (%d left out)", n)
 	}
+	if st.BytesMoved > 0 {
+		m += "; the nodes moved " + movedText(st.BytesMoved) + " fetching it"
+	}
 	return m
+}
+
+// movedSoFar is "; 2.1 MB moved so far", or "" before any byte was seen moved.
+func movedSoFar(n int64) string {
+	if n <= 0 {
+		return ""
+	}
+	return "; " + movedText(n) + " moved so far"
 }
 
 func abortedMessage(st State) string {

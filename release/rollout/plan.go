@@ -17,9 +17,26 @@ import (
 // plan is the fleet of a rollout and its batches, from every node's last heartbeat as of now.
 // o must be validated and carry its defaults.
 func plan(o Options, entries []fleet.Entry, now time.Time) (nodes, ran []string, batches []Batch, err error) {
+	p, err := planFleet(o, entries, now)
+	return p.nodes, p.ran, p.batches, err
+}
+
+// plannedFleet is a plan, and how many metered nodes it deferred to its last batch.
+type plannedFleet struct {
+	nodes, ran []string
+	batches    []Batch
+	metered    int
+}
+
+// planFleet is plan, saying how many metered nodes (heartbeat link_class metered) it deferred to
+// the last batch: unless o.IncludeMetered, they are never canaries (but when named) and come
+// after every other node, all in the last batch. A fleet of metered nodes only is planned as any.
+func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
+	var nodes, ran []string
 	type member struct {
 		node, ran string
 		hash      [sha256.Size]byte
+		metered   bool
 	}
 	var members []member
 	why := make(map[string]string) // why a heard node is not in the fleet, for --canary-nodes
@@ -42,7 +59,8 @@ func plan(o Options, entries []fleet.Entry, now time.Time) (nodes, ran []string,
 		if !wire.ValidVersion(r) {
 			r = ""
 		}
-		members = append(members, member{node: e.Node, ran: r, hash: sha256.Sum256([]byte(o.Version + "/" + e.Node))})
+		members = append(members, member{node: e.Node, ran: r, hash: sha256.Sum256([]byte(o.Version + "/" + e.Node)),
+			metered: e.Heartbeat.LinkClass == wire.LinkMetered})
 	}
 	// The hash order: deterministic for a release, different from one release to the next.
 	sort.Slice(members, func(i, j int) bool {
@@ -55,9 +73,23 @@ func plan(o Options, entries []fleet.Entry, now time.Time) (nodes, ran []string,
 		for _, m := range members {
 			nodes, ran = append(nodes, m.node), append(ran, m.ran)
 		}
-		return nodes, ran, nil, nil
+		return plannedFleet{nodes: nodes, ran: ran}, nil
 	}
-	canaries := min(o.Canary, len(members))
+	// Metered nodes last (each part in hash order), unless every node is metered.
+	defer_ := !o.IncludeMetered && slices.ContainsFunc(members, func(m member) bool { return !m.metered })
+	if defer_ {
+		slices.SortStableFunc(members, func(a, b member) int {
+			switch {
+			case a.metered == b.metered:
+				return 0
+			case b.metered:
+				return -1
+			}
+			return 1
+		})
+	}
+	isMetered := func(m member) bool { return defer_ && m.metered }
+	canaries := min(o.Canary, len(members)-countFunc(members, isMetered))
 	if len(o.CanaryNodes) > 0 {
 		at := make(map[string]int, len(members))
 		for i, m := range members {
@@ -71,17 +103,35 @@ func plan(o Options, entries []fleet.Entry, now time.Time) (nodes, ran []string,
 				if reason == "" {
 					reason = "it has never heartbeated on this bus"
 				}
-				return nil, nil, nil, fmt.Errorf("--canary-nodes: %s is not in the fleet of this rollout: %s", n, reason)
+				return plannedFleet{}, fmt.Errorf("--canary-nodes: %s is not in the fleet of this rollout: %s", n, reason)
 			}
 			first = append(first, members[i])
 		}
 		rest := slices.DeleteFunc(slices.Clone(members), func(m member) bool { return slices.Contains(o.CanaryNodes, m.node) })
 		members, canaries = append(first, rest...), len(first)
 	}
-	for _, m := range members {
+	metered := 0
+	for i, m := range members {
 		nodes, ran = append(nodes, m.node), append(ran, m.ran)
+		if i >= canaries && isMetered(m) {
+			metered++
+		}
 	}
-	return nodes, ran, cut(len(nodes), canaries, o.Steps), nil
+	batches := cut(len(nodes)-metered, canaries, o.Steps)
+	if metered > 0 && len(batches) > 0 {
+		batches[len(batches)-1].End = len(nodes) // the metered nodes join the last batch
+	}
+	return plannedFleet{nodes: nodes, ran: ran, batches: batches, metered: metered}, nil
+}
+
+func countFunc[T any](s []T, f func(T) bool) int {
+	n := 0
+	for _, v := range s {
+		if f(v) {
+			n++
+		}
+	}
+	return n
 }
 
 // cut makes the batches of n nodes: the canaries, then each cumulative step of the whole fleet

@@ -232,3 +232,79 @@ func TestPlanHasEachNodeOnceAndUsesItsNewestHeartbeat(t *testing.T) {
 		}
 	}
 }
+
+// Nodes on metered links (heartbeat link_class metered) wait for the last batch and are never
+// hash-chosen canaries, unless --include-metered; a named canary stays one; a fleet that is all
+// metered is planned as any.
+func TestMeteredNodesAreDeferredToTheLastBatch(t *testing.T) {
+	metered := func(e fleet.Entry) fleet.Entry { e.Heartbeat.LinkClass = wire.LinkMetered; return e }
+	var es []fleet.Entry
+	var plain, onMeter []string
+	for i := 0; i < 10; i++ {
+		e := heardAgo(fmt.Sprintf("n%02d", i), "v1.0.0", time.Second)
+		if i%3 == 0 { // n00, n03, n06, n09
+			e = metered(e)
+			onMeter = append(onMeter, e.Node)
+		} else {
+			plain = append(plain, e.Node)
+		}
+		es = append(es, e)
+	}
+	allMetered := []fleet.Entry{metered(heardAgo("m1", "v1.0.0", time.Second)), metered(heardAgo("m2", "v1.0.0", time.Second))}
+	for _, tc := range []struct {
+		name    string
+		o       func(*Options)
+		es      []fleet.Entry
+		nodes   []string
+		batches string
+		metered int
+	}{
+		{"metered last, in hash order, all in the last batch", nil, es,
+			append(hashOrder("v1.1.0", plain), hashOrder("v1.1.0", onMeter)...), "canary:2 50%:3 100%:10", 4},
+		{"--include-metered: as any node", func(o *Options) { o.IncludeMetered = true }, es,
+			hashOrder("v1.1.0", append(slices.Clone(plain), onMeter...)), "canary:2 50%:5 100%:10", 0},
+		{"a named metered canary stays a canary", func(o *Options) { o.CanaryNodes = []string{"n03"} }, es,
+			append(append([]string{"n03"}, hashOrder("v1.1.0", plain)...), hashOrder("v1.1.0", []string{"n00", "n06", "n09"})...), "canary:1 50%:4 100%:10", 3},
+		{"every node metered: planned as any", nil, allMetered, hashOrder("v1.1.0", []string{"m1", "m2"}), "canary:2", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Version: "v1.1.0", Steps: []int{50, 100}}
+			if tc.o != nil {
+				tc.o(&o)
+			}
+			o = o.WithDefaults()
+			p, err := planFleet(o, tc.es, planNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(p.nodes, tc.nodes) || ends(p.batches) != tc.batches || p.metered != tc.metered {
+				t.Errorf("nodes %v batches %s metered %d\nwant  %v batches %s metered %d", p.nodes, ends(p.batches), p.metered, tc.nodes, tc.batches, tc.metered)
+			}
+		})
+	}
+}
+
+// A rollout that deferred metered nodes says so when it starts, when its last batch begins, and
+// in `rollout status`; an urgent one says so in status.
+func TestARolloutSaysItDeferredMeteredNodes(t *testing.T) {
+	st := sampleRunning()
+	st.Metered, st.Urgent = 3, true
+	last := len(st.Batches) - 1
+	var status strings.Builder
+	if err := WriteStatus(&status, st, planNow); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ what, got, want string }{
+		{"started", startedMessage(st), "; 3 nodes on metered links deferred to the last batch (--include-metered treats them as any)"},
+		{"the last batch", batchMessage(st, last, st.BatchNodes(last), nil, 0), "; 3 nodes on metered links among them, deferred to this batch"},
+		{"status", status.String(), "3 on metered links deferred to the last batch"},
+		{"status, urgent", status.String(), "targets signed urgent: nodes do not wait for their maintenance windows"},
+	} {
+		if !strings.Contains(tc.got, tc.want) {
+			t.Errorf("%s: %q does not say %q", tc.what, tc.got, tc.want)
+		}
+	}
+	if strings.Contains(batchMessage(st, 0, st.BatchNodes(0), nil, 0), "metered") {
+		t.Error("the first batch speaks of metered nodes")
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	txt "github.com/novox/mesh-host/internal/text"
+	"github.com/novox/mesh-host/wire"
 )
 
 // quietProgress is how many Progress intervals go by without an event while nothing but the
@@ -26,11 +29,16 @@ type progressView struct {
 	heardAgo time.Duration
 	every    time.Duration
 	busAway  bool
+	moved    int64 // the fleet's bytes moved so far (not in the gist: it alone is no news)
+	// windows are the nodes that staged the version and wait for their maintenance windows, in
+	// batch order (at most maxListed; windowsN counts them all).
+	windows  []NodeWindow
+	windowsN int
 }
 
 // gist is what the view says beyond the clock: an event is due when it changes.
 func (v progressView) gist() string {
-	return fmt.Sprintf("%d/%d/%d soaking %d waiting %d %v away %v", v.confirmed, v.soaked, v.nodes, v.soaking, v.waitingN, v.waiting, v.busAway)
+	return fmt.Sprintf("%d/%d/%d soaking %d waiting %d %v away %v windows %d %v", v.confirmed, v.soaked, v.nodes, v.soaking, v.waitingN, v.waiting, v.busAway, v.windowsN, v.windows)
 }
 
 // progressSaid is the last progress event emitted: its gist, and when.
@@ -57,7 +65,7 @@ func (r *runner) progress(now time.Time, every time.Duration) {
 	i := r.st.Current
 	ev := Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
 		Nodes: v.nodes, Confirmed: v.confirmed, Soaked: v.soaked, ElapsedS: v.elapsed.Seconds(), WindowLeftS: v.windowLeft.Seconds(),
-		Waiting: v.waiting, Message: progressMessage(r.st, i, v)}
+		Waiting: v.waiting, WindowWaiting: v.windows, BytesMoved: v.moved, Message: progressMessage(r.st, i, v)}
 	if v.soaking > 0 {
 		ev.SoakLeftS = v.soakLeft.Seconds()
 	}
@@ -68,9 +76,14 @@ func (r *runner) progressView(now time.Time) progressView {
 	i := r.st.Current
 	started := r.st.Batches[i].Started
 	v := progressView{confirmed: r.confirmedN, soaked: r.soakedN, nodes: r.judgedN, elapsed: now.Sub(started),
-		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp}
+		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp, moved: r.moved()}
 	for _, n := range r.st.BatchNodes(i) {
 		t := r.tracks[n]
+		if opens, ok := t.waitingForWindow(r.version); ok && t.judged() && t.trouble == nil {
+			if v.windowsN++; len(v.windows) < maxListed {
+				v.windows = append(v.windows, NodeWindow{Node: n, Opens: opens})
+			}
+		}
 		if !t.judged() || !t.confirmed || t.soaked || t.trouble != nil {
 			continue
 		}
@@ -124,8 +137,53 @@ func progressMessage(st State, i int, v progressView) string {
 			m += ")"
 		}
 	}
+	if v.moved > 0 {
+		m += "; " + movedText(v.moved) + " moved"
+	}
+	if v.windowsN > 0 {
+		parts := make([]string, len(v.windows))
+		for i, w := range v.windows {
+			parts[i] = fmt.Sprintf("%s (opens %s)", w.Node, w.Opens.Format(wire.WindowTimeLayout))
+		}
+		names := strings.Join(parts, ", ")
+		if more := v.windowsN - len(v.windows); more > 0 {
+			names += fmt.Sprintf(" and %d more", more)
+		}
+		m += fmt.Sprintf("; %d staged and waiting for %s maintenance window: %s", v.windowsN, txt.Plural(v.windowsN, "its", "their"), names)
+	}
 	if v.busAway {
 		m += "; judging paused: the bus is away"
 	}
 	return m
+}
+
+// moved is the fleet's bytes moved so far: each node's most, as its heartbeats said.
+func (r *runner) moved() int64 {
+	var n int64
+	for _, t := range r.tracks {
+		n += t.moved
+	}
+	return n
+}
+
+// movedText writes bytes moved in decimal units, as link budgets are counted: "2.1 MB",
+// "366 KB", "912 bytes".
+func movedText(n int64) string {
+	switch {
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.0f KB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// waitingForWindow reports whether the node's last heartbeat says it staged version and waits
+// for its maintenance window, and when that opens.
+func (t *track) waitingForWindow(version string) (time.Time, bool) {
+	w := t.last.Heartbeat.Window
+	if !t.heard || t.last.Err != nil || w == nil || w.WaitingFor != version || t.confirmed {
+		return time.Time{}, false
+	}
+	return w.Opens, true
 }

@@ -33,6 +33,11 @@ func TestProgressSaysTheTimeLeftInTheSoakAndWhoseHeartbeatItWaitsFor(t *testing.
 			soaking: 1, soakLeft: 3 * time.Second, waiting: nine, waitingN: 9},
 			"batch 2/3 (50%): 12/13 confirmed, 2/13 soaked; 1m elapsed, 9m left in the window; about 3s of the soak left; " +
 				"soak over, waiting for the next heartbeat of n02, n03, n04, n05, n06, n07, n08, n09 and 1 more"},
+		{"nodes waiting for their maintenance windows, each with its opening", progressView{confirmed: 0, nodes: 2, elapsed: time.Minute, windowLeft: 9 * time.Minute,
+			windows: []NodeWindow{{Node: "n02", Opens: time.Date(2026, 12, 2, 2, 0, 0, 0, time.FixedZone("CET", 3600))},
+				{Node: "n03", Opens: time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)}}, windowsN: 2},
+			"batch 2/3 (50%): 0/2 confirmed, 0/2 soaked; 1m elapsed, 9m left in the window; 2 staged and waiting for their maintenance window: " +
+				"n02 (opens 2026-12-02T02:00+01:00), n03 (opens 2026-12-02T03:00Z)"},
 		{"the bus away", progressView{confirmed: 0, nodes: 1, elapsed: time.Minute, windowLeft: 9 * time.Minute, busAway: true},
 			"batch 2/3 (50%): 0/1 confirmed, 0/1 soaked; 1m elapsed, 9m left in the window; judging paused: the bus is away"},
 	} {

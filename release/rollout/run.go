@@ -31,6 +31,8 @@ func (c *Controller) Run(ctx context.Context, id string) (State, error) {
 	if st.Status.Final() {
 		return restore(ctx, s, st, rev, c.cfg.Workers)
 	}
+	// The targets of an urgent rollout are signed urgent, also by a controller that resumes it.
+	s.w.Signer.Urgent = st.Urgent
 	r := c.newRunner(s, st, rev)
 	if err := r.acquire(ctx); errors.Is(err, errFinal) {
 		return restore(ctx, s, r.st, r.rev, c.cfg.Workers)
@@ -691,13 +693,14 @@ func (r *runner) batchDone(ctx context.Context) error {
 	if err := r.write(ctx, func(st *State) {
 		st.Batches[i].Done = now
 		st.Current = i + 1
+		st.BytesMoved = max(st.BytesMoved, r.moved()) // a controller resumed counts from its start
 	}); err != nil {
 		return err
 	}
 	b := r.st.Batches[i]
 	r.c.emit(&r.st, Event{Kind: EventBatchDone, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name,
-		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(b.Started).Seconds(),
-		Message: fmt.Sprintf("%s done: %s soaked in %s", batchLabel(r.st, i), count(r.soakedN, "node"), human(now.Sub(b.Started)))})
+		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(b.Started).Seconds(), BytesMoved: r.st.BytesMoved,
+		Message: fmt.Sprintf("%s done: %s soaked in %s%s", batchLabel(r.st, i), count(r.soakedN, "node"), human(now.Sub(b.Started)), movedSoFar(r.st.BytesMoved))})
 	for _, n := range r.st.BatchNodes(i) {
 		r.tracks[n].inBatch = false
 	}
@@ -731,11 +734,15 @@ func (r *runner) complete(ctx context.Context) (State, error) {
 		return r.st, err
 	}
 	now := time.Now().UTC()
-	if err := r.write(ctx, func(st *State) { st.Status, st.Ended = StatusCompleted, now }); err != nil {
+	moved := r.moved()
+	if err := r.write(ctx, func(st *State) {
+		st.Status, st.Ended = StatusCompleted, now
+		st.BytesMoved = max(st.BytesMoved, moved)
+	}); err != nil {
 		return r.st, err
 	}
 	r.c.emit(&r.st, Event{Kind: EventCompleted, Batches: len(r.st.Batches), Nodes: len(r.st.Nodes), ElapsedS: now.Sub(r.st.Created).Seconds(),
-		Message: completedMessage(r.st, left)})
+		BytesMoved: r.st.BytesMoved, Message: completedMessage(r.st, left)})
 	return r.st, nil
 }
 

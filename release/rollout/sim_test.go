@@ -60,6 +60,11 @@ type simNode struct {
 	pendingAt time.Time
 	loop      bool
 	targeted  []string // versions it started to take, in order
+	linkClass string   // its heartbeat's link_class
+	// windowOpens: the node keeps a maintenance window that opens then (decision 0029): a
+	// version staged before waits for it, saying so in its heartbeat.
+	windowOpens time.Time
+	window      *wire.WindowState
 }
 
 type simTarget struct {
@@ -221,7 +226,7 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 		hbs = append(hbs, wire.Heartbeat{Node: n.id, State: wire.StateRunning, Running: n.running, KnownGood: n.knownGood,
 			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(),
 			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch, Launcher: clone(n.launcher),
-			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}})
+			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}, LinkClass: n.linkClass, Window: clone(n.window)})
 	}
 	s.mu.Unlock()
 	for _, hb := range hbs {
@@ -251,6 +256,13 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	if n.pending == "" || now.Sub(n.pendingAt) < simDelay {
 		return
 	}
+	if !n.windowOpens.IsZero() && now.Before(n.windowOpens) {
+		n.fetch = &wire.Fetch{State: "staged", Version: n.pending}
+		n.window = &wire.WindowState{Key: wire.FleetWindowKey, WaitingFor: n.pending, Opens: n.windowOpens,
+			Waiting: wire.WaitingLine(n.pending, n.windowOpens)}
+		return
+	}
+	n.window = nil
 	p := n.pending
 	switch n.takes[p] {
 	case good, crashLoop, thenQuiet:

@@ -52,6 +52,13 @@ const (
 // DefaultSteps are the cumulative shares of the fleet after the canaries, in percent.
 var DefaultSteps = []int{10, 50, 100}
 
+// NodeWindow is a node waiting for its maintenance window, and when the window opens (in the
+// window's zone, as its heartbeat says it).
+type NodeWindow struct {
+	Node  string    `json:"node"`
+	Opens time.Time `json:"opens"`
+}
+
 // Options are what a rollout is asked to do; the flags of `rollout start`.
 type Options struct {
 	Version     string
@@ -64,6 +71,12 @@ type Options struct {
 	Alive       time.Duration // the fleet is every node heard from within this at the start
 	SilentAfter time.Duration // a node unheard this long when its batch begins is left out
 	Supersede   bool          // replace a running rollout instead of refusing to start
+	// Urgent signs every target the rollout sets urgent: nodes stand aside for it without
+	// waiting for their maintenance windows (decision 0029).
+	Urgent bool
+	// IncludeMetered plans metered nodes (heartbeat link_class metered) as any other; without
+	// it they are deferred to the last batch and are never hash-chosen canaries.
+	IncludeMetered bool
 }
 
 // State is a rollout as KV <prefix>_rollouts holds it: what it was asked, whom it covers, how
@@ -87,6 +100,11 @@ type State struct {
 	SoakS        float64  `json:"soak_s"`
 	AliveS       float64  `json:"alive_s"`
 	SilentAfterS float64  `json:"silent_after_s"`
+	// Urgent: the rollout's targets are signed urgent (Options.Urgent).
+	Urgent bool `json:"urgent,omitempty"`
+	// Metered is how many metered nodes the plan deferred to the last batch (0 with
+	// --include-metered, or when none or every node is metered).
+	Metered int `json:"metered_deferred,omitempty"`
 
 	// Nodes is the fleet at the start in rollout order (canaries first); Ran is, index for
 	// index, the version each node ran then — what a halt sets its target back to.
@@ -109,6 +127,9 @@ type State struct {
 	// Holder is the controller acting on this rollout and its lease.
 	Holder       *Holder `json:"holder,omitempty"`
 	SupersededBy string  `json:"superseded_by,omitempty"`
+	// BytesMoved is what the rollout's nodes fetched delivering the version, as their
+	// heartbeats said (fetch.moved), summed when a batch is done and when it completes.
+	BytesMoved int64 `json:"bytes_moved,omitempty"`
 	// Supersedes is the rollout this one superseded when it started: the per-node targets that
 	// one set and left are among those this one clears when it completes (see clearLeftBehind).
 	Supersedes string `json:"supersedes,omitempty"`
@@ -198,8 +219,14 @@ type Event struct {
 	// EventProgress while nodes soak: about how long until the last of them has soaked by the
 	// controller's clock, and the nodes whose soak is over by it but that must be heard once
 	// more to show it (at most maxListed of them, in batch order).
-	SoakLeftS float64  `json:"soak_left_s,omitempty"`
-	Waiting   []string `json:"waiting_for_heartbeat,omitempty"`
+	SoakLeftS float64 `json:"soak_left_s,omitempty"`
+	// BytesMoved is what the rollout's nodes have fetched so far delivering the version, as
+	// their heartbeats said (progress, batch-done, completed).
+	BytesMoved int64    `json:"bytes_moved,omitempty"`
+	Waiting    []string `json:"waiting_for_heartbeat,omitempty"`
+	// WindowWaiting are the nodes of the batch that have staged the version and wait for their
+	// maintenance windows to stand aside, each with when its window opens (at most 8 listed).
+	WindowWaiting []NodeWindow `json:"waiting_for_window,omitempty"`
 	// Node is set for node events; Reasons for EventHalted.
 	Node    string       `json:"node,omitempty"`
 	Reasons []NodeReason `json:"reasons,omitempty"`

@@ -63,9 +63,12 @@ func (s *store) targetOf(ctx context.Context, node string) (targets.Current, err
 
 // ours reports whether c is a target for version this controller may leave as it is: signed
 // with its key and not expired (the controller's Keep signs it again before it does). Anything
-// else naming the version — unsigned, another key's, expired — is signed again.
+// else naming the version — unsigned, another key's, expired, not urgent in an urgent rollout —
+// is signed again.
 func (s *store) ours(c targets.Current, version string) bool {
-	return c.Names(version) && s.w.Signer.Signed(c.Key, c.Target) && !c.Target.ExpiredAt(time.Now())
+	return c.Names(version) && s.w.Signer.Signed(c.Key, c.Target) && !c.Target.ExpiredAt(time.Now()) &&
+		(c.Target.Urgent || !s.w.Signer.Urgent) // an urgent rollout signs a plain target again, urgent
+
 }
 
 // setTargets sets node.<id> = version, signed, for each node, by compare-and-set on what

@@ -157,7 +157,16 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
 		fleet += fmt.Sprintf(", %d left out", n)
 	}
+	if st.Metered > 0 {
+		fleet += fmt.Sprintf(", %d on metered links deferred to the last batch", st.Metered)
+	}
 	fmt.Fprintf(kv, "  fleet\t%s\n", fleet)
+	if st.BytesMoved > 0 {
+		fmt.Fprintf(kv, "  moved\t%s fetched by the nodes delivering it (as their heartbeats said, to the last batch done)\n", movedText(st.BytesMoved))
+	}
+	if st.Urgent {
+		fmt.Fprintf(kv, "  urgent\ttargets signed urgent: nodes do not wait for their maintenance windows\n")
+	}
 	if st.Status == StatusHalted || st.Status == StatusAborted {
 		fmt.Fprintf(kv, "  targets\t%s\n", restoredWords(st))
 	}

@@ -31,6 +31,9 @@ type Signer struct {
 	TTL time.Duration
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
+	// Urgent signs the targets urgent (`target --urgent`, `rollout start --urgent`): nodes
+	// stand aside for them without waiting for their maintenance windows (decision 0029).
+	Urgent bool
 }
 
 // NewSigner checks key and ttl (ValidTTL) and returns the signer. The errors name the flag at
@@ -85,10 +88,20 @@ func (s Signer) KeyID() string { return wire.KeyID(s.Public()) }
 // Sign returns a target for version under KV key kvKey, numbered after prev (the seq of the
 // value it replaces, or 0) and valid for TTL from now.
 func (s Signer) Sign(kvKey, version string, prev uint64) (wire.Target, error) {
+	return s.sign(kvKey, version, prev, s.Urgent)
+}
+
+// sign is Sign, urgent or not.
+func (s Signer) sign(kvKey, version string, prev uint64, urgent bool) (wire.Target, error) {
 	if err := s.Check(); err != nil {
 		return wire.Target{}, err
 	}
-	return wire.NewTarget(kvKey, version, prev, s.now(), s.TTL, s.Key)
+	t, err := wire.NewTarget(kvKey, version, prev, s.now(), s.TTL, s.Key)
+	if err != nil || !urgent {
+		return t, err
+	}
+	t.Urgent = true
+	return t, t.Sign(kvKey, s.Key)
 }
 
 // Signed reports whether t, stored under kvKey, verifies with the signer's key.

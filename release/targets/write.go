@@ -179,7 +179,10 @@ func (w Writer) Update(ctx context.Context, key string, cur *Current, decide fun
 }
 
 func (w Writer) set(ctx context.Context, c Current, version string) (Result, error) {
-	t, err := w.Signer.Sign(c.Key, version, c.Seq())
+	// A target signed again for the same version stays urgent if it was (the keeper re-signs
+	// what it finds); a new version is urgent only if this writer's signer says so.
+	urgent := w.Signer.Urgent || (c.Present() && c.Err == nil && c.Target.Version == version && c.Target.Urgent)
+	t, err := w.Signer.sign(c.Key, version, c.Seq(), urgent)
 	if err != nil {
 		return Result{}, fmt.Errorf("sign the target %s for %s: %w", version, c.Key, err)
 	}

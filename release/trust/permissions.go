@@ -45,7 +45,8 @@ func getKey(bucket, key string) string {
 //   - follow exactly its own keys: subscribe to each key's subject (the mesh account's writes,
 //     imported) and get its last value directly — its declaration, its target
 //     (wire.NodeTargetKey), the fleet target (wire.FleetTargetKey), the withdrawals list
-//     (wire.WithdrawalsKey);
+//     (wire.WithdrawalsKey), and its maintenance window and the fleet's (wire.NodeWindowKey,
+//     wire.FleetWindowKey, in the targets bucket: decision 0029);
 //   - direct gets of a release manifest (kv.Get on releases), of an archive's or a blob's
 //     metadata (obs.GetInfo), and of the messages of the archive and blob stores (an object's
 //     chunks, one direct get each: internal/objfetch);
@@ -94,14 +95,19 @@ func NodePermissions(names wire.Names, node string) jwt.Permissions {
 	return p
 }
 
-// nodeKeys are the keys a node follows: its declaration, its target, the fleet target and the
-// withdrawal list.
+// nodeKeys are the keys a node follows: its declaration, its target, the fleet target, the
+// withdrawal list, and its maintenance window and the fleet's (decision 0029: two keys of the
+// targets bucket, so no new stream to read; a node enrolled before them lacks these two and
+// keeps no window until its user is signed again: wire.NodeUserVersion 3, which such a host
+// asks for).
 func nodeKeys(names wire.Names, node string) []struct{ bucket, key string } {
 	return []struct{ bucket, key string }{
 		{names.Declarations(), node},
 		{names.Targets(), wire.NodeTargetKey(node)},
 		{names.Targets(), wire.FleetTargetKey},
 		{names.Withdrawals(), wire.WithdrawalsKey},
+		{names.Targets(), wire.NodeWindowKey(node)},
+		{names.Targets(), wire.FleetWindowKey},
 	}
 }
 

@@ -248,6 +248,8 @@ func TestNodeUserMayDoExactlyWhatTheHostDoesAndNothingElse(t *testing.T) {
 		{name: "follow its target", do: follow(T, wire.NodeTargetKey("node-a"), "")},
 		{name: "follow the fleet target", do: follow(T, wire.FleetTargetKey, "")},
 		{name: "follow the withdrawals", do: follow(W, wire.WithdrawalsKey, "")},
+		{name: "follow its maintenance window", do: follow(T, wire.NodeWindowKey("node-a"), "")},
+		{name: "follow the fleet's maintenance window", do: follow(T, wire.FleetWindowKey, "")},
 		{name: "get a release manifest", do: func(ctx context.Context, c *client) error {
 			kv, err := c.js.KeyValue(ctx, R)
 			if err != nil {
@@ -347,6 +349,9 @@ func TestNodeUserMayDoExactlyWhatTheHostDoesAndNothingElse(t *testing.T) {
 			_, err = kv.Get(ctx, "node-b")
 			return err
 		}, refused: "Publish " + J + "DIRECT.GET.KV_" + D + ".$KV." + D + ".node-b"},
+		{name: "get another node's window directly", do: request(J+"DIRECT.GET.KV_"+T+".$KV."+T+".window.node.node-b", ""),
+			refused: "Publish " + J + "DIRECT.GET.KV_" + T + ".$KV." + T + ".window.node.node-b"},
+		{name: "put its window", do: kvPut(T, "window.node.node-a"), refused: "Publish $KV." + T + ".window.node.node-a"},
 		{name: "get another node's target directly", do: request(J+"DIRECT.GET.KV_"+T+".$KV."+T+".node.node-b", ""),
 			refused: "Publish " + J + "DIRECT.GET.KV_" + T + ".$KV." + T + ".node.node-b"},
 		{name: "get a declaration by sequence", do: request(J+"DIRECT.GET.KV_"+D, `{"seq":1}`),

@@ -389,6 +389,9 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.node.web-01",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.fleet",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_withdrawals.$KV.mesh_host_withdrawals.list",
+		// The maintenance window's two keys (decision 0029).
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.window.node.web-01",
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.window.fleet",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_releases.$KV.mesh_host_releases.>",
 		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_host_archives",
 		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_host_archives.$O.mesh_host_archives.M.*",
@@ -400,7 +403,8 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 	}
 	if want := []string{
 		"$KV.mesh_declarations.web-01", "$KV.mesh_host_targets.node.web-01", "$KV.mesh_host_targets.fleet",
-		"$KV.mesh_host_withdrawals.list", "_INBOX.node.web-01.>",
+		"$KV.mesh_host_withdrawals.list", "$KV.mesh_host_targets.window.node.web-01", "$KV.mesh_host_targets.window.fleet",
+		"_INBOX.node.web-01.>",
 	}; !slices.Equal([]string(p.Sub.Allow), want) {
 		t.Errorf("subscribe: got %q, want %q", p.Sub.Allow, want)
 	}

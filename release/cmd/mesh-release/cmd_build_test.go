@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/build"
 )
 
@@ -44,6 +45,55 @@ func TestBuildCommandCarriesTheLauncherOrNone(t *testing.T) {
 			}
 			if c.code == 0 && c.extra[0] == "--launcher" && !strings.Contains(stdout, "manifest schema 2") {
 				t.Fatalf("stdout %q does not name schema 2", stdout)
+			}
+		})
+	}
+}
+
+// `mesh-release build --delta-from` takes an earlier build's directory, or a version published
+// on the bus, and says what it wrote; anything else is a usage error naming it.
+func TestBuildCommandWritesADeltaFromADirectoryOrAPublishedVersion(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := build.Keygen(dir); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, build.KeyFile)
+	bin := func(v string) string {
+		out := filepath.Join(dir, "host-"+v)
+		if err := build.GoBuild(context.Background(), build.GoBuildOptions{Package: "../../build/testdata/tiny", Version: v, Out: out}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	b := meshtest.StartBus(t)
+	first := filepath.Join(dir, "v1.0.0")
+	if code, stdout, stderr := runMain(t, nil, "build", "--version", "v1.0.0", "--binary", bin("v1.0.0"), "--key", key, "-o", first, "--no-launcher"); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runMain(t, nil, "publish", first, "--nats", b.URL()); code != 0 {
+		t.Fatalf("publish: exit %d: %s%s", code, stdout, stderr)
+	}
+	next := bin("v1.0.1")
+	for _, tc := range []struct {
+		name string
+		from string
+		code int
+		says string
+	}{
+		{"an earlier build's directory", first, 0, "delta from v1.0.0: "},
+		{"a published version", "v1.0.0", 0, "delta from v1.0.0: "},
+		{"a version not published", "v0.9.0", 1, "delta base v0.9.0: version is not published"},
+		{"neither", "no-such-dir", 2, `--delta-from "no-such-dir" is neither a build directory nor a published version`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			code, stdout, stderr := runMain(t, nil, "build", "--version", "v1.0.1", "--binary", next, "--key", key, "-o", out,
+				"--no-launcher", "--delta-from", tc.from, "--nats", b.URL())
+			if code != tc.code || !strings.Contains(stdout+stderr, tc.says) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d saying %q", code, stdout, stderr, tc.code, tc.says)
+			}
+			if code == 0 && !strings.Contains(stdout, "manifest schema 3") {
+				t.Fatalf("stdout %q does not name schema 3", stdout)
 			}
 		})
 	}

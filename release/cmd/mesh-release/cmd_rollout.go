@@ -145,6 +145,7 @@ type rolloutFlags struct {
 	window, soak, alive, silent time.Duration
 	lease                       time.Duration
 	supersede, follow, asJSON   bool
+	urgent, includeMetered      bool
 	fs                          *flag.FlagSet
 }
 
@@ -168,12 +169,13 @@ func (f *rolloutFlags) registerOptions(fs *flag.FlagSet) {
 	fs.DurationVar(&f.soak, "soak", rollout.DefaultSoak, "and then keep running it, without restarting, for this long")
 	fs.DurationVar(&f.alive, "alive", rollout.DefaultAlive, "the fleet is every node heard from within this when the rollout starts")
 	fs.DurationVar(&f.silent, "silent-after", rollout.DefaultSilentAfter, "leave out a node unheard this long when its batch begins")
+	fs.BoolVar(&f.includeMetered, "include-metered", false, "plan nodes on metered links (host.json link_class) as any other; by default they are never canaries and wait for the last batch")
 }
 
 // options are the rollout the flags ask for; a bad one is a usage error naming the flag.
 func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 	o := rollout.Options{Version: version, Policy: rollout.Policy(f.policy), Canary: f.canary,
-		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede}
+		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede, Urgent: f.urgent, IncludeMetered: f.includeMetered}
 	switch o.Policy {
 	case rollout.PolicyCanary, rollout.PolicyImmediate:
 	default:
@@ -249,6 +251,7 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 	var f rolloutFlags
 	f.registerOptions(fs)
 	fs.BoolVar(&f.supersede, "supersede", false, "replace a rollout that is running (it is marked superseded) instead of refusing to start")
+	fs.BoolVar(&f.urgent, "urgent", false, "sign every target urgent: nodes stand aside for VERSION as soon as they stage it, without waiting for their maintenance windows")
 	f.registerOutput(fs, s.getenv)
 	pos, err := parseArgs(fs, args)
 	if err != nil {

@@ -21,12 +21,14 @@ sets it for a node not yet started. Prints "target VERSION set for NODE (revisio
 Every target is signed with --key (the release key, or a target key the hosts trust in
 trusted_target_keys) and valid for --target-ttl: a host refuses an unsigned target and does not
 act on an expired one, so keep ` + "`mesh-release serve --key`" + ` or a rollout controller running to
-sign targets again before they expire, or target again.
+sign targets again before they expire, or target again. A node stands aside for its target
+only inside its maintenance window (` + "`mesh-release window`" + `) unless the target is --urgent.
 To stage a release across the fleet, halting by itself on trouble, use ` + "`mesh-release rollout start VERSION`" + `.`
 
 func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	fleet := fs.Bool("fleet", false, "set the fleet target every node without its own falls back to")
 	force := fs.Bool("force", false, "set it even for a NODE that has never heartbeated (a node not yet started)")
+	urgent := fs.Bool("urgent", false, "sign the target urgent: nodes stand aside for it as soon as it is staged, without waiting for their maintenance windows")
 	var k keyFlags
 	k.register(fs, true, s.getenv)
 	var b busFlags
@@ -53,6 +55,7 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 	if err != nil {
 		return err
 	}
+	signer.Urgent = *urgent
 	c, err := b.connect(ctx)
 	if err != nil {
 		return err
@@ -77,6 +80,9 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 // signed by key 0123456789abcdef, valid until 2026-12-06T12:00:00Z`.
 func targetLine(version string, set []publish.Set, never []string) string {
 	signed := fmt.Sprintf(", signed by key %s, valid until %s", set[0].Target.KeyID, set[0].Target.Expires)
+	if set[0].Target.Urgent {
+		signed += "; urgent: nodes do not wait for their maintenance windows"
+	}
 	if len(set) == 1 && set[0].Key == wire.FleetTargetKey {
 		return fmt.Sprintf("target %s set for the fleet (revision %d): every node without its own target runs it%s", version, set[0].Revision, signed)
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Window zones (Europe/Brussels) are read the same on a machine without a zone database.
+	_ "time/tzdata"
 )
 
 // version is stamped by `make build VERSION=…`.
@@ -40,6 +42,7 @@ var commands = []command{
 	{"build", "", "build and sign a host archive and its manifest", "", buildCmd},
 	{"publish", "DIR", "put a built archive and manifest on the bus", "DIR is the -o directory of `mesh-release build`.", publishCmd},
 	{"target", "(NODE… | --fleet) VERSION", "set which version nodes (or the fleet) should run", targetAbout, targetCmd},
+	{"window", windowArgs, "set, show or clear the maintenance windows nodes stand aside in", windowAbout, windowCmd},
 	{"rollout", rolloutArgs, "stage a release across the fleet, halting by itself on trouble", rolloutAbout, rolloutCmd},
 	{"blob", blobArgs, "put files on the bus for declarations to name by digest", blobAbout, blobCmd},
 	{"withdraw", "VERSION", "withdraw a host version for good: nodes step down from it", withdrawAbout, withdrawCmd},

@@ -1,0 +1,51 @@
+package launcher
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/rollback"
+)
+
+// status says what the host's heartbeat says while it waits for its maintenance window, as long
+// as the version it waits for is on disk and not running; a wait left behind for a version that
+// runs now, or is gone, is not shown.
+func TestStatusSaysTheNodeWaitsForItsWindowWhileThatVersionIsStaged(t *testing.T) {
+	opens := time.Date(2026, 12, 2, 2, 0, 0, 0, time.FixedZone("CET", 3600))
+	for _, tc := range []struct {
+		name    string
+		version string // the version waited for
+		staged  bool   // it is on disk beside v1.0.0
+		shown   bool
+	}{
+		{"a staged version waiting", "v1.1.0", true, true},
+		{"the version that runs", "v1.0.0", false, false},
+		{"a version not on disk", "v1.2.0", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := stagedRoot(t, os.Getpid())
+			if tc.staged {
+				if err := os.MkdirAll(rollback.VersionDir(root, tc.version), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(rollback.BinaryPath(root, tc.version), []byte("binary 2"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rollback.WriteWindowWait(root, &rollback.WindowWait{Version: tc.version, Opens: opens, Window: "mon-fri 02:00-04:00 Europe/Brussels"}); err != nil {
+				t.Fatal(err)
+			}
+			rep := statusWhileLocked(t, root)
+			text := textOf(t, rep)
+			want := "window staged " + tc.version + ", waiting for the window (opens 2026-12-02T02:00+01:00)"
+			if got := strings.Contains(text, want); got != tc.shown {
+				t.Errorf("status shows %q: %v, want %v\n%s", want, got, tc.shown, text)
+			}
+			if (rep.WindowWait != nil) != tc.shown {
+				t.Errorf("window_wait %+v, shown %v", rep.WindowWait, tc.shown)
+			}
+		})
+	}
+}
