@@ -94,6 +94,11 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter st
 		return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
 	}
 	defer msgs.Stop()
+	// Next is also given a context: Stop alone did not always end it when the consumer's server
+	// had just restarted (the ordered consumer's reset made a new subscription after the stop,
+	// and Next waited on it for ever, holding a rollout's end).
+	nctx, ncancel := context.WithCancel(ctx)
+	defer ncancel()
 	stop := context.AfterFunc(ctx, msgs.Stop)
 	defer stop()
 	// The consumer lives on one server. When that server dies with no word (SIGKILL, a machine
@@ -110,6 +115,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter st
 				lostMu.Lock()
 				lost = err
 				lostMu.Unlock()
+				ncancel()
 				msgs.Stop()
 			}
 		}()
@@ -121,7 +127,7 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter st
 		ready()
 	}
 	for {
-		m, err := msgs.Next()
+		m, err := msgs.Next(jetstream.NextContext(nctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
