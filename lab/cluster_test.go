@@ -46,7 +46,6 @@ func startCluster(tb testing.TB, n int) *natsCluster {
 	})
 }
 
-
 // startBareStockCluster is startCluster with the stock nats-server binary (no auth, no TLS: the
 // benchmarks' bus; stockcluster_test.go has the operator-mode one), built from the module
 // go.mod pins, each server run as `nats-server -c FILE` from a configuration giving it its
