@@ -617,7 +617,7 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 			return WithdrawalsArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
 		}),
 	}
-	keys = append(keys, l.targetWatches(&targetFold{l: l})...)
+	keys = append(keys, l.targetWatches(&keyFold{})...)
 	// A user signed before decision 0022 predates maintenance windows too: it may create no
 	// consumer on the two window keys, so its link does not try (it keeps no window until its
 	// credentials are renewed; the reconnect that follows starts a session with them).

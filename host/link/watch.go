@@ -313,20 +313,19 @@ type revSeen struct {
 	rev uint64
 }
 
-// targetFold folds the node and fleet target keys, each on its own watch, into the effective
-// target, reported once both keys' initial values are in and whenever it changes.
-type targetFold struct {
-	l     *Link
+// keyFold folds a node's own key and the fleet's, each on its own watch, into the one in force
+// (the node's while present): report is called once both keys' initial values are in and on
+// every change after, with the fold's lock held, so the two watches report one at a time.
+type keyFold struct {
 	mu    sync.Mutex
 	entry [2]*keyEntry // node, fleet; nil while absent or deleted
 	ready [2]bool
 }
 
-func (l *Link) targetWatches(f *targetFold) []watchedKey {
-	keys := [2]string{wire.NodeTargetKey(l.opts.Node), wire.FleetTargetKey}
+func (f *keyFold) watches(bucket string, keys [2]string, report func(ctx context.Context, node, fleet *keyEntry) bool) []watchedKey {
 	out := make([]watchedKey, 2)
 	for i, key := range keys {
-		out[i] = watchedKey{bucket: l.opts.Names.Targets(), key: key,
+		out[i] = watchedKey{bucket: bucket, key: key,
 			// A watch started again forgets what the last one said: its key is unknown until
 			// the initial value is in, and nothing is reported meanwhile.
 			start: func() {
@@ -337,24 +336,29 @@ func (l *Link) targetWatches(f *targetFold) []watchedKey {
 			handle: func(ctx context.Context, e *keyEntry) bool {
 				f.mu.Lock()
 				defer f.mu.Unlock()
-				if e == nil {
+				switch {
+				case e == nil:
 					f.ready[i] = true
-				} else if e.Deleted {
+				case e.Deleted:
 					f.entry[i] = nil
-				} else {
+				default:
 					f.entry[i] = e
 				}
 				if !f.ready[0] || !f.ready[1] {
 					return true
 				}
-				return l.reportTarget(ctx, f.entry[0], f.entry[1])
+				return report(ctx, f.entry[0], f.entry[1])
 			}}
 	}
 	return out
 }
 
-// reportTarget sends the effective target if it changed. Called with the fold's lock held, so
-// the two target watches report one at a time.
+// targetWatches follow the node's target key and the fleet's, folded into the effective target.
+func (l *Link) targetWatches(f *keyFold) []watchedKey {
+	return f.watches(l.opts.Names.Targets(), [2]string{wire.NodeTargetKey(l.opts.Node), wire.FleetTargetKey}, l.reportTarget)
+}
+
+// reportTarget sends the effective target if it changed (keyFold's report).
 func (l *Link) reportTarget(ctx context.Context, node, fleet *keyEntry) bool {
 	eff := node
 	if eff == nil {

@@ -3,7 +3,6 @@ package link
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/novox/mesh-host/wire"
 )
@@ -22,48 +21,19 @@ type WindowChanged struct {
 
 func (WindowChanged) event() {}
 
-// windowFold folds the node's and the fleet's window keys into the window in force, as
-// targetFold does the targets: reported once both keys' initial values are in, and whenever it
-// changes.
+// windowFold folds the node's and the fleet's window keys into the window in force (keyFold),
+// remembering what it reported last across sessions: a reconnect reports only a change.
 type windowFold struct {
-	l     *Link
-	mu    sync.Mutex
-	entry [2]*keyEntry // node, fleet; nil while absent or deleted
-	ready [2]bool
-	// What was reported last, across sessions (a reconnect reports only a change).
+	keyFold
+	l        *Link
 	seen     bool
 	key      string
 	revision uint64
 }
 
 func (l *Link) windowWatches(f *windowFold) []watchedKey {
-	keys := [2]string{wire.NodeWindowKey(l.opts.Node), wire.FleetWindowKey}
-	out := make([]watchedKey, 2)
-	for i, key := range keys {
-		out[i] = watchedKey{bucket: l.opts.Names.Targets(), key: key,
-			start: func() {
-				f.mu.Lock()
-				f.entry[i], f.ready[i] = nil, false
-				f.mu.Unlock()
-			},
-			handle: func(ctx context.Context, e *keyEntry) bool {
-				f.mu.Lock()
-				defer f.mu.Unlock()
-				switch {
-				case e == nil:
-					f.ready[i] = true
-				case e.Deleted:
-					f.entry[i] = nil
-				default:
-					f.entry[i] = e
-				}
-				if !f.ready[0] || !f.ready[1] {
-					return true
-				}
-				return f.report(ctx)
-			}}
-	}
-	return out
+	return f.watches(l.opts.Names.Targets(), [2]string{wire.NodeWindowKey(l.opts.Node), wire.FleetWindowKey},
+		func(ctx context.Context, _, _ *keyEntry) bool { return f.report(ctx) })
 }
 
 // report sends the window in force if it changed; called with the fold's lock held.
