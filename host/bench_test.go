@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // BenchmarkDeclarationToAppliedHeartbeat measures, on loopback with a real server, the time from

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The reproduction: a valid 429 KB declaration of 11,000 file resources, failing. The

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Drift: the timer's reconcile finds a file whose content and mode were changed and a directory

@@ -14,9 +14,9 @@ import (
 	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/internal/logkey"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // testHost is one host run loop in this process, with its own root, as the lab's fleets run them.

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // 1. A declaration put reaches the host and is reconciled; the heartbeat shows its revision.

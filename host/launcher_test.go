@@ -10,10 +10,10 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The heartbeat names the launcher running the host as records.db says it (issue 19, 6): its

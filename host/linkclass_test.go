@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A node that declares its link metered says so in every heartbeat; one that declares nothing

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A running host's heartbeat, as the bus stored it, says what machine it runs on: detected, so

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A declaration naming a path inside this host's configured root (not the default one, which

@@ -16,10 +16,10 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/config"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // signed is a target for version under key, numbered seq, expiring at expires, signed by priv.

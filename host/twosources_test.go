@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // substrate is the resources both nodes are raised with, under base.

@@ -9,9 +9,9 @@ import (
 	"time"
 	_ "time/tzdata"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // clock is an injected clock the test moves.

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/internal/logkey"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/publish"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // goBuild builds pkg (relative to the module root) with version stamped as main.version, static,

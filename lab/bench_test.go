@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // PkgAnyVersion is the real host taking its version from the launcher (benchmarks only).

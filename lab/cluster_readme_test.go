@@ -15,10 +15,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/enrol"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The README's "A cluster of three stock NATS servers", run as written from a copy of this

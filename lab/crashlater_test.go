@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The crashlater fixture is what the rollout's soak exists for: it confirms like the real host,

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A node upgrades by a delta of the real host: v1.0.1 is built with `mesh-release build

@@ -37,7 +37,11 @@ func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 		banned []string
 	}{
 		{"./release/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/rollback"}},
-		{"./wire/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "github.com/nats-io/"}},
+		{"./wire/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/rollback"}},
+		// The contract itself is JSON and names: no NATS. Only the bus's layout (wire/buslayout,
+		// made with the client) and the tests' bus (wire/meshtest, checked below) speak NATS.
+		{"./wire ./wire/archive ./wire/delta", []string{"github.com/nats-io/"}},
+		{"./wire/buslayout", []string{"github.com/nats-io/nats-server", "github.com/nats-io/jwt"}},
 		// Prometheus's client is the release side's (mesh-release metrics): nodes listen on nothing.
 		{"./host/...", []string{"/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "github.com/prometheus/"}},
 		{"./launcher/...", []string{"/mesh-host/host", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire", "github.com/prometheus/"}},
@@ -45,12 +49,13 @@ func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 		// (mesh-release, mesh-host, mesh-launcher), links it.
 		{"./release/... ./host/... ./launcher/... ./rollback/... ./wire/... ./internal/... ./lab", []string{"github.com/chromedp/"}},
 		{"./rollback/...", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire"}},
+		// The arrow between wire/ and internal/ runs one way: the contract uses internal/'s
+		// plumbing (the version rule, bounded text, ctxio), so nothing in internal/ imports wire/.
+		// What spoke the contract moved up beside it: wire/buslayout and wire/meshtest.
+		{"./internal/...", []string{"/mesh-host/wire"}},
 		// The leaves everyone shares (the version rule, the SQLite and atomic-write plumbing,
 		// the command-line rule, the file lock) carry no weight: nothing of the module above them, and no
-		// network code. (internal/meshtest is test support, checked below.)
-		// Test support is a leaf too: tests of every side import it, so it imports no side
-		// (the bus it starts is made by internal/buslayout, as release's init makes it).
-		{"./internal/meshtest ./internal/buslayout", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/rollback"}},
+		// network code.
 		{"./internal/layout ./internal/sqlitefile ./internal/atomicfile ./internal/cmdline ./internal/ctxio ./internal/filelock ./internal/text", []string{"/mesh-host/host", "/mesh-host/launcher", "/mesh-host/release", "/mesh-host/lab", "/mesh-host/wire", "/mesh-host/rollback", "github.com/nats-io/", "net/http"}},
 	} {
 		t.Run(tc.pkgs, func(t *testing.T) {
@@ -71,10 +76,10 @@ func TestPackagesImportOnlyWhatTheirJobNeeds(t *testing.T) {
 	}
 }
 
-// internal/meshtest is test support: only _test.go files import it, so no package of the module,
+// wire/meshtest is test support: only _test.go files import it, so no package of the module,
 // and no binary, depends on it. (`go list` without -test leaves test imports out.)
 func TestTestSupportIsImportedOnlyByTests(t *testing.T) {
-	const meshtest = "github.com/novox/mesh-host/internal/meshtest"
+	const meshtest = "github.com/novox/mesh-host/wire/meshtest"
 	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", "./...")
 	cmd.Dir = bins.Src
 	out, err := cmd.CombinedOutput()

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // startFleet runs a fleet of n nodes for the test, stopped when it ends (with every node's log

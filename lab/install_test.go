@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // installCmd runs the built `mesh-launcher install args…` and returns its exit status and output.

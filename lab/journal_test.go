@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // journalEntries listens where the launcher built by journalLauncher sends journal entries and

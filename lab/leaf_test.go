@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A site behind a leaf server (issue 20, 3.4; docs/decisions/0025), with real processes: a hub

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // linkedNode starts a bus, subscribes to node "lab"'s heartbeats and starts its launcher with

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A newcomer's first mistake: a host binary built without a version stamp placed by hand as

@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The README's "Operating it" section, run as a stranger would: its shell blocks, in order, from

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A host that writes a 10 MB line and 100 MB in all used to be killed by its own launcher: the

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // SIGKILL of the real host at random points while it stages its target, 50 times: no half

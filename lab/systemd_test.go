@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The launcher speaks sd_notify when NOTIFY_SOCKET is set: READY=1, readable STATUS= lines,

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Issue 11: a release that starts fine but is wrong can be pulled back. `mesh-release withdraw`

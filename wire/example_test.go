@@ -7,8 +7,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A release side signs a manifest with its release key; a host verifies it against the keys in

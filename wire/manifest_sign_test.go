@@ -11,8 +11,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func TestManifestSignedVerifiesAndRoundTrips(t *testing.T) {

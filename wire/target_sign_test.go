@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 var signedAt = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -8,8 +8,8 @@ import (
 	"time"
 	_ "time/tzdata" // the zones, whatever the machine running the tests has
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func TestWindowSpecParsesDaysTimesAndZone(t *testing.T) {

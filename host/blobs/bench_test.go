@@ -13,9 +13,9 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/blobs"
-	"github.com/novox/mesh-host/internal/meshtest"
 	rblobs "github.com/novox/mesh-host/release/blobs"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A 16 MiB blob fetched from a real embedded bus into an empty cache (hash, fsync, rename), and

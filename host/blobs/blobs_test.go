@@ -17,9 +17,9 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/host/blobs"
-	"github.com/novox/mesh-host/internal/meshtest"
 	rblobs "github.com/novox/mesh-host/release/blobs"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // counting wraps a real source and counts its fetches; gate, when set, holds each fetch until

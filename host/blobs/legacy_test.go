@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/jwt/v2"
 
 	"github.com/novox/mesh-host/host/blobs"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A node fetches a blob with the credentials it has: with those from before decision 0022 by

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // BenchmarkDeliver20MB stages a 20 MB binary from an embedded bus — fetch while hashing,

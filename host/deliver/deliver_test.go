@@ -21,9 +21,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 const v1 = "v1.0.0"

@@ -24,8 +24,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 const testPassword = "S3cretPassw0rd"

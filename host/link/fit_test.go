@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // hugeHeartbeat is a heartbeat of about 3 MB: five rollbacks with 500 KB of output each, and

@@ -6,8 +6,8 @@ import (
 	"time"
 	_ "time/tzdata"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func window(t *testing.T, key string, nodes []string, spec string) []byte {

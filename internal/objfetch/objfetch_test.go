@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/internal/objfetch"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Each case puts an object of three chunks and a half, spoils the store as it says, and reads

@@ -18,9 +18,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // tinyBinaries builds testdata/tiny once per architecture for the whole test binary.

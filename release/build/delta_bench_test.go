@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire/archive"
 	"github.com/novox/mesh-host/wire/delta"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // BenchmarkDeltaSteps measures the bytes a node moves to upgrade across 1, 3, 10 and 30 commits of

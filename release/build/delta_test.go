@@ -11,9 +11,9 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/delta"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func TestBuildWithDeltaFromWritesADeltaTheManifestSigns(t *testing.T) {

@@ -5,11 +5,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/internal/buslayout"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/buslayout"
 )
 
-// The limits Init gives what it creates (docs/wire.md, "Limits"), said in internal/buslayout,
+// The limits Init gives what it creates (docs/wire.md, "Limits"), said in wire/buslayout,
 // the one place the bus's layout is written, so that the tests' embedded bus is made the same way.
 const (
 	KVMaxConsumers    = buslayout.KVMaxConsumers

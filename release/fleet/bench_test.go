@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // BenchmarkFleetRead measures reading every node's last heartbeat (what `mesh-release fleet`

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func TestLastReadsOneNodesLastWord(t *testing.T) {

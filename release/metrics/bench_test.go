@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // What one scrape costs at 10,000 nodes: the fleet view judged as of the scrape (the fleet

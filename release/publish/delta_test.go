@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/delta"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // payloads are successive "binaries": random bytes, each a small edit of the one before.

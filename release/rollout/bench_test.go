@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // BenchmarkRollout2000 rolls a release out to 2,000 simulated nodes (the wire protocol only,

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/targets"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // planned is a running rollout of n nodes as Start stores it, built directly (no node runs):

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Issue 18, item 4: `--follow` while soaking printed "0/1 soaked" every 2s and ran 30s past the

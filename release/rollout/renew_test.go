@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // lateReplies is the rollouts bucket on a loaded cluster: every Update lands on the server, but

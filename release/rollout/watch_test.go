@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func TestWatchRollsOutEachNewerAnnouncementSupersedingAndSkipping(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Found profiling a rollout of 100,000 simulated nodes (issue 20): each pass of the keeper —

@@ -6,8 +6,8 @@ import (
 	"time"
 	_ "time/tzdata"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A window set for a group is one document naming the group, under each node's key, signed

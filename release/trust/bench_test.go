@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // What the benchmark's server runs as: the bus before this issue, operator mode in plaintext,

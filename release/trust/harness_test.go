@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // mesh is `mesh-release serve` as the command runs it, in the test process: an embedded server on

@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire/archive"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // A release packs the host binary; a host extracts it into a staging directory, getting the

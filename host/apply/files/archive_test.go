@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/host/apply"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 func tdir(name string, mode int64) meshtest.Entry {

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/host/apply"
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The drift check every node pays every 10 minutes: Inspect of resources that are in their

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/build"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // `mesh-release build` packs the launcher it is given and says so; --no-launcher writes schema 1;

@@ -16,11 +16,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // trustedBus is the bus `serve` runs in operator mode: the trust store and CA in data, TLS (the

@@ -11,13 +11,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/internal/buslayout"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/buslayout"
 )
 
 func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {

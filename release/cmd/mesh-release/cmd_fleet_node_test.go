@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // storyHeartbeat is a node with a story: a rollback whose failed version printed 15 lines (the

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The issue: `fleet` printed heartbeat fields raw, so a spoofed "running" put terminal escape

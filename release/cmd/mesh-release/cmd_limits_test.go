@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // bigDeclaration is a valid declaration for node of at least size bytes.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/trust"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 const webToken = "0123456789abcdef0123456789abcdef"

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Bad arguments to withdraw are usage errors said before the bus is dialled.

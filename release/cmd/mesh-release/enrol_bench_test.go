@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // BenchmarkEnrolToFirstHeartbeat is issue 11's figure: from a token handed to a node with its

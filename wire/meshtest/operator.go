@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/novox/mesh-host/internal/buslayout"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/buslayout"
 )
 
 // OperatorBus is an embedded server in operator mode laid out as `mesh-release serve` lays it

@@ -1,9 +1,11 @@
-// Package meshtest is what the mesh's tests share, so that each thing a test needs is made in one
-// place:
+// Package meshtest is the test support every side's tests share: a real bus, hostile archives,
+// fixed keys, bounded waits.
+//
+// Each thing a test needs is made in one place:
 //
 //   - a real bus: StartBus runs an embedded NATS server with JetStream on a free loopback port and
-//     creates the mesh's buckets and stream as `mesh-release init` does (internal/buslayout,
-//     so that test support imports nothing of the release side); StartServer runs a bare one that
+//     creates the mesh's buckets and stream as `mesh-release init` does (wire/buslayout, so that
+//     test support imports nothing of the release side); StartServer runs a bare one that
 //     refuses clients as a test asks;
 //   - hostile archives: Archive writes tar+zstd from hand-made entries, as Pack never would;
 //   - release keys: ReleaseKey, SecondKey and StrangerKey, ed25519 from fixed seeds, the same in
@@ -12,5 +14,7 @@
 //     Eventually polls a condition; tests wait on records, store state and heartbeats, never on
 //     log text or a fixed sleep.
 //
-// It is imported only by _test.go files; lab's TestTestSupportIsImportedOnlyByTests keeps it so.
+// It lives beside the contract it speaks (as net/http/httptest beside net/http), so internal/
+// imports nothing of wire/. It is imported only by _test.go files; lab's
+// TestTestSupportIsImportedOnlyByTests keeps it so.
 package meshtest

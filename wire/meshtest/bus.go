@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/novox/mesh-host/internal/buslayout"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/buslayout"
 )
 
 // Bus is a real NATS server with JetStream, embedded in the test process on loopback, and a
@@ -82,7 +82,7 @@ func NoBuckets() BusOption { return func(o *busOptions) { o.noBuckets = true } }
 
 // StartBus runs the bus on a free loopback port with its JetStream store in a temp dir, connects
 // to it and, unless NoBuckets, creates the mesh's buckets and heartbeat stream as `mesh-release
-// init` does (internal/buslayout).
+// init` does (wire/buslayout).
 func StartBus(tb testing.TB, opts ...BusOption) *Bus {
 	tb.Helper()
 	b := &Bus{Names: wire.NamesFor(""), tb: tb, dir: tb.TempDir(), port: server.RANDOM_PORT}

@@ -1,7 +1,10 @@
-// Package buslayout is the mesh's bus as `mesh-release init` makes it: the KV buckets, object
-// stores and heartbeat stream under a prefix, each with explicit limits. It is a leaf so that
-// the release side (release/bus.Init) and the tests' embedded bus (internal/meshtest) make the
-// same bus, and test support need not import the release side.
+// Package buslayout makes the mesh's bus as `mesh-release init` does: its buckets, object stores
+// and heartbeat stream.
+//
+// Each is made under a prefix with explicit limits (docs/wire.md, "Limits"): the layout is part
+// of the contract, so it lives under wire/. The release side (release/bus.Init) and the tests'
+// embedded bus (wire/meshtest) make the same bus, and test support need not import the release
+// side.
 package buslayout
 
 import (
