@@ -1,8 +1,10 @@
-// Package host is mesh-host's run loop as a library type, so one process can run many hosts
-// (the lab's fleets) and main stays small: hold the lock, reconcile on the four triggers (start,
-// a declaration arriving, reconnect, the drift timer), confirm after the first completed
-// reconcile, heartbeat upward, and stand aside between reconciles when Choose names another
+// Package host is mesh-host's run loop: reconcile, confirm, heartbeat, and stand aside for a newer
 // version.
+//
+// It is a library type so one process can run many hosts (the lab's fleets) and main stays small:
+// hold the lock, reconcile on the four triggers (start, a declaration arriving, reconnect, the
+// drift timer), confirm after the first completed reconcile, heartbeat upward, and stand aside
+// between reconciles when Choose names another version.
 package host
 
 import (

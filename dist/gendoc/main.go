@@ -1,5 +1,7 @@
-// Command gendoc writes what the packages carry beside the binaries, from the binaries
-// themselves, so none of it is written by hand and none can drift from the code:
+// Command gendoc writes the man pages, completions and changelogs the packages carry, from the
+// binaries themselves.
+//
+// So none of it is written by hand and none can drift from the code:
 //
 //	gendoc pages -out DIR -version V -date EPOCH BINARY[:SECTION]...
 //

@@ -1,9 +1,11 @@
-// Package apply makes the machine match a declaration: each resource in order through its
-// kind's Applier (inspect what is there, change only what differs, inspect again as the
-// read-back), recording what it applied only after it worked, then removing — in reverse
-// order — what it applied before and is no longer declared, and never anything it did not
-// create. The drift check is the same pass: a resource found differing from the spec it was
-// last applied with has drifted.
+// Package apply makes the machine match a declaration, removing only what it created that is no
+// longer declared.
+//
+// It takes each resource in order through its kind's Applier (inspect what is there, change only
+// what differs, inspect again as the read-back), recording what it applied only after it worked,
+// then removing — in reverse order — what it applied before and is no longer declared, and never
+// anything it did not create. The drift check is the same pass: a resource found differing from the
+// spec it was last applied with has drifted.
 package apply
 
 import (

@@ -1,7 +1,9 @@
-// Package blobs gives the host the content a declaration names by digest — a file's, an
-// archive's or a package's source, "sha256:<hex>" — verified, from a local cache filled from
-// one Source: the bus's blobs object store over the host's one link (Bus), or a bundle's
-// blobs/ directory (Dir).
+// Package blobs gives the host the content a declaration names by digest, verified, from a local
+// cache.
+//
+// That is a file's, an archive's or a package's source, "sha256:<hex>" — verified, from a local
+// cache filled from one Source: the bus's blobs object store over the host's one link (Bus), or a
+// bundle's blobs/ directory (Dir).
 //
 // The cache is DIR/sha256/<hex> (the host uses ROOT/blobs). A blob is written there only
 // after its bytes were hashed on the way in and matched the digest that names it: written to a

@@ -1,5 +1,7 @@
-// Package cli is mesh-host's command line, apart from main so the lab's fixtures can wrap the
-// real host: `run` (started by mesh-launcher), `preflight` (proves a staged binary can run on
+// Package cli is mesh-host's command line, apart from main so the lab's fixtures can wrap the real
+// host.
+//
+// Its commands: `run` (started by mesh-launcher), `preflight` (proves a staged binary can run on
 // this node before anything stands aside), `enrol` (joins the mesh with a token) and `version`.
 package cli
 

@@ -1,8 +1,10 @@
-// Package deliver is the host's side of delivering its successor: given a target version it
-// has not got, it reads and verifies the signed manifest, fetches the archive by digest,
-// extracts it strictly into a staging directory, proves the binary with its own preflight and
-// renames it into versions/<v> — or refuses, leaving nothing under versions/ but complete
-// versions.
+// Package deliver is the host's side of delivering its successor: fetch, verify, stage and prove a
+// target version.
+//
+// Given a target version it has not got, it reads and verifies the signed manifest, fetches the
+// archive by digest, extracts it strictly into a staging directory, proves the binary with its own
+// preflight and renames it into versions/<v> — or refuses, leaving nothing under versions/ but
+// complete versions.
 //
 // Guarantees, each a test:
 //   - nothing appears in versions/<v> unless its manifest verified against a trusted key, the

@@ -1,8 +1,11 @@
-// Package enrol is the node's side of enrolment: from a one-time token it makes the node's own
-// nkey user (the seed never leaves the node), asks the mesh's enrolment service over TLS pinned
-// to the token's CA fingerprint to sign it, and writes what the host then runs with:
-// ROOT/node.creds, ROOT/ca.pem and ROOT/host.json. docs/decisions/0011-trust-on-the-bus.md,
-// "Enrolment", is the design; release/enrol is the service.
+// Package enrol is the node's side of enrolment: a one-time token turned into the node's own
+// credentials.
+//
+// From a one-time token it makes the node's own nkey user (the seed never leaves the node), asks
+// the mesh's enrolment service over TLS pinned to the token's CA fingerprint to sign it, and writes
+// what the host then runs with: ROOT/node.creds, ROOT/ca.pem and ROOT/host.json.
+// docs/decisions/0011-trust-on-the-bus.md, "Enrolment", is the design; release/enrol is the
+// service.
 package enrol
 
 import (

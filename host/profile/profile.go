@@ -1,8 +1,10 @@
-// Package profile detects what this machine can do (the profile) and what it is and holds
-// (the inventory), for the heartbeat and `mesh-host profile`. Everything is detected, never
-// assumed (seed 003): a capability counts only when it was seen working — a container runtime
-// whose client is installed but whose engine does not answer is not working, and systemd that
-// is installed but not PID 1 is only present.
+// Package profile detects what this machine can do (the profile) and what it is and holds (the
+// inventory).
+//
+// Both are for the heartbeat and `mesh-host profile`. Everything is detected, never assumed (seed
+// 003): a capability counts only when it was seen working — a container runtime whose client is
+// installed but whose engine does not answer is not working, and systemd that is installed but not
+// PID 1 is only present.
 //
 // Detect runs commands (a runtime's `info` can take seconds), so the host runs it at its start
 // and on each drift timer, not per heartbeat. Take runs no command but reads /proc files the

@@ -1,8 +1,10 @@
-// Package store is the host's own memory, ROOT/store.db: the declaration it holds and its
-// revision, the declarations it refused, every reconcile it ran, the highest sequence number of
-// each signed value it accepted (targets, the withdrawal list) and the versions withdrawn. The
-// host owns this file; nothing else writes it. It lets a host restarted without the bus
-// reconcile what it held, refuse a replayed target, and keep a withdrawn version out.
+// Package store is the host's own memory, ROOT/store.db.
+//
+// It keeps the declaration it holds and its revision, the declarations it refused, every reconcile
+// it ran, the highest sequence number of each signed value it accepted (targets, the withdrawal
+// list) and the versions withdrawn. The host owns this file; nothing else writes it. It lets a host
+// restarted without the bus reconcile what it held, refuse a replayed target, and keep a withdrawn
+// version out.
 package store
 
 import (

@@ -1,5 +1,6 @@
-// Package ctxio stops a long read when its context ends: io.Copy and decoders read until EOF
-// and know nothing of contexts.
+// Package ctxio stops a long read when its context ends.
+//
+// Io.Copy and decoders read until EOF and know nothing of contexts.
 package ctxio
 
 import (

@@ -1,7 +1,8 @@
-// Package objfetch reads one object of a JetStream object store without a consumer: each chunk
-// is a direct get of the next message on the object's chunk subject, so a node fetches an
-// archive or a blob leaving nothing on the server behind it, and needs no permission to create
-// a consumer (docs/security.md, "A node creates no consumer"). It checks the chunks against the
+// Package objfetch reads one object of a JetStream object store without a consumer.
+//
+// Each chunk is a direct get of the next message on the object's chunk subject, so a node fetches
+// an archive or a blob leaving nothing on the server behind it, and needs no permission to create a
+// consumer (docs/security.md, "A node creates no consumer"). It checks the chunks against the
 // store's own size and digest of the object as they arrive, as nats.go's obs.Get does.
 package objfetch
 

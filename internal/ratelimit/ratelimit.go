@@ -1,5 +1,7 @@
-// Package ratelimit caps how fast a reader is read (or a writer written): a token bucket of bytes per second, so an
-// upgrade's fetch never takes more of a node's link than host.json's max_fetch_rate allows.
+// Package ratelimit caps how fast a reader is read (or a writer written): a token bucket of bytes
+// per second.
+//
+// So an upgrade's fetch never takes more of a node's link than host.json's max_fetch_rate allows.
 //
 // The bucket holds at most one Read's worth (Burst, a tenth of a second of the rate, between
 // 1 KiB and 64 KiB), and a Read returns at most that much: bytes leave at the rate in small steps,

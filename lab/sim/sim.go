@@ -1,9 +1,11 @@
-// Package sim runs light simulated nodes that speak the mesh's wire protocol and nothing else,
-// so a rollout can be driven across thousands of nodes on one machine: each node follows its
-// target (KV node.<id>, falling back to the fleet key; a signed target, verified as a host
-// verifies it when Config.TrustedKeys is set), heartbeats into the heartbeat stream,
-// "starts" a newer target after a random delay and confirms it shortly after — or, if told to
-// fail it, rolls back from it as a launcher would. There is no root, no records, no fetch.
+// Package sim runs light simulated nodes that speak only the wire protocol, thousands on one
+// machine.
+//
+// A rollout can be driven across thousands of nodes on one machine: each node follows its target
+// (KV node.<id>, falling back to the fleet key; a signed target, verified as a host verifies it
+// when Config.TrustedKeys is set), heartbeats into the heartbeat stream, "starts" a newer target
+// after a random delay and confirms it shortly after — or, if told to fail it, rolls back from it
+// as a launcher would. There is no root, no records, no fetch.
 //
 // Nodes are spread over a few connections (shards). A node follows the keys a host follows
 // (its declaration, its own and the fleet target, the withdrawal list) as a host does since

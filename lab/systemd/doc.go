@@ -1,9 +1,11 @@
-// Package systemd is a lab of real systemd nodes: Debian bookworm booted with systemd as PID 1
-// under systemd-nspawn, each node its own network namespace veth-paired into a lab bridge
+// Package systemd is a lab of real systemd nodes: Debian booted with systemd as PID 1 under
+// systemd-nspawn.
+//
+// The Debian is bookworm; each node its own network namespace veth-paired into a lab bridge
 // namespace where the bus listens on a private address (10.77.0.1:4222) the lab made. The bus is
 // served in this process without authentication, or is one the caller runs on this machine
-// (Options.Bus), such as the real `mesh-release serve` in operator mode: the lab relays the
-// bridge address to it, TLS passing through untouched, so its certificate must name 10.77.0.1.
+// (Options.Bus), such as the real `mesh-release serve` in operator mode: the lab relays the bridge
+// address to it, TLS passing through untouched, so its certificate must name 10.77.0.1.
 //
 // Its guarantees, each one a test or a check the harness makes on itself:
 //   - The rootfs is built once per set of inputs (suite, variant, packages, mirror, architecture)

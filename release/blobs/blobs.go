@@ -1,5 +1,6 @@
-// Package blobs puts files on the bus for declarations to name by digest: a file's, an
-// archive's or a package's `source`. Each goes into the blobs object store
+// Package blobs puts files on the bus for declarations to name by digest.
+//
+// They are a file's, an archive's or a package's `source`. Each goes into the blobs object store
 // (wire.Names.Blobs) under the name of its own digest, "sha256:<hex>", where a host's cache
 // (host/blobs) fetches and verifies it.
 package blobs

@@ -1,8 +1,11 @@
-// Package build makes a host release: it builds the mesh-host binary and the mesh-launcher
-// from the same tree (or takes them built elsewhere), packs them into the reproducible host
-// archive, and writes the signed manifest beside it — or signs an archive a release pipeline
-// made, without repacking it. A release carrying its launcher is manifest schema 2; one
-// without (NoLauncher, for hosts that read schema 1 only) is schema 1 (decision 0014).
+// Package build makes a host release: the binaries, the reproducible archive and its signed
+// manifest.
+//
+// It builds the mesh-host binary and the mesh-launcher from the same tree (or takes them built
+// elsewhere), packs them into the reproducible host archive, and writes the signed manifest beside
+// it — or signs an archive a release pipeline made, without repacking it. A release carrying its
+// launcher is manifest schema 2; one without (NoLauncher, for hosts that read schema 1 only) is
+// schema 1 (decision 0014).
 package build
 
 import (

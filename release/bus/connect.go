@@ -1,5 +1,8 @@
-// Package bus is the control side's access to NATS: connecting to an existing server or
-// cluster, serving an embedded one, and creating the mesh's buckets and stream.
+// Package bus is the control side's access to NATS: connect, serve an embedded server, create the
+// buckets.
+//
+// It connects to an existing server or cluster, serves an embedded one, and creates the mesh's
+// buckets and stream.
 package bus
 
 import (

@@ -1,7 +1,8 @@
-// Package enrol turns a one-time token into a node's own identity on the bus: IssueToken makes
-// the token (and records it, never its secret), and Service answers a node that presents it
-// with a user JWT for the nkey the node made, and revokes a node's key when the operator asks.
-// docs/decisions/0011-trust-on-the-bus.md, "Enrolment", is the design.
+// Package enrol turns a one-time token into a node's own identity on the bus.
+//
+// IssueToken makes the token (and records it, never its secret), and Service answers a node that
+// presents it with a user JWT for the nkey the node made, and revokes a node's key when the
+// operator asks. docs/decisions/0011-trust-on-the-bus.md, "Enrolment", is the design.
 package enrol
 
 import (

@@ -1,7 +1,9 @@
-// Package fleet is the control side's view of the fleet: every node's last heartbeat, read from
-// the heartbeat stream, as rows an operator can scan — with nodes gone silent standing out, and
-// each node's STATE saying what it is doing (rolled back, refused, fetching, on trial, …),
-// judged from its last heartbeat by the rules in status.go, the first match winning.
+// Package fleet is the control side's view of the fleet: every node's last heartbeat, as rows to
+// scan.
+//
+// The heartbeats are read from the heartbeat stream. In the rows, nodes gone silent stand out, and
+// each node's STATE says what it is doing (rolled back, refused, fetching, on trial, …), judged
+// from its last heartbeat by the rules in status.go, the first match winning.
 package fleet
 
 import (

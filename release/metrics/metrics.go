@@ -1,6 +1,7 @@
 // Package metrics serves the fleet, the current rollout and the releases as Prometheus metrics
-// (docs/metrics.md): what `mesh-release metrics` and `serve --metrics` serve on /metrics. It only
-// reads the bus.
+// (docs/metrics.md).
+//
+// It is what `mesh-release metrics` and `serve --metrics` serve on /metrics. It only reads the bus.
 //
 // Heartbeats are followed in the background: fleet.Watch folds them, pushed by the server, into
 // a fleet.View, and a scrape judges the view's rows as of its own time (the fleet view's STATE

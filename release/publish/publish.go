@@ -1,6 +1,8 @@
-// Package publish puts host releases on the bus: the archive into the archives object store
-// and its manifest into the releases KV (the announcement hosts watch), and sets which version
-// nodes, or the whole fleet, should run (a signed target, release/targets).
+// Package publish puts host releases on the bus and sets which version nodes, or the fleet, should
+// run.
+//
+// The archive goes into the archives object store and its manifest into the releases KV (the
+// announcement hosts watch); the version to run is a signed target (release/targets).
 package publish
 
 import (

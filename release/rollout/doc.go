@@ -1,10 +1,11 @@
-// Package rollout stages a host release across the fleet and halts by itself when the release
-// looks broken: canaries first, then growing batches, each batch's nodes targeted one key at a
-// time (KV node.<id>) and watched on their heartbeats until every one runs the version confirmed
-// and stays so for a soak; only then the next batch, and after the last the fleet key. A node of
-// the current batch that goes silent, rolls back, restarts during its soak, refuses the version
-// or does not confirm within the window halts the rollout: no further batch, the batch's targets
-// set back, the fleet key untouched, and a report naming each node and why.
+// Package rollout stages a host release across the fleet and halts by itself when it looks broken.
+//
+// It goes canaries first, then growing batches, each batch's nodes targeted one key at a time (KV
+// node.<id>) and watched on their heartbeats until every one runs the version confirmed and stays
+// so for a soak; only then the next batch, and after the last the fleet key. A node of the current
+// batch that goes silent, rolls back, restarts during its soak, refuses the version or does not
+// confirm within the window halts the rollout: no further batch, the batch's targets set back, the
+// fleet key untouched, and a report naming each node and why.
 //
 // The state of every rollout lives in KV <prefix>_rollouts (key rollout.<id>, plus "current"
 // naming the newest), and every write is a compare-and-set on the revision last read, so two

@@ -1,7 +1,8 @@
-// Package targets writes the signed values that tell hosts what to run (decision 0011): a
-// target under node.<id> or fleet in the targets bucket, and the withdrawal list. Every write is
-// a compare-and-set numbered after the value it replaces (seq = max(previous seq + 1, now in
-// Unix milliseconds)), so two writers never lose each other's work and a host never sees a
+// Package targets writes the signed values that tell hosts what to run (decision 0011).
+//
+// They are a target under node.<id> or fleet in the targets bucket, and the withdrawal list. Every
+// write is a compare-and-set numbered after the value it replaces (seq = max(previous seq + 1, now
+// in Unix milliseconds)), so two writers never lose each other's work and a host never sees a
 // target's number go back; Keep re-signs targets before they expire.
 package targets
 

@@ -1,11 +1,14 @@
-// Package trust keeps the mesh's NATS identities: it creates, once, under DATA/trust/ the
-// operator, the system account and its user, the mesh account (the streams, the release side's
-// admin user) and the nodes account (node and enrolment token users, importing from the mesh
-// account only what nodes need), each with its signing key, and from then on signs the users
-// the bus admits (a node, an enrolment token) and revokes them. Its other half, EnsureTLS, keeps the bus's own CA and server
-// certificate under DATA/tls/. It writes no cryptography of its own: identities are NATS
-// decentralized auth (github.com/nats-io/jwt/v2, github.com/nats-io/nkeys), certificates
-// crypto/x509 (docs/decisions/0011-trust-on-the-bus.md).
+// Package trust keeps the mesh's NATS identities: operator, accounts and users, with their signing
+// keys.
+//
+// It creates, once, under DATA/trust/ the operator, the system account and its user, the mesh
+// account (the streams, the release side's admin user) and the nodes account (node and enrolment
+// token users, importing from the mesh account only what nodes need), each with its signing key,
+// and from then on signs the users the bus admits (a node, an enrolment token) and revokes them.
+// Its other half, EnsureTLS, keeps the bus's own CA and server certificate under DATA/tls/. It
+// writes no cryptography of its own: identities are NATS decentralized auth
+// (github.com/nats-io/jwt/v2, github.com/nats-io/nkeys), certificates crypto/x509
+// (docs/decisions/0011-trust-on-the-bus.md).
 package trust
 
 import (

@@ -1,6 +1,8 @@
-// Package web serves the live fleet page (`mesh-release web`): the fleet as `fleet` judges it,
-// the current or last rollout as batches with progress bars, its halt report, the withdrawals,
-// and one node's page as `fleet NODE` tells it. It only reads the bus.
+// Package web serves the live fleet page (`mesh-release web`).
+//
+// It shows the fleet as `fleet` judges it, the current or last rollout as batches with progress
+// bars, its halt report, the withdrawals, and one node's page as `fleet NODE` tells it. It only
+// reads the bus.
 //
 // The pages are rendered on the server by html/template, so the tables work without JavaScript
 // and every text from the bus is escaped in one place. The one script, assets/live.js, adds the

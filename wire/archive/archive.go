@@ -1,7 +1,9 @@
-// Package archive is the host archive format, both sides of it: Pack writes the one
-// reproducible tar+zstd archive a release holds (a regular file named mesh-host, then, in a
-// release carrying its launcher, one named mesh-launcher), and Extract reads one back
-// strictly, refusing anything else an archive could carry.
+// Package archive is the host archive format, both sides: Pack writes it reproducibly, Extract
+// reads it strictly.
+//
+// Pack writes the one reproducible tar+zstd archive a release holds (a regular file named
+// mesh-host, then, in a release carrying its launcher, one named mesh-launcher), and Extract reads
+// one back strictly, refusing anything else an archive could carry.
 package archive
 
 import (

@@ -1,7 +1,8 @@
-// Package delta makes and applies the delta of a host binary against an earlier one: a zstd
-// frame compressed with the earlier binary as a raw dictionary, the `zstd --patch-from`
-// technique. A node that has the base binary fetches the delta instead of the full archive and
-// rebuilds the new binary from the two (decision 0028).
+// Package delta makes and applies the delta of a host binary against an earlier one.
+//
+// It is a zstd frame compressed with the earlier binary as a raw dictionary, the `zstd
+// --patch-from` technique. A node that has the base binary fetches the delta instead of the full
+// archive and rebuilds the new binary from the two (decision 0028).
 //
 // Guarantees, each a test:
 //   - Apply writes exactly the bytes Make was given, hashing them as they are written;

@@ -1,7 +1,8 @@
-// Package action is the applier of the "action" kind: a command run only when its verify
-// command fails, after which verify must pass. Both are argument vectors run directly, with no
-// shell unless the vector names one (["/bin/sh", "-c", "…"]). Actions come only from a local
-// bundle (wire.ParseTrustedDeclaration): the link refuses them, since they run anything as root.
+// Package action applies the "action" kind: a command run only when its verify command fails.
+//
+// Verify must pass after it. Both are argument vectors run directly, with no shell unless the
+// vector names one (["/bin/sh", "-c", "…"]). Actions come only from a local bundle
+// (wire.ParseTrustedDeclaration): the link refuses them, since they run anything as root.
 package action
 
 import (

@@ -1,5 +1,7 @@
-// Package containers is the applier of the "container" kind: a container run by Docker or
-// Podman through its command-line client, from an image pinned by digest.
+// Package containers applies the "container" kind: a container run by Docker or Podman from a
+// digest-pinned image.
+//
+// It drives the runtime through its command-line client.
 //
 // A runtime normalises what it is given (it names the image by its own spelling, adds
 // environment, reorders it), so the container's configuration as the runtime reports it is

@@ -1,7 +1,8 @@
-// Package debian is the applier of "package" resources: a Debian package present, or present at
-// a version, installed with dpkg from a .deb blob or with apt-get from the machine's own
-// repositories. It never uninstalls: a package no longer declared is forgotten, since the host
-// cannot know what else on the machine needs it.
+// Package debian applies "package" resources: a Debian package present, or present at a version.
+//
+// It is installed with dpkg from a .deb blob or with apt-get from the machine's own repositories.
+// It never uninstalls: a package no longer declared is forgotten, since the host cannot know what
+// else on the machine needs it.
 package debian
 
 import (

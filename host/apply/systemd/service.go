@@ -1,6 +1,8 @@
-// Package systemd is the applier of "service" resources: a systemd unit enabled or disabled,
-// running or stopped, optionally with the content of its unit file under /etc/systemd/system,
-// all through systemd's D-Bus API (go-systemd/v22/dbus), never by running systemctl.
+// Package systemd applies "service" resources: a systemd unit enabled or disabled, running or
+// stopped.
+//
+// Optionally it writes the unit's file under /etc/systemd/system; it does all through systemd's
+// D-Bus API (go-systemd/v22/dbus), never by running systemctl.
 package systemd
 
 import (

@@ -1,5 +1,7 @@
-// Command mesh-host is the host: started by mesh-launcher as `mesh-host run`, it holds the node
-// in its declared state and stands aside for a newer version. See package host/cli.
+// Command mesh-host is the host: it holds the node in its declared state.
+//
+// Started by mesh-launcher as `mesh-host run`, it stands aside for a newer version. See package
+// host/cli.
 package main
 
 import (

@@ -1,5 +1,7 @@
-// Command mesh-lab runs the lab for a person: the demo (the fleet's story with real processes,
-// narrated) and up (a fleet left running to try commands against).
+// Command mesh-lab runs the lab for a person: the narrated demo, and a fleet left up to try.
+//
+// demo tells the fleet's story with real processes; up leaves a fleet running to try commands
+// against.
 package main
 
 import (

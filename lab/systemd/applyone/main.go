@@ -1,5 +1,6 @@
-// Command applyone runs one resource through its applier once, on the machine it runs on: the
-// real-systemd lab copies it into a node to drive host/apply/systemd and host/apply/debian
+// Command applyone runs one resource through its applier once, on the machine it runs on.
+//
+// The real-systemd lab copies it into a node to drive host/apply/systemd and host/apply/debian
 // against a real systemd and dpkg, apart from the host's engine (which the lab tests through
 // `mesh-host apply` and the bus).
 //

@@ -1,5 +1,8 @@
-// Command mesh-release is the control side: it serves or uses a NATS bus, declares what nodes
-// hold, shows the fleet, and builds, signs, publishes and targets host versions.
+// Command mesh-release is the control side: it serves the bus, declares, shows the fleet, and
+// releases versions.
+//
+// It serves or uses a NATS bus, declares what nodes hold, shows the fleet, and builds, signs,
+// publishes and targets host versions.
 package main
 
 import (
