@@ -1,6 +1,8 @@
-// Package launcher is mesh-launcher's whole job: lock the root, choose a version, run it, judge
-// how it ended, and roll back once. It has no network code; what it knows it reads from the
-// versions directory and records.db, through the rollback package the host shares.
+// Package launcher is mesh-launcher's job: lock the root, choose a version, run it, judge its end,
+// roll back once.
+//
+// It has no network code; what it knows it reads from the versions directory and records.db,
+// through the rollback package the host shares.
 //
 // It runs hosts on Linux only, where the kernel kills a host whose launcher died (Pdeathsig,
 // process_linux.go); elsewhere it builds and reads status, and refuses to start a host.

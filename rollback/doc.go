@@ -1,8 +1,10 @@
-// Package rollback is the one library the launcher and the host share: the versions kept side by
-// side under ROOT/versions, the records about them in ROOT/records.db, and the rules both
-// processes follow — Choose, Confirm (which retires what is no longer needed), MarkBad and the
-// failure policy. Both processes call the same Choose; that single function is what keeps them
-// from looping against each other.
+// Package rollback is the one library the launcher and the host share: the kept versions and their
+// rules.
+//
+// It holds the versions kept side by side under ROOT/versions, the records about them in
+// ROOT/records.db, and the rules both processes follow — Choose, Confirm (which retires what is no
+// longer needed), MarkBad and the failure policy. Both processes call the same Choose; that single
+// function is what keeps them from looping against each other.
 //
 // The launcher owns the records' schema and is the only one that migrates it (OpenForLauncher,
 // and OpenForInstall for `mesh-launcher install`);

@@ -1,8 +1,10 @@
-// Package atomicfile puts files that matter in place so that a crash or a power cut leaves the
-// old file or the new one, never a part, and never a name that points at nothing: the content is
-// written to a temporary file beside the target and fsynced, renamed over the target, and the
-// directory fsynced so the rename itself survives. Release archives, manifests and keys, and
-// staged host versions all go through it.
+// Package atomicfile puts files that matter in place so a crash leaves the old file or the new one,
+// whole.
+//
+// Never a part, nor a name that points at nothing: the content is written to a temporary file
+// beside the target and fsynced, renamed over the target, and the directory fsynced so the rename
+// itself survives. Release archives, manifests and keys, and staged host versions all go through
+// it.
 package atomicfile
 
 import (

@@ -1,7 +1,9 @@
-// Package cmdline is how the mesh-* programs' commands answer, in one place: `--help` prints the
-// command's usage on stdout and exits 0; a bad flag or a stray argument is said once on stderr,
-// with a pointer to `--help`, and exits 2. (mesh-release, whose commands take arguments and a
-// bus, builds on the same rule in its own cli.go.)
+// Package cmdline is how the mesh-* programs' commands answer --help, a bad flag or a stray
+// argument.
+//
+// In one place: `--help` prints the command's usage on stdout and exits 0; a bad flag or a stray
+// argument is said once on stderr, with a pointer to `--help`, and exits 2. (mesh-release, whose
+// commands take arguments and a bus, builds on the same rule in its own cli.go.)
 package cmdline
 
 import (

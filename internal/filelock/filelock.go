@@ -1,8 +1,9 @@
-// Package filelock is the one file lock of the tree: an exclusive advisory lock (flock(2)) held
-// through an open file, which the kernel drops when the file is closed or the process dies,
-// however it dies. One launcher and one host per root, a staging directory in progress, one
-// server per JetStream store, one writer of the nodes account and one builder of a lab rootfs
-// all rest on it.
+// Package filelock is the tree's one file lock: an exclusive advisory flock(2) held through an open
+// file.
+//
+// The kernel drops it when the file is closed or the process dies, however it dies. One launcher
+// and one host per root, a staging directory in progress, one server per JetStream store, one
+// writer of the nodes account and one builder of a lab rootfs all rest on it.
 //
 // It is Linux's and the BSDs' (macOS included, where the release commands run): flock_unix.go.
 // Elsewhere it builds, so that what imports it does, and every lock refuses with an error

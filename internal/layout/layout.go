@@ -1,8 +1,9 @@
-// Package layout is how a host version is named wherever it appears: a directory under
-// ROOT/versions on a node, a key in the releases and targets buckets, an archive on the bus —
-// the version's spelling, and the name of the one binary a version holds. The node's side
-// (rollback) and the bus contract (wire) both import it, and neither may import the other, so
-// the rule lives here once. It imports nothing of this module.
+// Package layout is how a host version is named wherever it appears, and its one binary's name.
+//
+// It appears as a directory under ROOT/versions on a node, a key in the releases and targets
+// buckets, an archive on the bus — the version's spelling, and the name of the one binary a version
+// holds. The node's side (rollback) and the bus contract (wire) both import it, and neither may
+// import the other, so the rule lives here once. It imports nothing of this module.
 package layout
 
 import "golang.org/x/mod/semver"

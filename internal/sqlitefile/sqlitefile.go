@@ -1,8 +1,10 @@
-// Package sqlitefile is how this module keeps state in a SQLite file (records.db, store.db):
-// the file private to the service, opened with the settings that make a committed write
+// Package sqlitefile keeps state in a SQLite file (records.db, store.db), safe from a crash and
+// migrated.
+//
+// It keeps the file private to the service, opened with the settings that make a committed write
 // survive a crash, its schema brought forward by PRAGMA user_version, and a file that is not a
-// readable database told apart from every other failure, so that its owner can move it aside
-// and start afresh. The owners (rollback, host/store) word the errors an operator reads.
+// readable database told apart from every other failure, so that its owner can move it aside and
+// start afresh. The owners (rollback, host/store) word the errors an operator reads.
 package sqlitefile
 
 import (

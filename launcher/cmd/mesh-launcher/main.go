@@ -1,5 +1,7 @@
-// Command mesh-launcher owns the systemd unit and runs the newest good version of mesh-host kept
-// under ROOT/versions, judging how each run ends and rolling back once. See launcher.Run.
+// Command mesh-launcher runs the newest good version of mesh-host under ROOT/versions, rolling back
+// once.
+//
+// It owns the systemd unit, judging how each run ends and rolling back once. See launcher.Run.
 package main
 
 import (
