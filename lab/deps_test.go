@@ -1,9 +1,15 @@
 package lab
 
 import (
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -123,6 +129,72 @@ func TestNoBinaryIsCommitted(t *testing.T) {
 		f.Close()
 		if string(head[:n]) == "\x7fELF" {
 			t.Errorf("%s is a compiled binary; build it with make build instead of committing it", name)
+		}
+	}
+}
+
+// treePackages parses every package of the tree (non-test files, outside testdata and hidden
+// directories), with comments, keyed by its directory relative to the tree.
+func treePackages(t *testing.T) (*token.FileSet, map[string][]*ast.File) {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs := map[string][]*ast.File{}
+	err := filepath.WalkDir(bins.Src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != bins.Src && (name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(bins.Src, filepath.Dir(path))
+		pkgs[rel] = append(pkgs[rel], f)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the tree: %v", err)
+	}
+	if len(pkgs) < 50 {
+		t.Fatalf("found %d packages under %s; this test checks too little", len(pkgs), bins.Src)
+	}
+	return fset, pkgs
+}
+
+// A package comment says the package's job first, in at most 20 words, as go-systemd's and
+// tableflip's do; the detail follows after (STYLE.md, "Short first sentences").
+func TestPackageCommentsOpenWithTheJobInTwentyWords(t *testing.T) {
+	const maxWords = 20
+	_, pkgs := treePackages(t)
+	dirs := make([]string, 0, len(pkgs))
+	for dir := range pkgs {
+		dirs = append(dirs, dir)
+	}
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		var text string
+		for _, f := range pkgs[dir] {
+			if f.Doc != nil {
+				text = f.Doc.Text()
+				break
+			}
+		}
+		if text == "" {
+			t.Errorf("%s: no package comment; open one with the package's job in at most %d words", dir, maxWords)
+			continue
+		}
+		first := new(doc.Package).Synopsis(text)
+		if n := len(strings.Fields(first)); n > maxWords {
+			t.Errorf("%s: the package comment's first sentence is %d words; say the job in at most %d, detail after:\n\t%s", dir, n, maxWords, first)
 		}
 	}
 }
