@@ -63,6 +63,42 @@ func operatorSharing(names wire.Names) []*jwt.Import {
 func StartOperatorBus(tb testing.TB) *OperatorBus {
 	tb.Helper()
 	b := &OperatorBus{Names: wire.NamesFor("")}
+	tr := newOperatorTrust(tb, b.Names)
+	b.NodesAccount, b.nodesSigner = tr.nodesPub, tr.nodesSigner
+
+	ns := serve(tb, &server.Options{
+		Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(tb.TempDir(), "jetstream"),
+		TrustedOperators: []*jwt.OperatorClaims{tr.operator}, SystemAccount: tr.sysPub, AccountResolver: tr.resolver,
+	})
+	tb.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	b.port = ns.Addr().(*net.TCPAddr).Port
+
+	b.Admin = connectAdmin(tb, b.URL(), tr.mesh)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := buslayout.Create(ctx, b.Admin.JS, b.Names); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// operatorTrust is what an operator-mode server is given to trust, as release/trust makes it:
+// the operator, its system account, the mesh account (JetStream, exporting what nodes use) and
+// the nodes account (importing it, with a signing key for node users), held in a resolver.
+type operatorTrust struct {
+	operator    *jwt.OperatorClaims // as the server reads it, issuer and ID filled in
+	resolver    *server.MemAccResolver
+	sysPub      string
+	mesh        nkeys.KeyPair
+	nodesPub    string
+	nodesSigner nkeys.KeyPair
+}
+
+func newOperatorTrust(tb testing.TB, names wire.Names) operatorTrust {
+	tb.Helper()
 	must := func(err error) {
 		tb.Helper()
 		if err != nil {
@@ -78,33 +114,33 @@ func StartOperatorBus(tb testing.TB) *OperatorBus {
 		pub, _ := kp.PublicKey()
 		return kp, pub
 	}
-	_, sysPub := account()
-	mesh, meshPub := account()
-	_, nodesPub := account()
-	b.nodesSigner, _ = account()
-	b.NodesAccount = nodesPub
-	nodesSigningPub, _ := b.nodesSigner.PublicKey()
+	tr := operatorTrust{resolver: &server.MemAccResolver{}}
+	_, tr.sysPub = account()
+	var meshPub string
+	tr.mesh, meshPub = account()
+	_, tr.nodesPub = account()
+	tr.nodesSigner, _ = account()
+	nodesSigningPub, _ := tr.nodesSigner.PublicKey()
 
 	oc := jwt.NewOperatorClaims(operatorPub)
-	oc.SystemAccount = sysPub
+	oc.SystemAccount = tr.sysPub
 	otext, err := oc.Encode(operator)
 	must(err)
-	oc, err = jwt.DecodeOperatorClaims(otext) // as the server reads it, issuer and ID filled in
+	tr.operator, err = jwt.DecodeOperatorClaims(otext)
 	must(err)
-	resolver := &server.MemAccResolver{}
 	store := func(ac *jwt.AccountClaims) {
 		text, err := ac.Encode(operator)
 		must(err)
-		must(resolver.Store(ac.Subject, text))
+		must(tr.resolver.Store(ac.Subject, text))
 	}
-	store(jwt.NewAccountClaims(sysPub))
+	store(jwt.NewAccountClaims(tr.sysPub))
 	mc := jwt.NewAccountClaims(meshPub)
 	mc.Name = "mesh"
 	mc.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	nc := jwt.NewAccountClaims(nodesPub)
+	nc := jwt.NewAccountClaims(tr.nodesPub)
 	nc.Name = "nodes"
 	nc.SigningKeys.Add(nodesSigningPub)
-	for _, im := range operatorSharing(b.Names) {
+	for _, im := range operatorSharing(names) {
 		e := &jwt.Export{Name: im.Name, Subject: im.Subject, Type: im.Type}
 		if im.Type == jwt.Service {
 			e.ResponseType = jwt.ResponseTypeSingleton
@@ -115,31 +151,26 @@ func StartOperatorBus(tb testing.TB) *OperatorBus {
 	}
 	store(mc)
 	store(nc)
+	return tr
+}
 
-	ns := serve(tb, &server.Options{
-		Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(tb.TempDir(), "jetstream"),
-		TrustedOperators: []*jwt.OperatorClaims{oc}, SystemAccount: sysPub, AccountResolver: resolver,
-	})
-	tb.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	b.port = ns.Addr().(*net.TCPAddr).Port
-
+// connectAdmin connects to url as a new user of the mesh account (the release side's admin),
+// closed when the test ends.
+func connectAdmin(tb testing.TB, url string, mesh nkeys.KeyPair) *Conn {
+	tb.Helper()
 	adminJWT, adminSeed := signUser(tb, mesh, "", nil, jwt.Permissions{}, time.Time{})
-	anc, err := nats.Connect(b.URL(), nats.Name("meshtest admin"), nats.Timeout(30*time.Second), nats.UserJWTAndSeed(adminJWT, adminSeed))
-	must(err)
+	anc, err := nats.Connect(url, nats.Name("meshtest admin"), nats.Timeout(30*time.Second), nats.UserJWTAndSeed(adminJWT, adminSeed))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	js, err := jetstream.New(anc)
 	if err != nil {
 		anc.Close()
 		tb.Fatal(err)
 	}
-	b.Admin = &Conn{NC: anc, JS: js}
-	tb.Cleanup(b.Admin.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	must(buslayout.Create(ctx, js, b.Names))
-	return b
+	c := &Conn{NC: anc, JS: js}
+	tb.Cleanup(c.Close)
+	return c
 }
 
 // URL is the bus's client URL.
