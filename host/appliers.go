@@ -79,7 +79,7 @@ func (h *Host) blobs() apply.Blobs {
 			src = cappedSource{src: src, rate: rate}
 		}
 	}
-	return blobs.New(BlobsDir(h.root), src)
+	return blobs.New(BlobsDir(h.root), src, blobs.Config{})
 }
 
 // cappedSource fetches blobs no faster than max_fetch_rate: what it writes waits for the

@@ -31,7 +31,7 @@ func BenchmarkFetch16MiB(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ResetTimer()
 	for b.Loop() {
-		c := blobs.New(b.TempDir(), src)
+		c := blobs.New(b.TempDir(), src, blobs.Config{})
 		drain(b, c, d)
 	}
 }
@@ -47,7 +47,7 @@ func BenchmarkCachedOpen(b *testing.B) {
 	if err := os.WriteFile(p, body, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	c := blobs.New(b.TempDir(), blobs.Dir(bundle))
+	c := blobs.New(b.TempDir(), blobs.Dir(bundle), blobs.Config{})
 	drain(b, c, d)
 	b.ReportAllocs()
 	for b.Loop() {

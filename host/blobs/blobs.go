@@ -36,10 +36,10 @@ import (
 	"github.com/novox/mesh-host/internal/text"
 )
 
-// DefaultMaxSize is the largest blob a cache fetches unless told otherwise (MaxSize).
+// DefaultMaxSize is the largest blob a cache fetches unless told otherwise (Config.MaxSize).
 const DefaultMaxSize int64 = 1 << 30
 
-// DefaultStall is how long a fetch may go without a byte before it fails (Stall): a link that
+// DefaultStall is how long a fetch may go without a byte before it fails (Config.Stall): a link that
 // died mid-fetch must fail the resource, not hold the reconcile — and with it the confirmation
 // of a new host version — until the link returns.
 const DefaultStall = 30 * time.Second
@@ -88,37 +88,30 @@ type fetch struct {
 	err  error
 }
 
-// An Option changes a Cache New makes.
-type Option func(*Cache)
-
-// MaxSize makes the cache refuse a blob of more than n bytes (default DefaultMaxSize); n ≤ 0
-// keeps the default.
-func MaxSize(n int64) Option {
-	return func(c *Cache) {
-		if n > 0 {
-			c.max = n
-		}
-	}
+// Config is what New takes; a zero field means its default (withDefaults).
+type Config struct {
+	// MaxSize is the largest blob the cache fetches (default DefaultMaxSize).
+	MaxSize int64
+	// Stall is how long a fetch may go without a byte before it fails (default DefaultStall).
+	Stall time.Duration
 }
 
-// Stall makes a fetch fail when no byte arrives for d (default DefaultStall); d ≤ 0 keeps the
-// default.
-func Stall(d time.Duration) Option {
-	return func(c *Cache) {
-		if d > 0 {
-			c.stall = d
-		}
+// withDefaults returns c with every zero (or negative) field at its default.
+func (c Config) withDefaults() Config {
+	if c.MaxSize <= 0 {
+		c.MaxSize = DefaultMaxSize
 	}
+	if c.Stall <= 0 {
+		c.Stall = DefaultStall
+	}
+	return c
 }
 
 // New is the cache in dir (created, 0700, when a blob is first fetched) filled from src. A nil
 // src fetches nothing: every blob not already cached is reported missing.
-func New(dir string, src Source, opts ...Option) *Cache {
-	c := &Cache{dir: dir, src: src, max: DefaultMaxSize, stall: DefaultStall, inflight: map[digest.Digest]*fetch{}}
-	for _, o := range opts {
-		o(c)
-	}
-	return c
+func New(dir string, src Source, cfg Config) *Cache {
+	cfg = cfg.withDefaults()
+	return &Cache{dir: dir, src: src, max: cfg.MaxSize, stall: cfg.Stall, inflight: map[digest.Digest]*fetch{}}
 }
 
 // Parse checks that s is a sha256 digest, "sha256:" and 64 lowercase hex digits, the only kind

@@ -92,7 +92,7 @@ func TestABlobIsFetchedFromTheBusOnceAndThenReadFromTheCache(t *testing.T) {
 	d := put(t, b.Conn.JS, body)
 	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil)}
 	dir := t.TempDir()
-	c := blobs.New(dir, src)
+	c := blobs.New(dir, src, blobs.Config{})
 	if got := read(t, c, d); !bytes.Equal(got, body) {
 		t.Fatalf("read %d bytes, want the %d put", len(got), len(body))
 	}
@@ -110,7 +110,7 @@ func TestABlobIsFetchedFromTheBusOnceAndThenReadFromTheCache(t *testing.T) {
 		t.Fatal("the second read differs")
 	}
 	// A new cache on the same directory (the host restarted) reads it too.
-	if got := read(t, blobs.New(dir, src), d); !bytes.Equal(got, body) {
+	if got := read(t, blobs.New(dir, src, blobs.Config{}), d); !bytes.Equal(got, body) {
 		t.Fatal("the read after a restart differs")
 	}
 	if n := src.fetches.Load(); n != 1 {
@@ -143,32 +143,32 @@ func TestAWrongBlobIsRefusedAndLeavesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		src    blobs.Source
-		opts   []blobs.Option
+		cfg    blobs.Config
 		digest string
 		kind   error
 		says   []string
 	}{
-		{"an object whose store digest is not its name", bus, nil, forged, blobs.ErrDigestMismatch,
+		{"an object whose store digest is not its name", bus, blobs.Config{}, forged, blobs.ErrDigestMismatch,
 			[]string{forged, b.Names.Blobs(), "put the file again"}},
-		{"a bundle file whose bytes are not its name", blobs.Dir(bundle), nil, bundleForged, blobs.ErrDigestMismatch,
+		{"a bundle file whose bytes are not its name", blobs.Dir(bundle), blobs.Config{}, bundleForged, blobs.ErrDigestMismatch,
 			[]string{bundleForged, digest.FromString("not it").String()}},
-		{"a blob not on the bus", bus, nil, missing, blobs.ErrNotFound,
+		{"a blob not on the bus", bus, blobs.Config{}, missing, blobs.ErrNotFound,
 			[]string{missing, b.Names.Blobs(), "mesh-release blob put FILE"}},
-		{"a blob not in the bundle", blobs.Dir(bundle), nil, missing, blobs.ErrNotFound,
+		{"a blob not in the bundle", blobs.Dir(bundle), blobs.Config{}, missing, blobs.ErrNotFound,
 			[]string{missing, filepath.Join(bundle, "blobs", "sha256", strings.TrimPrefix(missing, "sha256:"))}},
-		{"a bus blob over the limit, refused before it is fetched", bus, []blobs.Option{blobs.MaxSize(1000)}, large, blobs.ErrTooLarge,
+		{"a bus blob over the limit, refused before it is fetched", bus, blobs.Config{MaxSize: 1000}, large, blobs.ErrTooLarge,
 			[]string{large, "4096 bytes", "more than 1000 bytes"}},
-		{"a blob over the limit from a source that cannot tell its size first", streamOnly{bus}, []blobs.Option{blobs.MaxSize(1000)}, large, blobs.ErrTooLarge,
+		{"a blob over the limit from a source that cannot tell its size first", streamOnly{bus}, blobs.Config{MaxSize: 1000}, large, blobs.ErrTooLarge,
 			[]string{large, "more than 1000 bytes"}},
-		{"no source and not cached", nil, nil, small, blobs.ErrNotFound, []string{small, "no source"}},
-		{"a digest of another algorithm", bus, nil, "sha512:" + strings.Repeat("ab", 64), blobs.ErrBadDigest, []string{"sha512", "only sha256"}},
-		{"a digest in upper case", bus, nil, strings.ToUpper(small), blobs.ErrBadDigest, []string{"sha256:<64 lowercase hex digits>"}},
-		{"no digest at all", bus, nil, "../../etc/passwd", blobs.ErrBadDigest, []string{`"../../etc/passwd"`}},
-		{"a digest too long, bounded in the error", bus, nil, small + strings.Repeat("f", 10_000), blobs.ErrBadDigest, []string{"sha256:"}},
+		{"no source and not cached", nil, blobs.Config{}, small, blobs.ErrNotFound, []string{small, "no source"}},
+		{"a digest of another algorithm", bus, blobs.Config{}, "sha512:" + strings.Repeat("ab", 64), blobs.ErrBadDigest, []string{"sha512", "only sha256"}},
+		{"a digest in upper case", bus, blobs.Config{}, strings.ToUpper(small), blobs.ErrBadDigest, []string{"sha256:<64 lowercase hex digits>"}},
+		{"no digest at all", bus, blobs.Config{}, "../../etc/passwd", blobs.ErrBadDigest, []string{`"../../etc/passwd"`}},
+		{"a digest too long, bounded in the error", bus, blobs.Config{}, small + strings.Repeat("f", 10_000), blobs.ErrBadDigest, []string{"sha256:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			c := blobs.New(dir, tc.src, tc.opts...)
+			c := blobs.New(dir, tc.src, tc.cfg)
 			r, err := c.Open(ctx, tc.digest)
 			if err == nil {
 				r.Close()
@@ -224,7 +224,7 @@ func TestABundleBlobIsReadFromTheBundleDirectory(t *testing.T) {
 	writeBundleBlob(t, bundle, d, body)
 	src := &counting{src: blobs.Dir(bundle)}
 	dir := t.TempDir()
-	c := blobs.New(dir, src)
+	c := blobs.New(dir, src, blobs.Config{})
 	for range 2 {
 		if got := read(t, c, d); !bytes.Equal(got, body) {
 			t.Fatalf("read %q, want %q", got, body)
@@ -244,7 +244,7 @@ func TestConcurrentOpensOfOneBlobFetchItOnce(t *testing.T) {
 	body := bytes.Repeat([]byte("concurrent "), 30_000)
 	d := put(t, b.Conn.JS, body)
 	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil), gate: make(chan struct{})}
-	c := blobs.New(t.TempDir(), src)
+	c := blobs.New(t.TempDir(), src, blobs.Config{})
 	const n = 8
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -286,7 +286,7 @@ func TestAWaiterFetchesItselfWhenTheFetchItWaitedOnIsCancelled(t *testing.T) {
 	d := put(t, b.Conn.JS, body)
 	src := &counting{src: blobs.Bus(b.Conn.JS, b.Names.Blobs(), nil), gate: make(chan struct{})}
 	dir := t.TempDir()
-	c := blobs.New(dir, src)
+	c := blobs.New(dir, src, blobs.Config{})
 	first, cancel := context.WithCancel(t.Context())
 	firstErr := make(chan error, 1)
 	go func() {
@@ -327,7 +327,7 @@ func TestPruneRemovesWhatIsNoLongerNamed(t *testing.T) {
 	writeBundleBlob(t, bundle, dk, keep)
 	writeBundleBlob(t, bundle, dd, drop)
 	dir := t.TempDir()
-	c := blobs.New(dir, blobs.Dir(bundle))
+	c := blobs.New(dir, blobs.Dir(bundle), blobs.Config{})
 	read(t, c, dk)
 	read(t, c, dd)
 	crash := filepath.Join(dir, "sha256", ".tmp-123")
@@ -341,7 +341,7 @@ func TestPruneRemovesWhatIsNoLongerNamed(t *testing.T) {
 	if got := files(t, dir); len(got) != 1 || got[0] != filepath.Join("sha256", strings.TrimPrefix(dk, "sha256:")) {
 		t.Errorf("left %q, want only the kept blob", got)
 	}
-	if n, err := blobs.New(t.TempDir(), nil).Prune(nil); n != 0 || err != nil {
+	if n, err := blobs.New(t.TempDir(), nil, blobs.Config{}).Prune(nil); n != 0 || err != nil {
 		t.Errorf("prune of an empty cache: %d, %v", n, err)
 	}
 }
@@ -372,7 +372,7 @@ func TestAStalledFetchFailsAndASlowOneDoesNot(t *testing.T) {
 		return int64(n), ctx.Err()
 	})
 	dir := t.TempDir()
-	_, err := blobs.New(dir, stalled, blobs.Stall(100*time.Millisecond)).Open(t.Context(), d)
+	_, err := blobs.New(dir, stalled, blobs.Config{Stall: 100 * time.Millisecond}).Open(t.Context(), d)
 	if !errors.Is(err, blobs.ErrStalled) || errors.Is(err, blobs.ErrDigestMismatch) || !strings.Contains(err.Error(), "after 3 bytes") {
 		t.Errorf("stalled: %v, want ErrStalled after 3 bytes", err)
 	}
@@ -388,7 +388,7 @@ func TestAStalledFetchFailsAndASlowOneDoesNot(t *testing.T) {
 		}
 		return int64(len(body)), nil
 	})
-	if got := read(t, blobs.New(t.TempDir(), slow, blobs.Stall(300*time.Millisecond)), d); !bytes.Equal(got, body) {
+	if got := read(t, blobs.New(t.TempDir(), slow, blobs.Config{Stall: 300 * time.Millisecond}), d); !bytes.Equal(got, body) {
 		t.Errorf("slow: read %q", got)
 	}
 }

@@ -34,7 +34,7 @@ func TestANodeFetchesABlobByConsumerWithLegacyCredentialsAndByDirectGetsWithToda
 			js := node.JS
 			body := bytes.Repeat([]byte("legacy "), 100_000) // several chunks
 			d := put(t, b.Admin.JS, body)
-			c := blobs.New(t.TempDir(), blobs.Bus(js, b.Names.Blobs(), func() bool { return tc.legacy }))
+			c := blobs.New(t.TempDir(), blobs.Bus(js, b.Names.Blobs(), func() bool { return tc.legacy }), blobs.Config{})
 			if got := read(t, c, d); !bytes.Equal(got, body) {
 				t.Fatalf("read %d bytes, want the %d put", len(got), len(body))
 			}

@@ -40,7 +40,7 @@ func TestANodeFetchesABlobWithOnlyItsPermissions(t *testing.T) {
 	js, admin, violations := nodeConn(t, nodePublish())
 	body := bytes.Repeat([]byte("node "), 100_000)
 	d := put(t, admin, body)
-	c := blobs.New(t.TempDir(), blobs.Bus(js, wire.NamesFor("").Blobs(), nil))
+	c := blobs.New(t.TempDir(), blobs.Bus(js, wire.NamesFor("").Blobs(), nil), blobs.Config{})
 	r, err := c.Open(t.Context(), d)
 	if err != nil {
 		t.Fatalf("fetch with a node's permissions: %v", err)
@@ -72,7 +72,7 @@ func TestANodeWithoutThePermissionIsToldToEnrolAgain(t *testing.T) {
 	}
 	js, admin, _ := nodeConn(t, old)
 	d := put(t, admin, []byte("x"))
-	c := blobs.New(t.TempDir(), blobs.Bus(js, wire.NamesFor("").Blobs(), nil))
+	c := blobs.New(t.TempDir(), blobs.Bus(js, wire.NamesFor("").Blobs(), nil), blobs.Config{})
 	_, err := c.Open(context.Background(), d) // no deadline: jetstream's own timeout ends the request
 	if err == nil || !strings.Contains(err.Error(), "mesh-host enrol --replace") {
 		t.Errorf("error %v; want it to say the node must enrol again", err)

@@ -81,7 +81,7 @@ func applyCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer st.Close()
-	e := host.NewEngine(cfg.Root, st, blobs.New(host.BlobsDir(cfg.Root), blobs.Dir(filepath.Dir(src))), containerRuntime(ctx, decl, st), nil, nil)
+	e := host.NewEngine(cfg.Root, st, blobs.New(host.BlobsDir(cfg.Root), blobs.Dir(filepath.Dir(src)), blobs.Config{}), containerRuntime(ctx, decl, st), nil, nil)
 	// A signal stops the apply between steps; the step under way finishes.
 	rep, err := e.Apply(context.WithoutCancel(ctx), decl, ctx.Done())
 	printReport(stdout, rep, err, *asJSON, false)
@@ -121,7 +121,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	// The plan never fetches: a blob it would need is a difference either way.
-	e := host.NewEngine(cfg.Root, ledger, blobs.New(host.BlobsDir(cfg.Root), blobs.Dir(filepath.Dir(src))), containerRuntime(ctx, decl, ledger), nil, nil)
+	e := host.NewEngine(cfg.Root, ledger, blobs.New(host.BlobsDir(cfg.Root), blobs.Dir(filepath.Dir(src)), blobs.Config{}), containerRuntime(ctx, decl, ledger), nil, nil)
 	rep, err := e.Plan(ctx, decl)
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host plan: %v\n", err)
@@ -163,7 +163,7 @@ func ownedCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer done()
-	e := host.NewEngine(cfg.Root, ledger, blobs.New(host.BlobsDir(cfg.Root), nil), containerRuntime(ctx, wire.Declaration{}, ledger), nil, nil)
+	e := host.NewEngine(cfg.Root, ledger, blobs.New(host.BlobsDir(cfg.Root), nil, blobs.Config{}), containerRuntime(ctx, wire.Declaration{}, ledger), nil, nil)
 	obs, err := e.Observe(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host owned: %v\n", err)
