@@ -1,5 +1,5 @@
 // Package config reads the host's settings: ROOT/host.json (or --config), then MESH_HOST_*
-// environment variables, which win. Defaults are filled in one place, Load.
+// environment variables, which win. Defaults are filled in one place, Config.withDefaults.
 package config
 
 import (
@@ -154,25 +154,37 @@ func Load(root, path string, getenv Env) (Config, error) {
 		}
 		c.NodeFrom = fmt.Sprintf("the short hostname, as %s; set \"node\" there or MESH_HOST_NODE", why)
 	}
+	if c.MaxDeclarationBytes < 0 {
+		return Config{}, fmt.Errorf("config: max_declaration_bytes is %d; it must be a positive number of bytes (default %d)", c.MaxDeclarationBytes, wire.DefaultMaxDeclarationBytes)
+	}
+	c = c.withDefaults()
+	if err := c.checkLink(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// The defaults of the settings host.json and the environment leave out.
+const (
+	DefaultReconcileInterval = 10 * time.Minute
+	DefaultHeartbeatInterval = 30 * time.Second
+)
+
+// withDefaults returns c with every setting left out at its default (decision 0041).
+func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = wire.DefaultPrefix
 	}
 	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = Duration(10 * time.Minute)
+		c.ReconcileInterval = Duration(DefaultReconcileInterval)
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = Duration(30 * time.Second)
+		c.HeartbeatInterval = Duration(DefaultHeartbeatInterval)
 	}
-	if err := c.checkLink(); err != nil {
-		return Config{}, err
-	}
-	switch {
-	case c.MaxDeclarationBytes == 0:
+	if c.MaxDeclarationBytes == 0 {
 		c.MaxDeclarationBytes = wire.DefaultMaxDeclarationBytes
-	case c.MaxDeclarationBytes < 0:
-		return Config{}, fmt.Errorf("config: max_declaration_bytes is %d; it must be a positive number of bytes (default %d)", c.MaxDeclarationBytes, wire.DefaultMaxDeclarationBytes)
 	}
-	return c, nil
+	return c
 }
 
 func (c *Config) applyEnv(getenv Env) error {
