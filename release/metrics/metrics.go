@@ -98,20 +98,26 @@ type buckets struct {
 	withdrawRev uint64
 }
 
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c Config) withDefaults() Config {
+	if c.SilentAfter <= 0 {
+		c.SilentAfter = fleet.DefaultSilentAfter
+	}
+	if c.BucketsEvery <= 0 {
+		c.BucketsEvery = DefaultBucketsEvery
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
 // New returns an exporter of cfg; Run fills it.
 func New(cfg Config) *Exporter {
-	if cfg.SilentAfter <= 0 {
-		cfg.SilentAfter = fleet.DefaultSilentAfter
-	}
-	if cfg.BucketsEvery <= 0 {
-		cfg.BucketsEvery = DefaultBucketsEvery
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	return &Exporter{cfg: cfg, view: fleet.NewView()}
 }
 
