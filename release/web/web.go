@@ -36,6 +36,9 @@ import (
 // 127.0.0.1:9469.
 const DefaultListen = "127.0.0.1:9470"
 
+// DefaultEvery is how often the buckets are read and the pages' time-dependent parts sent.
+const DefaultEvery = time.Second
+
 //go:embed assets
 var assets embed.FS
 
@@ -46,7 +49,7 @@ type Config struct {
 	// SilentAfter is the fleet view's rule (default fleet.DefaultSilentAfter).
 	SilentAfter time.Duration
 	// Every is how often the buckets are read and the pages' clients sent the time-dependent
-	// parts again (ages, silence) when nothing else changed (default a second).
+	// parts again (ages, silence) when nothing else changed (default DefaultEvery).
 	Every time.Duration
 	Now   func() time.Time
 	Log   *slog.Logger
@@ -87,20 +90,26 @@ type buckets struct {
 	withdrawErr string
 }
 
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c Config) withDefaults() Config {
+	if c.SilentAfter <= 0 {
+		c.SilentAfter = fleet.DefaultSilentAfter
+	}
+	if c.Every <= 0 {
+		c.Every = DefaultEvery
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
 // New returns a Server of cfg; Run fills it.
 func New(cfg Config) *Server {
-	if cfg.SilentAfter <= 0 {
-		cfg.SilentAfter = fleet.DefaultSilentAfter
-	}
-	if cfg.Every <= 0 {
-		cfg.Every = time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	return &Server{cfg: cfg, view: fleet.NewView(), changed: make(chan struct{})}
 }
 
