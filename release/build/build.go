@@ -83,6 +83,14 @@ type Result struct {
 	DeltaPaths   []string // one for each delta the manifest lists, in its order
 }
 
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // Build makes the release Options describe and returns its manifest. The archive is named
 // wire.ObjectName(version, "linux", arch), the architecture being read from the binary's ELF
 // header; both files are written atomically.
@@ -105,9 +113,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	if o.OutDir == "" {
 		return Result{}, errors.New("no output directory given (-o DIR)")
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o = o.withDefaults()
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("output directory: %w", err)
 	}
@@ -419,11 +425,8 @@ type GoBuildOptions struct {
 	Out     string
 }
 
-// GoBuild builds the host the way releases are built: static (CGO_ENABLED=0), for linux,
-// stripped and with paths trimmed, so that the same source and toolchain give the same bytes:
-//
-//	CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build -trimpath -ldflags "-s -w -X main.version=<v>" -o OUT ./host/cmd/mesh-host
-func GoBuild(ctx context.Context, o GoBuildOptions) error {
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o GoBuildOptions) withDefaults() GoBuildOptions {
 	if o.Dir == "" {
 		o.Dir = "."
 	}
@@ -436,6 +439,15 @@ func GoBuild(ctx context.Context, o GoBuildOptions) error {
 	if o.Go == "" {
 		o.Go = "go"
 	}
+	return o
+}
+
+// GoBuild builds the host the way releases are built: static (CGO_ENABLED=0), for linux,
+// stripped and with paths trimmed, so that the same source and toolchain give the same bytes:
+//
+//	CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build -trimpath -ldflags "-s -w -X main.version=<v>" -o OUT ./host/cmd/mesh-host
+func GoBuild(ctx context.Context, o GoBuildOptions) error {
+	o = o.withDefaults()
 	ldflags := "-s -w"
 	if o.Version != "" {
 		ldflags += " -X main.version=" + o.Version
