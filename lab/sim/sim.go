@@ -98,6 +98,33 @@ type Fleet struct {
 	wg     sync.WaitGroup
 }
 
+// The defaults of what a Config leaves zero.
+const (
+	DefaultShards       = 30
+	DefaultHeartbeat    = 3 * time.Second
+	DefaultGetsInFlight = 8
+)
+
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c Config) withDefaults() Config {
+	if c.Names.Prefix == "" {
+		c.Names = wire.NamesFor("")
+	}
+	if c.Shards <= 0 {
+		c.Shards = DefaultShards
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Fails == nil {
+		c.Fails = func(string, string) bool { return false }
+	}
+	if c.GetsInFlight <= 0 {
+		c.GetsInFlight = DefaultGetsInFlight
+	}
+	return c
+}
+
 // Start connects the shards, subscribes every node to its keys, and publishes each node's first
 // heartbeat, returning once the stream has acknowledged them all: from then on every node is
 // in the fleet a rollout sees. Close stops it.
@@ -105,24 +132,10 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	if len(cfg.URLs) == 0 || len(cfg.Nodes) == 0 || !wire.ValidVersion(cfg.Running) {
 		return nil, errors.New("sim: URLs, Nodes and a valid Running version are required")
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = wire.NamesFor("")
-	}
-	if cfg.Shards <= 0 {
-		cfg.Shards = 30
-	}
+	cfg = cfg.withDefaults()
 	cfg.Shards = min(cfg.Shards, len(cfg.Nodes))
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 3 * time.Second
-	}
 	if cfg.StartMax < cfg.StartMin {
 		cfg.StartMax = cfg.StartMin
-	}
-	if cfg.Fails == nil {
-		cfg.Fails = func(string, string) bool { return false }
-	}
-	if cfg.GetsInFlight <= 0 {
-		cfg.GetsInFlight = 8
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f := &Fleet{cfg: cfg, cancel: cancel}
