@@ -25,10 +25,10 @@ const BusPort = 4222
 // Options configure a Lab; the zero value is the lab the issue describes.
 type Options struct {
 	CacheDir string               // default DefaultCacheDir()
-	Rootfs   RootfsSpec           // default DefaultRootfs()
+	Rootfs   RootfsSpec           // empty fields default (RootfsSpec.withDefaults)
 	Dir      string               // the lab's working directory (node layers, bus data); required
 	Logf     func(string, ...any) // progress for a person; nil discards
-	// StopGrace bounds a node's clean poweroff before it is killed. Default 20s.
+	// StopGrace bounds a node's clean poweroff before it is killed. Default DefaultStopGrace.
 	StopGrace time.Duration
 	// Bus, if set, is the URL (scheme://host:port) of a bus the caller serves on this machine —
 	// `mesh-release serve` in operator mode, say — which the bridge relays to instead of a bus
@@ -55,24 +55,31 @@ type Lab struct {
 	done   chan struct{} // closed by Close; ends the signal watcher
 }
 
+// DefaultStopGrace bounds a node's clean poweroff unless Options.StopGrace says otherwise.
+const DefaultStopGrace = 20 * time.Second
+
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o Options) withDefaults() Options {
+	if o.CacheDir == "" {
+		o.CacheDir = DefaultCacheDir()
+	}
+	o.Rootfs = o.Rootfs.withDefaults()
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = DefaultStopGrace
+	}
+	return o
+}
+
 // New builds or reuses the rootfs, makes the bridge namespace and serves the bus on it. The
 // caller must Close the lab, which it also does itself on SIGINT or SIGTERM.
 func New(ctx context.Context, opts Options) (*Lab, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("lab: no working directory")
 	}
-	if opts.CacheDir == "" {
-		opts.CacheDir = DefaultCacheDir()
-	}
-	if opts.Rootfs.Suite == "" {
-		opts.Rootfs = DefaultRootfs()
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
-	if opts.StopGrace == 0 {
-		opts.StopGrace = 20 * time.Second
-	}
+	opts = opts.withDefaults()
 	id := make([]byte, 3)
 	if _, err := rand.Read(id); err != nil {
 		return nil, err

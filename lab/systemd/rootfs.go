@@ -32,16 +32,26 @@ type RootfsSpec struct {
 	Arch    string
 }
 
-// DefaultRootfs is the rootfs the issue proved by hand: bookworm minbase with systemd as init,
-// D-Bus (systemctl needs it), ip and ps. The mirror is the machine's own Debian mirror.
-func DefaultRootfs() RootfsSpec {
-	return RootfsSpec{
-		Suite:   "bookworm",
-		Variant: "minbase",
-		Include: []string{"systemd", "systemd-sysv", "dbus", "iproute2", "procps"},
-		Mirror:  DebianMirror(),
-		Arch:    runtime.GOARCH,
+// withDefaults returns s with every field left empty at the rootfs the issue proved by hand:
+// bookworm minbase with systemd as init, D-Bus (systemctl needs it), ip and ps, from the
+// machine's own Debian mirror (decision 0041: the zero spec is the default one).
+func (s RootfsSpec) withDefaults() RootfsSpec {
+	if s.Suite == "" {
+		s.Suite = "bookworm"
 	}
+	if s.Variant == "" {
+		s.Variant = "minbase"
+	}
+	if s.Include == nil {
+		s.Include = []string{"systemd", "systemd-sysv", "dbus", "iproute2", "procps"}
+	}
+	if s.Mirror == "" {
+		s.Mirror = DebianMirror()
+	}
+	if s.Arch == "" {
+		s.Arch = runtime.GOARCH
+	}
+	return s
 }
 
 // Key is a short digest of the spec and the harness's rootfs format.

@@ -44,7 +44,7 @@ deb [arch=amd64 signed-by=/k.gpg] http://one.example/debian bookworm main
 }
 
 func TestRootfsKeyChangesWithEveryInput(t *testing.T) {
-	base := DefaultRootfs()
+	base := RootfsSpec{}.withDefaults()
 	base.Mirror = "http://deb.debian.org/debian"
 	seen := map[string]string{base.Key(): "base"}
 	vary := map[string]func(*RootfsSpec){
@@ -64,7 +64,7 @@ func TestRootfsKeyChangesWithEveryInput(t *testing.T) {
 		}
 		seen[k] = name
 	}
-	again := DefaultRootfs()
+	again := RootfsSpec{}.withDefaults()
 	again.Mirror = base.Mirror
 	if again.Key() != base.Key() {
 		t.Errorf("the same inputs give two keys: %s, %s", again.Key(), base.Key())

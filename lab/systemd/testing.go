@@ -19,17 +19,23 @@ func Start(t testing.TB, ctx context.Context) *Lab {
 	return StartWith(t, ctx, Options{})
 }
 
+// withTestDefaults returns o with Dir and Logf, when zero, a temporary directory and t.Logf;
+// New fills the rest.
+func (o Options) withTestDefaults(t testing.TB) Options {
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	if o.Logf == nil {
+		o.Logf = t.Logf
+	}
+	return o
+}
+
 // StartWith is Start with options; Dir and Logf default to a temporary directory and t.Logf.
 func StartWith(t testing.TB, ctx context.Context, opts Options) *Lab {
 	t.Helper()
 	RequireLab(t, ctx)
-	if opts.Dir == "" {
-		opts.Dir = t.TempDir()
-	}
-	if opts.Logf == nil {
-		opts.Logf = t.Logf
-	}
-	l, err := New(ctx, opts)
+	l, err := New(ctx, opts.withTestDefaults(t))
 	if err != nil {
 		t.Fatal(err)
 	}
