@@ -66,26 +66,32 @@ type Controller struct {
 	stopKeep context.CancelFunc // ends the one Keep they share
 }
 
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c Config) withDefaults() Config {
+	if c.Names.Prefix == "" {
+		c.Names = wire.NamesFor("")
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Tick <= 0 {
+		c.Tick = DefaultTick
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.TargetTTL == 0 {
+		c.TargetTTL = targets.DefaultTTL
+	}
+	return c
+}
+
 // New returns a controller for cfg, with its defaults filled in.
 func New(cfg Config) (*Controller, error) {
 	if cfg.JS == nil {
 		return nil, errors.New("rollout: no JetStream connection")
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = wire.NamesFor("")
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = DefaultLease
-	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = DefaultTick
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = DefaultWorkers
-	}
-	if cfg.TargetTTL == 0 {
-		cfg.TargetTTL = targets.DefaultTTL
-	}
+	cfg = cfg.withDefaults()
 	signer, err := targets.NewSigner(cfg.Key, cfg.TargetTTL)
 	if err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)

@@ -1,6 +1,10 @@
 package rollout
 
-import "time"
+import (
+	"time"
+
+	"github.com/novox/mesh-host/release/fleet"
+)
 
 // Schema is the format of the state this package writes: 2, a head under rollout.<id> and its
 // node list in chunks (decision 0021). Schema 1, the state as one value, is read still.
@@ -45,7 +49,7 @@ const (
 	DefaultWindow      = 10 * time.Minute
 	DefaultSoak        = 2 * time.Minute
 	DefaultAlive       = 10 * time.Minute
-	DefaultSilentAfter = 90 * time.Second // fleet.DefaultSilentAfter: 3 of the host's default heartbeat intervals
+	DefaultSilentAfter = fleet.DefaultSilentAfter // 3 of the host's default heartbeat intervals
 	DefaultLease       = 30 * time.Second
 )
 
