@@ -53,10 +53,10 @@ type Config struct {
 	TrustedKeys, TrustedTargetKeys []string
 	Logger                         *slog.Logger     // nil discards
 	Now                            func() time.Time // nil is time.Now
-	// Timeout bounds the bus calls of one request; default 10s.
+	// Timeout bounds the bus calls of one request; default DefaultTimeout.
 	Timeout time.Duration
 	// SweepEvery is how often token records expired more than ExpiredTokenKept are purged;
-	// default an hour.
+	// default DefaultSweepEvery.
 	SweepEvery time.Duration
 }
 
@@ -76,6 +76,32 @@ type Service struct {
 	stopOnce  sync.Once
 }
 
+// The defaults of what a Config leaves zero.
+const (
+	DefaultTimeout    = 10 * time.Second
+	DefaultSweepEvery = time.Hour
+)
+
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c Config) withDefaults() Config {
+	if c.Names.Prefix == "" {
+		c.Names = wire.NamesFor("")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.SweepEvery == 0 {
+		c.SweepEvery = DefaultSweepEvery
+	}
+	return c
+}
+
 // Start checks cfg, opens (or creates) the enrolment and nodes buckets and starts answering on
 // cfg.Names' EnrolSubject and RevokeSubject, as the micro service ServiceName (queue group
 // "q": several services on one bus share the requests, and a token's compare-and-set keeps
@@ -84,25 +110,11 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Admin == nil || cfg.Store == nil {
 		return nil, errors.New("enrolment service: no admin connection or trust store")
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = wire.NamesFor("")
-	}
+	cfg = cfg.withDefaults()
 	for _, list := range [][]string{cfg.TrustedKeys, cfg.TrustedTargetKeys} {
 		if _, err := wire.ParseTrustedKeys(list); err != nil {
 			return nil, fmt.Errorf("enrolment service: %w", err)
 		}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.SweepEvery == 0 {
-		cfg.SweepEvery = time.Hour
 	}
 	caPEM, _, err := ReadCA(cfg.CAFile)
 	if err != nil {

@@ -120,6 +120,17 @@ type Issued struct {
 	Expires time.Time
 }
 
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o TokenOptions) withDefaults() TokenOptions {
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
 // IssueToken makes a one-time enrolment token: a token user from store, a random id and secret,
 // and records it in names.Enrolment() (creating the bucket if it is missing).
 func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names wire.Names, o TokenOptions) (Issued, error) {
@@ -128,17 +139,12 @@ func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names 
 			return Issued{}, fmt.Errorf("enrolment token: %w", err)
 		}
 	}
-	switch {
-	case o.TTL == 0:
-		o.TTL = DefaultTTL
-	case o.TTL < time.Minute || o.TTL > MaxTTL:
+	o = o.withDefaults()
+	if o.TTL < time.Minute || o.TTL > MaxTTL {
 		return Issued{}, fmt.Errorf("enrolment token: a lifetime of %s is not between 1m and %s", o.TTL, MaxTTL)
 	}
 	if len(o.URLs) == 0 {
 		return Issued{}, errors.New("enrolment token: no bus URL for nodes to dial; pass --url")
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	_, pin, err := ReadCA(o.CAFile)
 	if err != nil {
