@@ -198,9 +198,7 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 	if len(c.Members) == 0 && len(c.Leaves) == 0 {
 		return nil, errors.New("server configs: no servers; name each with --server " + memberForm + ", or a site's leaf server with --leaf " + leafForm)
 	}
-	if c.Name == "" {
-		c.Name = ClusterName
-	}
+	c = c.withDefaults()
 	if !memberName.MatchString(c.Name) {
 		return nil, fmt.Errorf("server configs: cluster name %q: use letters, digits, - and _", cut(c.Name))
 	}
@@ -422,4 +420,12 @@ func (w *serverConfig) write() (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c ClusterConfig) withDefaults() ClusterConfig {
+	if c.Name == "" {
+		c.Name = ClusterName
+	}
+	return c
 }

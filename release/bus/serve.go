@@ -30,7 +30,7 @@ type ServeOptions struct {
 	// Logger receives the server's log (its notices at Info, so a Warn-level logger keeps
 	// only what an operator must see); nil discards it.
 	Logger *slog.Logger
-	// ReadyTimeout bounds the wait for the server to accept clients. Default 10s.
+	// ReadyTimeout bounds the wait for the server to accept clients. Default DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	// MaxPayload is the largest message the server accepts, in bytes; 0 is the server's
 	// default, 1 MiB.
@@ -74,12 +74,7 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("serve: no data directory; pass --data DIR")
 	}
-	if opts.Listen == "" {
-		opts.Listen = DefaultListen
-	}
-	if opts.ReadyTimeout == 0 {
-		opts.ReadyTimeout = 10 * time.Second
-	}
+	opts = opts.withDefaults()
 	host, portText, err := net.SplitHostPort(opts.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen address %q is not host:port (like 127.0.0.1:4222): %w", opts.Listen, err)
@@ -307,3 +302,17 @@ func (a slogAdapter) Fatalf(f string, v ...any) {
 func (a slogAdapter) Errorf(f string, v ...any) { a.l.Error(fmt.Sprintf(f, v...), "from", "nats") }
 func (a slogAdapter) Debugf(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...), "from", "nats") }
 func (a slogAdapter) Tracef(f string, v ...any) { a.l.Debug(fmt.Sprintf(f, v...), "from", "nats") }
+
+// DefaultReadyTimeout bounds how long Serve waits for the server to accept clients.
+const DefaultReadyTimeout = 10 * time.Second
+
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o ServeOptions) withDefaults() ServeOptions {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = DefaultReadyTimeout
+	}
+	return o
+}
