@@ -38,12 +38,12 @@ type Options struct {
 	// Name is how the connection is named on the server; default "mesh-host <node>".
 	Name   string
 	Logger *slog.Logger // nil discards
-	// ReconnectWait is the pause between reconnect attempts (plus jitter); default 2s.
+	// ReconnectWait is the pause between reconnect attempts (plus jitter); default DefaultReconnectWait.
 	ReconnectWait time.Duration
 	// RetryMin and RetryMax bound the backoff while a bucket is missing or a watch fails;
-	// defaults 500ms and 30s.
+	// defaults DefaultRetryMin and DefaultRetryMax.
 	RetryMin, RetryMax time.Duration
-	// PublishTimeout bounds a heartbeat publish when its context has no deadline; default 5s.
+	// PublishTimeout bounds a heartbeat publish when its context has no deadline; default DefaultPublishTimeout.
 	PublishTimeout time.Duration
 	// InsecurePlaintext allows nats:// and ws:// URLs to a machine that is not this one
 	// (host.json insecure_plaintext); without it Open refuses them (CheckPlaintext).
@@ -180,30 +180,7 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	if err := wire.ValidNode(o.Node); err != nil {
 		return nil, fmt.Errorf("link: %w", err)
 	}
-	if o.Names.Prefix == "" {
-		o.Names = wire.NamesFor("")
-	}
-	if o.Name == "" {
-		o.Name = "mesh-host " + o.Node
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.ReconnectWait == 0 {
-		o.ReconnectWait = 2 * time.Second
-	}
-	if o.RetryMin == 0 {
-		o.RetryMin = 500 * time.Millisecond
-	}
-	if o.RetryMax == 0 {
-		o.RetryMax = 30 * time.Second
-	}
-	if o.PublishTimeout == 0 {
-		o.PublishTimeout = 5 * time.Second
-	}
-	if o.UserVersion == 0 {
-		o.UserVersion = wire.NodeUserVersion
-	}
+	o = o.withDefaults()
 	o.URLs = withScheme(o.URLs)
 	if err := CheckPlaintext(o.URLs, o.CA, o.InsecurePlaintext); err != nil {
 		return nil, err
@@ -633,4 +610,41 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 		}()
 	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// The defaults of what Options leave zero.
+const (
+	DefaultReconnectWait  = 2 * time.Second
+	DefaultRetryMin       = 500 * time.Millisecond
+	DefaultRetryMax       = 30 * time.Second
+	DefaultPublishTimeout = 5 * time.Second
+)
+
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o Options) withDefaults() Options {
+	if o.Names.Prefix == "" {
+		o.Names = wire.NamesFor("")
+	}
+	if o.Name == "" {
+		o.Name = "mesh-host " + o.Node
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ReconnectWait == 0 {
+		o.ReconnectWait = DefaultReconnectWait
+	}
+	if o.RetryMin == 0 {
+		o.RetryMin = DefaultRetryMin
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	if o.PublishTimeout == 0 {
+		o.PublishTimeout = DefaultPublishTimeout
+	}
+	if o.UserVersion == 0 {
+		o.UserVersion = wire.NodeUserVersion
+	}
+	return o
 }
