@@ -52,7 +52,7 @@ type Options struct {
 	Node string
 	// Replace asks the service to revoke the key the node id is enrolled with and take its place.
 	Replace bool
-	// Timeout bounds connecting and the request, per URL; default 15s.
+	// Timeout bounds connecting and the request, per URL; default DefaultTimeout.
 	Timeout time.Duration
 	// Name is how the connection is named on the server; default "mesh-host enrol <node>".
 	Name string
@@ -168,15 +168,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	if tok.Node != "" && tok.Node != o.Node {
 		return Result{}, fmt.Errorf("enrol: the token is for node %s, not %s", tok.Node, o.Node)
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 15 * time.Second
-	}
-	if o.Name == "" {
-		o.Name = "mesh-host enrol " + o.Node
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o = o.withDefaults()
 	// Expiry is the server's and the service's to judge, by their clocks: a node's clock may be
 	// wrong before it has ever synchronised, so an expiry past by this clock alone refuses
 	// nothing; it only names why the server refused the token user.
@@ -472,4 +464,21 @@ func writeConfig(path, node string, r wire.EnrolReply, res Result) error {
 		return fmt.Errorf("enrol: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// DefaultTimeout bounds one request to the enrolment service unless Options.Timeout says otherwise.
+const DefaultTimeout = 15 * time.Second
+
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o Options) withDefaults() Options {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Name == "" {
+		o.Name = "mesh-host enrol " + o.Node
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
 }
