@@ -100,15 +100,7 @@ func New(opts Options) (*Host, error) {
 	if err := wire.ValidNode(opts.Config.Node); err != nil {
 		return nil, fmt.Errorf("host: node id: %w (set node in host.json or MESH_HOST_NODE)", err)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Detector == nil {
-		opts.Detector = profile.NewDetector(time.Minute)
-	}
-	if opts.AliveEvery <= 0 {
-		opts.AliveEvery = 10 * time.Second
-	}
+	opts = opts.withDefaults()
 	return &Host{
 		pulse:    pulse{w: opts.Alive, every: opts.AliveEvery},
 		opts:     opts,
@@ -320,4 +312,22 @@ func (h *Host) standAsideFor(ctx context.Context) (string, error) {
 		return "", nil // the window's opening rechecks
 	}
 	return choice.Version, nil
+}
+
+// DefaultAliveEvery is how often the host pulses the launcher's liveness pipe unless
+// Options.AliveEvery says otherwise.
+const DefaultAliveEvery = 10 * time.Second
+
+// withDefaults returns o with every zero field at its default (decision 0041).
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Detector == nil {
+		o.Detector = profile.NewDetector(time.Minute)
+	}
+	if o.AliveEvery <= 0 {
+		o.AliveEvery = DefaultAliveEvery
+	}
+	return o
 }
