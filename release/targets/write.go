@@ -141,16 +141,13 @@ func (w Writer) Read(ctx context.Context, key string) (Current, error) {
 // w.Signer and numbered after that value, or a deletion. When another writer changed the key in
 // between, it reads the key again and asks decide again, up to Tries times (ErrKeptChanging).
 func (w Writer) Update(ctx context.Context, key string, cur *Current, decide func(Current) Decision) (Result, error) {
-	tries := w.Tries
-	if tries <= 0 {
-		tries = DefaultTries
-	}
+	w = w.withDefaults()
 	var c Current
 	if cur != nil {
 		c = *cur
 		c.Key = key
 	}
-	for i := 0; i < tries; i++ {
+	for i := 0; i < w.Tries; i++ {
 		if cur == nil || i > 0 {
 			var err error
 			if c, err = w.Read(ctx, key); err != nil {
@@ -230,4 +227,12 @@ func Conflict(err error) bool {
 	var api *jetstream.APIError
 	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// withDefaults returns w with every zero (or negative) setting at its default (decision 0041).
+func (w Writer) withDefaults() Writer {
+	if w.Tries <= 0 {
+		w.Tries = DefaultTries
+	}
+	return w
 }
