@@ -71,10 +71,8 @@ func RowsWith(entries []Entry, now time.Time, o RowOptions) []Row {
 
 // rows is RowsWith, with the nodes a View saw restart lately.
 func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]bool) []Row {
+	o = o.withDefaults()
 	silentAfter := o.SilentAfter
-	if silentAfter <= 0 {
-		silentAfter = DefaultSilentAfter
-	}
 	w := withdrawals{list: o.Withdrawals, rev: o.WithdrawalsRevision}
 	rows := make([]Row, 0, len(entries))
 	for _, e := range entries {
@@ -142,10 +140,8 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 // WriteTextWith writes the optional header line, rows as an aligned table, and a summary line
 // counting the nodes, the silent ones and, when not all are ok, each other kind.
 func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
+	o = o.withDefaults()
 	silentAfter := o.SilentAfter
-	if silentAfter <= 0 {
-		silentAfter = DefaultSilentAfter
-	}
 	if o.Header != "" {
 		if _, err := fmt.Fprintln(w, cell(o.Header, maxHeaderCell)); err != nil {
 			return err
@@ -331,4 +327,20 @@ func WriteJSONLine(w io.Writer, rows []Row) error {
 	}
 	_, err = w.Write(append(text.PrintableJSON(b), '\n'))
 	return err
+}
+
+// withDefaults returns o with every zero (or negative) field at its default (decision 0041).
+func (o RowOptions) withDefaults() RowOptions {
+	if o.SilentAfter <= 0 {
+		o.SilentAfter = DefaultSilentAfter
+	}
+	return o
+}
+
+// withDefaults returns o with every zero (or negative) field at its default (decision 0041).
+func (o TextOptions) withDefaults() TextOptions {
+	if o.SilentAfter <= 0 {
+		o.SilentAfter = DefaultSilentAfter
+	}
+	return o
 }
