@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"go/ast"
 	"go/doc"
 	"go/parser"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -196,5 +198,184 @@ func TestPackageCommentsOpenWithTheJobInTwentyWords(t *testing.T) {
 		if n := len(strings.Fields(first)); n > maxWords {
 			t.Errorf("%s: the package comment's first sentence is %d words; say the job in at most %d, detail after:\n\t%s", dir, n, maxWords, first)
 		}
+	}
+}
+
+// Settings are filled one way (decision 0041): a struct whose zero fields mean "the default",
+// filled by its one withDefaults method (WithDefaults where another package needs the filled
+// value), the values named once as Default* constants. So no
+// other function fills a field it finds zero, no function option sets a setting, and no
+// Default*() constructor makes a filled struct (the zero struct is the default).
+func TestSettingsAreDefaultedOneWay(t *testing.T) {
+	fset, pkgs := treePackages(t)
+	var found []string
+	at := func(n ast.Node, format string, args ...any) {
+		p := fset.Position(n.Pos())
+		rel, _ := filepath.Rel(bins.Src, p.Filename)
+		found = append(found, fmt.Sprintf("%s:%d: %s", rel, p.Line, fmt.Sprintf(format, args...)))
+	}
+	for _, files := range pkgs {
+		for _, f := range files {
+			for _, decl := range f.Decls {
+				switch d := decl.(type) {
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						ts, ok := spec.(*ast.TypeSpec)
+						if !ok {
+							continue
+						}
+						if ft, ok := ts.Type.(*ast.FuncType); ok && isOptionFunc(ft) && !functionOptionsAllowed[ts.Name.Name] {
+							at(ts, "%s is a function option; take a settings struct whose zero fields mean the default", ts.Name.Name)
+						}
+					}
+				case *ast.FuncDecl:
+					if d.Body == nil {
+						continue
+					}
+					if d.Recv == nil && strings.HasPrefix(d.Name.Name, "Default") && d.Type.Params.NumFields() == 0 && returnsStruct(d.Type) {
+						at(d, "%s makes a filled struct; let the zero struct mean the default (withDefaults)", d.Name.Name)
+					}
+					if fillsDefaults.MatchString(d.Name.Name) {
+						continue
+					}
+					settings := settingsParams(d)
+					ast.Inspect(d.Body, func(n ast.Node) bool {
+						if field, ok := fillsZeroField(n); ok && settings[strings.Split(field, ".")[0]] {
+							at(n, "%s fills %s when it is zero; fill it in the settings' withDefaults", funcName(d), field)
+						}
+						return true
+					})
+				}
+			}
+		}
+	}
+	sort.Strings(found)
+	for _, f := range found {
+		t.Errorf("%s (decision 0041)", f)
+	}
+}
+
+// fillsDefaults names the methods that fill settings: withDefaults (WithDefaults), and a
+// variant for what only a test can fill (withTestDefaults, given the test's temp dir and log).
+var fillsDefaults = regexp.MustCompile(`^[wW]ith[A-Za-z]*Defaults$`)
+
+// settingsParams are fn's receiver and parameters whose type is a settings struct: one named
+// *Config, *Options, *Opts or *Limits.
+func settingsParams(fn *ast.FuncDecl) map[string]bool {
+	out := map[string]bool{}
+	var fields []*ast.Field
+	if fn.Recv != nil {
+		fields = append(fields, fn.Recv.List...)
+	}
+	fields = append(fields, fn.Type.Params.List...)
+	for _, f := range fields {
+		typ := f.Type
+		if st, ok := typ.(*ast.StarExpr); ok {
+			typ = st.X
+		}
+		name := exprString(typ)
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			name = name[i+1:]
+		}
+		for _, suffix := range []string{"Config", "Options", "Opts", "Limits"} {
+			if strings.HasSuffix(name, suffix) {
+				for _, n := range f.Names {
+					out[n.Name] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// functionOptionsAllowed are the function options left: bus.ConnectOption adds to nats.go's own
+// list of options (TLS, reconnecting for ever), a set that keeps growing; meshtest.BusOption is
+// test support not yet converted to a BusConfig (twelve call sites in the sides' tests).
+var functionOptionsAllowed = map[string]bool{"ConnectOption": true, "BusOption": true}
+
+// isOptionFunc reports whether ft is func(*T) with no result: the shape of a function option.
+func isOptionFunc(ft *ast.FuncType) bool {
+	if ft.Results.NumFields() != 0 || ft.Params.NumFields() != 1 {
+		return false
+	}
+	_, ok := ft.Params.List[0].Type.(*ast.StarExpr)
+	return ok
+}
+
+// returnsStruct reports whether ft returns one value of a named type (not a basic one).
+func returnsStruct(ft *ast.FuncType) bool {
+	if ft.Results.NumFields() != 1 {
+		return false
+	}
+	id, ok := ft.Results.List[0].Type.(*ast.Ident)
+	return ok && id.Obj != nil
+}
+
+// fillsZeroField reports whether n is `if x.F == zero { x.F = ... }` (or `<= 0`), alone: a
+// default filled where it is used.
+func fillsZeroField(n ast.Node) (string, bool) {
+	is, ok := n.(*ast.IfStmt)
+	if !ok || is.Init != nil || is.Else != nil || len(is.Body.List) != 1 {
+		return "", false
+	}
+	cond, ok := is.Cond.(*ast.BinaryExpr)
+	if !ok || (cond.Op != token.EQL && cond.Op != token.LEQ) {
+		return "", false
+	}
+	sel, ok := cond.X.(*ast.SelectorExpr)
+	if !ok || !isZero(cond.Y) {
+		return "", false
+	}
+	as, ok := is.Body.List[0].(*ast.AssignStmt)
+	if !ok || as.Tok != token.ASSIGN || len(as.Lhs) != 1 {
+		return "", false
+	}
+	if exprString(as.Lhs[0]) != exprString(sel) {
+		return "", false
+	}
+	return exprString(sel), true
+}
+
+func isZero(e ast.Expr) bool {
+	switch x := e.(type) {
+	case *ast.BasicLit:
+		return x.Value == "0" || x.Value == `""`
+	case *ast.Ident:
+		return x.Name == "nil"
+	}
+	return false
+}
+
+func exprString(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.Ident:
+		return x.Name
+	case *ast.SelectorExpr:
+		return exprString(x.X) + "." + x.Sel.Name
+	}
+	return ""
+}
+
+// funcName is fn's name as a reader finds it: Type.Method or Func.
+func funcName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) == 0 {
+		return fn.Name.Name
+	}
+	typ := fn.Recv.List[0].Type
+	for {
+		switch x := typ.(type) {
+		case *ast.StarExpr:
+			typ = x.X
+			continue
+		case *ast.IndexExpr:
+			typ = x.X
+			continue
+		case *ast.IndexListExpr:
+			typ = x.X
+			continue
+		case *ast.Ident:
+			return x.Name + "." + fn.Name.Name
+		}
+		return fn.Name.Name
 	}
 }
