@@ -379,3 +379,49 @@ func funcName(fn *ast.FuncDecl) string {
 		return fn.Name.Name
 	}
 }
+
+// A function outside the lab longer than 80 lines hands off to named phases, one small handler
+// per event (STYLE.md, "Long functions hand off"); where it is right as one, its doc comment says
+// why on a line starting "long:", so the length is a decision and not a drift.
+func TestLongFunctionsSayWhyTheyAreLong(t *testing.T) {
+	const maxLines = 80
+	fset, pkgs := treePackages(t)
+	var found []string
+	for dir, files := range pkgs {
+		if dir == "lab" || strings.HasPrefix(dir, "lab"+string(filepath.Separator)) {
+			continue
+		}
+		for _, f := range files {
+			for _, decl := range f.Decls {
+				fn, ok := decl.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				start, end := fset.Position(fn.Pos()), fset.Position(fn.End())
+				lines := end.Line - start.Line + 1
+				if lines <= maxLines || saysWhyLong(fn.Doc) {
+					continue
+				}
+				rel, _ := filepath.Rel(bins.Src, start.Filename)
+				found = append(found, fmt.Sprintf("%s:%d: %s is %d lines", rel, start.Line, funcName(fn), lines))
+			}
+		}
+	}
+	sort.Strings(found)
+	for _, f := range found {
+		t.Errorf("%s; split it into named phases, or say why it is one in a doc comment line \"long: <reason>\"", f)
+	}
+}
+
+// saysWhyLong reports whether doc has a line "long: <reason>" with a reason of a few words.
+func saysWhyLong(doc *ast.CommentGroup) bool {
+	if doc == nil {
+		return false
+	}
+	for _, line := range strings.Split(doc.Text(), "\n") {
+		if reason, ok := strings.CutPrefix(strings.TrimSpace(line), "long:"); ok && len(strings.Fields(reason)) >= 3 {
+			return true
+		}
+	}
+	return false
+}
