@@ -143,7 +143,8 @@ func (h *Host) armWindowTimer(d time.Duration) {
 func (h *Host) writeWaiting(v windowVerdict) {
 	var w *rollback.WindowWait
 	if v.hold {
-		w = &rollback.WindowWait{Version: v.state.WaitingFor, Opens: v.state.Opens, Window: v.state.Spec}
+		// Running: until the window opens, a restart runs this version, not the one waited for.
+		w = &rollback.WindowWait{Version: v.state.WaitingFor, Opens: v.state.Opens, Window: v.state.Spec, Running: h.opts.Version}
 	}
 	if err := rollback.WriteWindowWait(h.root, w); err != nil {
 		h.log.Warn("could not leave the window wait for mesh-launcher status", "err", err)

@@ -96,16 +96,19 @@ func TestJudgeExitCleanExitWhileChooseNamesAnotherVersionIsStandingAside(t *test
 	g := newJudgeRig(t, "v1.0.0")
 	g.choose(t)
 	stageVersion(t, g.root, "v2.0.0")
-	got, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: 0})
+	got, next, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: 0})
 	if err != nil || got != rollback.OutcomeStoodAside {
 		t.Errorf("judgeExit = %v, %v; want stood-aside", got, err)
+	}
+	if next == nil || next.Version != "v2.0.0" {
+		t.Errorf("judgeExit passed on %+v, want the choice it judged by (v2.0.0), to start next", next)
 	}
 }
 
 func TestJudgeExitCleanExitWhileChooseNamesTheSameVersionIsAFailure(t *testing.T) {
 	g := newJudgeRig(t, "v1.0.0")
 	g.choose(t)
-	got, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: 0})
+	got, _, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: 0})
 	if err != nil || got != rollback.OutcomeFailed {
 		t.Errorf("judgeExit = %v, %v; want failed", got, err)
 	}
@@ -114,7 +117,7 @@ func TestJudgeExitCleanExitWhileChooseNamesTheSameVersionIsAFailure(t *testing.T
 func TestJudgeExitNonZeroIsAFailureEvenWithSomethingNewer(t *testing.T) {
 	g := newJudgeRig(t, "v1.0.0", "v2.0.0")
 	for _, code := range []int{1, 2, -1} {
-		got, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: code})
+		got, _, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: code})
 		if err != nil || got != rollback.OutcomeFailed {
 			t.Errorf("judgeExit(exit %d) = %v, %v; want failed", code, got, err)
 		}
@@ -125,7 +128,7 @@ func TestAfterFailureBelowLimitRestarts(t *testing.T) {
 	g := newJudgeRig(t, "v1.0.0")
 	g.choose(t)
 	g.fail(t, "v1.0.0", 1)
-	if err := g.l.afterFailure(context.Background(), "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
+	if _, err := g.l.afterFailure(context.Background(), "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
 		t.Fatalf("afterFailure = %v, want a restart", err)
 	}
 	if bad, _, _ := g.r.IsBad(context.Background(), "v1.0.0"); bad {
@@ -147,8 +150,12 @@ func TestAfterFailureOfUnconfirmedVersionAtLimitRollsBackToKnownGood(t *testing.
 	}
 	g.fail(t, "v2.0.0", 3)
 	end := rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1, Output: "loading\npanic: v2.0.0"}
-	if err := g.l.afterFailure(ctx, "v2.0.0", end); err != nil {
+	next, err := g.l.afterFailure(ctx, "v2.0.0", end)
+	if err != nil {
 		t.Fatalf("afterFailure = %v, want a rollback", err)
+	}
+	if next == nil || next.Version != "v1.0.0" {
+		t.Errorf("afterFailure passed on %+v, want the choice the rollback recorded (v1.0.0), to start next", next)
 	}
 	bad, reason, err := g.r.IsBad(ctx, "v2.0.0")
 	if err != nil || !bad || !strings.Contains(reason, "3 times") || !strings.Contains(reason, "panic: v2.0.0") {
@@ -174,11 +181,11 @@ func TestAfterFailureOfRollbackTargetAtLimitStopsInFailedState(t *testing.T) {
 	stageVersion(t, g.root, "v2.0.0")
 	g.choose(t)
 	g.fail(t, "v2.0.0", 3)
-	if err := g.l.afterFailure(ctx, "v2.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
+	if _, err := g.l.afterFailure(ctx, "v2.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
 		t.Fatal(err)
 	}
 	g.fail(t, "v1.0.0", 3)
-	err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1})
+	_, err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1})
 	var fs errFailedState
 	if !errors.As(err, &fs) || !strings.Contains(fs.reason, "machine is the problem") || !strings.Contains(fs.reason, "v1.0.0") {
 		t.Errorf("afterFailure = %v, want the failed state: the machine is the problem", err)
@@ -196,7 +203,7 @@ func TestAfterFailureWithNothingKnownGoodStopsAndNeverGuesses(t *testing.T) {
 	ctx := context.Background()
 	g.choose(t)
 	g.fail(t, "v2.0.0", 3)
-	err := g.l.afterFailure(ctx, "v2.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1})
+	_, err := g.l.afterFailure(ctx, "v2.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1})
 	var fs errFailedState
 	if !errors.As(err, &fs) || !strings.Contains(fs.reason, "no known-good version to roll back to") {
 		t.Errorf("afterFailure = %v, want the failed state: nothing to roll back to", err)
@@ -215,7 +222,7 @@ func TestAfterFailureOfConfirmedVersionAtLimitRestarts(t *testing.T) {
 	g.choose(t)
 	g.confirm(t, "v1.0.0")
 	g.fail(t, "v1.0.0", 5)
-	if err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
+	if _, err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
 		t.Errorf("afterFailure = %v, want a restart: a confirmed version is not the suspect", err)
 	}
 	if bad, _, _ := g.r.IsBad(ctx, "v1.0.0"); bad {
@@ -245,7 +252,7 @@ func TestAfterFailureRestartBackoffEndsWhenStopped(t *testing.T) {
 	defer cancel()
 	n := &cancelOnNotify{cancel: cancel}
 	g.l.cfg.Notifier = n
-	if err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
+	if _, err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
 		t.Errorf("afterFailure = %v", err)
 	}
 	if !strings.Contains(n.said, "restarting in 1h0m0s") {
@@ -262,14 +269,14 @@ func TestAfterFailureOfUnconfirmedIntermediateVersionRollsBackAgainToKnownGood(t
 	stageVersion(t, g.root, "v3.0.0")
 	g.choose(t)
 	g.fail(t, "v3.0.0", 3)
-	if err := g.l.afterFailure(ctx, "v3.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
+	if _, err := g.l.afterFailure(ctx, "v3.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if v := g.choose(t); v != "v2.0.0" {
 		t.Fatalf("Choose after the first rollback = %s, want v2.0.0", v)
 	}
 	g.fail(t, "v2.0.0", 3)
-	if err := g.l.afterFailure(ctx, "v2.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
+	if _, err := g.l.afterFailure(ctx, "v2.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); err != nil {
 		t.Fatalf("afterFailure = %v; want v2.0.0, never confirmed, rolled back to the known-good v1.0.0", err)
 	}
 	if v := g.choose(t); v != "v1.0.0" {
@@ -278,7 +285,44 @@ func TestAfterFailureOfUnconfirmedIntermediateVersionRollsBackAgainToKnownGood(t
 	// v1.0.0 is now the one on its last chance.
 	g.fail(t, "v1.0.0", 3)
 	var fs errFailedState
-	if err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); !errors.As(err, &fs) {
+	if _, err := g.l.afterFailure(ctx, "v1.0.0", rollback.End{Outcome: rollback.OutcomeFailed, ExitCode: 1}); !errors.As(err, &fs) {
 		t.Errorf("afterFailure of v1.0.0 at the limit = %v, want the failed state", err)
+	}
+}
+
+// While the host waits for its maintenance window, the version that waits is what the launcher
+// would start: a clean exit of it then is not standing aside (nothing is chosen in its place),
+// and a restart runs it again; once the wait is gone the newer version is the stand-aside's.
+func TestJudgeExitWhileTheNewerVersionWaitsForTheWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		wait    bool
+		outcome rollback.Outcome
+		next    string
+	}{
+		{"waiting: a clean exit is a failure", true, rollback.OutcomeFailed, ""},
+		{"not waiting: a clean exit stands aside for the newer", false, rollback.OutcomeStoodAside, "v2.0.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newJudgeRig(t, "v1.0.0")
+			g.choose(t)
+			stageVersion(t, g.root, "v2.0.0")
+			if tc.wait {
+				w := &rollback.WindowWait{Version: "v2.0.0", Opens: time.Now().Add(time.Hour), Window: "mon 02:00-03:00 UTC", Running: "v1.0.0"}
+				if err := rollback.WriteWindowWait(g.root, w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, next, err := g.l.judgeExit(context.Background(), "v1.0.0", rollback.End{ExitCode: 0})
+			if err != nil || got != tc.outcome {
+				t.Errorf("judgeExit = %v, %v; want %v", got, err, tc.outcome)
+			}
+			if (next == nil && tc.next != "") || (next != nil && next.Version != tc.next) {
+				t.Errorf("judgeExit passed on %+v, want %q", next, tc.next)
+			}
+			if ch, err := g.l.choose(context.Background()); err != nil || (tc.wait && ch.Version != "v1.0.0") {
+				t.Errorf("a restart chooses %s, %v", ch.Version, err)
+			}
+		})
 	}
 }

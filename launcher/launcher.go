@@ -166,19 +166,7 @@ func run(ctx context.Context, cfg Config, captured *slog.Handler) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if h == nil {
-		// Descriptors this image inherited (a shell's, a test harness's) go no further: not
-		// into a host, not into a launcher it execs.
-		closeOnExecInherited()
-	} else {
-		// Nothing but what the handover names may come through exec.
-		if leaked := unexpectedFDs(h); len(leaked) > 0 {
-			log.Error("descriptors the launcher before did not hand over were open after exec; closed them", "fds", strings.Join(leaked, " "))
-		}
-		if !h.Floor {
-			log, *captured = captureOutput(cfg.Root, log)
-		}
-	}
+	log = tidyDescriptors(cfg.Root, h, log, captured)
 	var lock *rollback.Lock
 	if h != nil {
 		lock, err = rollback.AdoptLock(os.NewFile(uintptr(h.LockFD), "launcher.lock"))
@@ -200,14 +188,7 @@ func run(ctx context.Context, cfg Config, captured *slog.Handler) (int, error) {
 	if note != "" {
 		log.Error(note)
 	}
-	if h == nil {
-		if err := l.prepare(ctx); err != nil {
-			return 1, err
-		}
-		if err := l.unitStarted(ctx); err != nil {
-			return 1, err
-		}
-	} else if err := l.tookOver(ctx, h); err != nil {
+	if err := l.begin(ctx, h); err != nil {
 		return 1, err
 	}
 	stopWatchdog := startWatchdog(ctx, cfg.Notifier)
@@ -219,22 +200,56 @@ func run(ctx context.Context, cfg Config, captured *slog.Handler) (int, error) {
 			l.execLauncher(ctx, t, nil, nil)
 		}
 	}
+	return l.exit(ctx, l.loop(ctx))
+}
 
-	err = l.loop(ctx)
+// tidyDescriptors keeps only what may pass through this image: descriptors a unit's start
+// inherited (a shell's, a test harness's) go no further, not into a host nor into a launcher
+// it execs; after an exec, nothing but what the handover names may come through, and a
+// delivered image's log is also captured in launcher.out (the logger returned).
+func tidyDescriptors(root string, h *handover, log *slog.Logger, captured *slog.Handler) *slog.Logger {
+	if h == nil {
+		closeOnExecInherited()
+		return log
+	}
+	if leaked := unexpectedFDs(h); len(leaked) > 0 {
+		log.Error("descriptors the launcher before did not hand over were open after exec; closed them", "fds", strings.Join(leaked, " "))
+	}
+	if !h.Floor {
+		log, *captured = captureOutput(root, log)
+	}
+	return log
+}
+
+// begin readies the root: at the unit's start, made safe and the last launcher judged; after
+// an exec, the handover taken on.
+func (l *Launcher) begin(ctx context.Context, h *handover) error {
+	if h != nil {
+		return l.tookOver(ctx, h)
+	}
+	if err := l.prepare(ctx); err != nil {
+		return err
+	}
+	return l.unitStarted(ctx)
+}
+
+// exit is the launcher's exit status for how the loop ended: 0 stopped, ExitFailed in the
+// failed state (recorded), 1 with any other error.
+func (l *Launcher) exit(ctx context.Context, err error) (int, error) {
 	var failed errFailedState
 	switch {
 	case err == nil:
 		l.endedAsALauncherShould(ctx)
-		cfg.Notifier.Notify("STOPPING=1")
+		l.cfg.Notifier.Notify("STOPPING=1")
 		return 0, nil
 	case errors.As(err, &failed):
-		log.Error("stopping in the failed state", "reason", failed.reason)
+		l.log.Error("stopping in the failed state", "reason", failed.reason)
 		if rerr := l.records.SetFailed(context.WithoutCancel(ctx), failed.reason); rerr != nil {
-			log.Error("could not record the failed state", "err", rerr)
+			l.log.Error("could not record the failed state", "err", rerr)
 		}
 		// The failed state is the host's; the launcher did its job.
 		l.endedAsALauncherShould(ctx)
-		cfg.Notifier.Notify("STATUS=failed: " + text(failed.reason))
+		l.cfg.Notifier.Notify("STATUS=failed: " + text(failed.reason))
 		return ExitFailed, nil
 	default:
 		return 1, err

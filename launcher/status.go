@@ -34,6 +34,7 @@ type Report struct {
 	// WindowWait is, while the host has staged a newer version and waits for its maintenance
 	// window to stand aside (decision 0029), that version and when the window opens: what the
 	// host left in ROOT/window-wait.json, shown while that version is on disk and not running.
+	// Its running is the version a restart runs until then (decision 0034).
 	WindowWait *rollback.WindowWait `json:"window_wait,omitempty"`
 	// launcherUnknown: the records predate launcher versions (schema 6), so Launcher is empty
 	// for want of records, not of launchers.
@@ -189,7 +190,12 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 		fmt.Fprintf(tw, "note\t%s\n", text(rep.Note))
 	}
 	if ww := rep.WindowWait; ww != nil {
-		fmt.Fprintf(tw, "window\t%s\n", text(ww.Line()))
+		line := ww.Line()
+		if ww.Running != "" {
+			// What the launcher holds to (rollback.ChooseToStart): a crash does not upgrade.
+			line += "; a restart runs " + ww.Running + " until then"
+		}
+		fmt.Fprintf(tw, "window\t%s\n", text(line))
 	}
 	if rep.UnitFileChanged {
 		fmt.Fprintf(tw, "unit\t%s\n", UnitFileChangedNote)

@@ -18,11 +18,13 @@ func TestStatusSaysTheNodeWaitsForItsWindowWhileThatVersionIsStaged(t *testing.T
 		name    string
 		version string // the version waited for
 		staged  bool   // it is on disk beside v1.0.0
+		running string // the version that waits, as a host of decision 0034 on says it
 		shown   bool
 	}{
-		{"a staged version waiting", "v1.1.0", true, true},
-		{"the version that runs", "v1.0.0", false, false},
-		{"a version not on disk", "v1.2.0", false, false},
+		{"a staged version waiting", "v1.1.0", true, "", true},
+		{"a staged version waiting, a restart holding to v1.0.0", "v1.1.0", true, "v1.0.0", true},
+		{"the version that runs", "v1.0.0", false, "", false},
+		{"a version not on disk", "v1.2.0", false, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := stagedRoot(t, os.Getpid())
@@ -34,12 +36,16 @@ func TestStatusSaysTheNodeWaitsForItsWindowWhileThatVersionIsStaged(t *testing.T
 					t.Fatal(err)
 				}
 			}
-			if err := rollback.WriteWindowWait(root, &rollback.WindowWait{Version: tc.version, Opens: opens, Window: "mon-fri 02:00-04:00 Europe/Brussels"}); err != nil {
+			w := &rollback.WindowWait{Version: tc.version, Opens: opens, Window: "mon-fri 02:00-04:00 Europe/Brussels", Running: tc.running}
+			if err := rollback.WriteWindowWait(root, w); err != nil {
 				t.Fatal(err)
 			}
 			rep := statusWhileLocked(t, root)
 			text := textOf(t, rep)
 			want := "window staged " + tc.version + ", waiting for the window (opens 2026-12-02T02:00+01:00)"
+			if tc.running != "" {
+				want += "; a restart runs " + tc.running + " until then"
+			}
 			if got := strings.Contains(text, want); got != tc.shown {
 				t.Errorf("status shows %q: %v, want %v\n%s", want, got, tc.shown, text)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -200,49 +201,13 @@ func (l *Launcher) execLauncher(ctx context.Context, t *launcherTarget, p *hostP
 	}
 	h := handover{From: l.self, To: t.version, Floor: t.floor, Trial: t.trial, FloorPath: l.floorPath,
 		FloorVersion: l.floorVersion, FloorID: l.floorID, LockFD: int(l.lock.File().Fd()), Host: info}
-	if p != nil {
-		if !p.pausePipes() {
-			log.Info("not taking over now: the host is exiting")
-			p.resumePipes()
-			return
-		}
-		info.Tail, info.Partial = p.tail.lines(), string(p.partial)
-		info.SilentNS = -1
-		if d, ok := p.silentFor(); ok {
-			info.SilentNS = int64(d)
-		}
-		info.AgeNS = int64(time.Since(p.started))
-		info.StderrFD, info.AliveFD = int(fdOf(p.errR)), int(fdOf(p.aliveR))
+	if p != nil && !pauseForHandover(p, info) {
+		log.Info("not taking over now: the host is exiting")
+		return
 	}
 	keep := []uintptr{uintptr(h.LockFD)}
 	if p != nil {
 		keep = append(keep, uintptr(info.StderrFD), uintptr(info.AliveFD))
-	}
-	undo := func(err error) {
-		for _, fd := range keep {
-			setCloexec(fd, true)
-		}
-		l.reopenRecords(ctx)
-		if p != nil {
-			p.resumePipes()
-		}
-		if err := l.records.SetCurrentLauncher(ctx, l.self, l.isFloor, l.trial); err != nil {
-			log.Error("could not record the launcher running", "err", err)
-		}
-		// Only the bytes' fault marks a launcher bad (not an executable for this machine); a
-		// failure of the machine (memory, a vanished file) never does (decision 0003).
-		if !t.floor && errors.Is(err, syscall.ENOEXEC) {
-			reason := fmt.Sprintf("launcher %s could not be exec'd: %v", t.version, err)
-			if merr := l.records.MarkLauncherBad(ctx, t.version, reason, ""); merr != nil {
-				log.Error("could not mark the launcher bad", "err", merr)
-			}
-		}
-		// Not tried again by this image: an exec that failed for the machine's reasons (a noexec
-		// mount, memory) would fail every check. The unit's next start tries again.
-		if !t.floor {
-			l.execFailed[t.version] = true
-		}
-		log.Error("could not take the new launcher; this one keeps running", "err", err)
 	}
 	if err := l.records.SetCurrentLauncher(ctx, t.version, t.floor, t.trial); err != nil {
 		log.Error("not taking over: could not record the launcher taking over", "err", err)
@@ -256,7 +221,7 @@ func (l *Launcher) execLauncher(ctx context.Context, t *launcherTarget, p *hostP
 		err = fmt.Errorf("the handover is %d bytes, more than %d", len(b), maxHandover)
 	}
 	if err != nil {
-		undo(err)
+		l.execUndone(ctx, log, t, p, keep, err)
 		return
 	}
 	for _, fd := range keep {
@@ -269,7 +234,54 @@ func (l *Launcher) execLauncher(ctx context.Context, t *launcherTarget, p *hostP
 	b, _ = json.Marshal(h)
 	env := append(withoutEnv(os.Environ(), handoverEnv), handoverEnv+"="+string(b))
 	err = syscall.Exec(t.path, append([]string{t.path}, os.Args[1:]...), env)
-	undo(err)
+	l.execUndone(ctx, log, t, p, keep, err)
+}
+
+// pauseForHandover stops relaying the host's pipes and fills in what the next image needs of
+// them; false (pipes resumed) when the host is exiting and cannot be handed over.
+func pauseForHandover(p *hostProcess, info *handedHost) bool {
+	if !p.pausePipes() {
+		p.resumePipes()
+		return false
+	}
+	info.Tail, info.Partial = p.tail.lines(), string(p.partial)
+	info.SilentNS = -1
+	if d, ok := p.silentFor(); ok {
+		info.SilentNS = int64(d)
+	}
+	info.AgeNS = int64(time.Since(p.started))
+	info.StderrFD, info.AliveFD = int(fdOf(p.errR)), int(fdOf(p.aliveR))
+	return true
+}
+
+// execUndone puts everything back as it was before an exec that did not happen (err says why):
+// descriptors closed on exec again, the records reopened, the host's pipes relayed, this image
+// recorded as running. Only the bytes' fault marks a delivered launcher bad.
+func (l *Launcher) execUndone(ctx context.Context, log *slog.Logger, t *launcherTarget, p *hostProcess, keep []uintptr, err error) {
+	for _, fd := range keep {
+		setCloexec(fd, true)
+	}
+	l.reopenRecords(ctx)
+	if p != nil {
+		p.resumePipes()
+	}
+	if err := l.records.SetCurrentLauncher(ctx, l.self, l.isFloor, l.trial); err != nil {
+		log.Error("could not record the launcher running", "err", err)
+	}
+	// Only the bytes' fault marks a launcher bad (not an executable for this machine); a
+	// failure of the machine (memory, a vanished file) never does (decision 0003).
+	if !t.floor && errors.Is(err, syscall.ENOEXEC) {
+		reason := fmt.Sprintf("launcher %s could not be exec'd: %v", t.version, err)
+		if merr := l.records.MarkLauncherBad(ctx, t.version, reason, ""); merr != nil {
+			log.Error("could not mark the launcher bad", "err", merr)
+		}
+	}
+	// Not tried again by this image: an exec that failed for the machine's reasons (a noexec
+	// mount, memory) would fail every check. The unit's next start tries again.
+	if !t.floor {
+		l.execFailed[t.version] = true
+	}
+	log.Error("could not take the new launcher; this one keeps running", "err", err)
 }
 
 func hostPID(h *handedHost) int {

@@ -37,6 +37,9 @@ func choose(candidates []Candidate) string {
 type Choice struct {
 	Version string
 	Skipped []Candidate
+	// Held is set by ChooseToStart only: Version is the version that waits for its window,
+	// and Held.Version the newer one Choose names.
+	Held *Held
 }
 
 // Choose scans ROOT/versions, records the digest of any version seen for the first time, and

@@ -44,6 +44,14 @@ const (
 	CmdVersion = "version"
 )
 
+// WindowWaitName is the file the host leaves in the root while it has staged a newer version
+// and waits for its maintenance window to stand aside for it (decision 0029): written (temp,
+// fsync, rename) when it begins to wait, removed before it stands aside and whenever it waits
+// for nothing (WriteWindowWait). `mesh-launcher status`, which reads no bus, shows it; the
+// launcher, until the window opens, restarts the version named Running in it rather than the
+// newer one (Records.ChooseToStart, decision 0034). A host that leaves no Running holds nothing.
+const WindowWaitName = "window-wait.json"
+
 // Exit statuses the two sides agree on.
 const (
 	// HostExitClean is the host's exit when it stopped on purpose: standing aside for the

@@ -57,17 +57,38 @@ type VersionStatus struct {
 // except recording the digest of a version seen for the first time (as Choose does).
 func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, error) {
 	st := Status{Versions: []VersionStatus{}, Ignored: []string{}, Rollbacks: []Rollback{}}
+	if err := r.statusState(ctx, &st); err != nil {
+		return st, err
+	}
+	if err := r.statusRunning(ctx, &st); err != nil {
+		return st, err
+	}
+	if err := r.statusVersions(ctx, root, p, &st); err != nil {
+		return st, err
+	}
+	if err := r.statusLineage(ctx, root, &st); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// statusState reads the launcher's failed state and note.
+func (r *Records) statusState(ctx context.Context, st *Status) error {
 	var failed bool
 	var reason, note sql.NullString
 	if err := r.db.QueryRowContext(ctx, `SELECT failed, failed_reason, note FROM launcher WHERE id = 1`).Scan(&failed, &reason, &note); err != nil {
-		return st, r.wrap("read launcher state", err)
+		return r.wrap("read launcher state", err)
 	}
 	st.Failed, st.Note = failed, note.String
 	if failed {
 		// Redacted as Rollbacks are: older records may hold output that named a bus password.
 		st.FailedReason = text.Redact(reason.String)
 	}
+	return nil
+}
 
+// statusRunning reads the open start, if any.
+func (r *Records) statusRunning(ctx context.Context, st *Status) error {
 	var run Running
 	var pid sql.NullInt64
 	var since int64
@@ -77,21 +98,25 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 		run.PID, run.Since = int(pid.Int64), time.UnixMicro(since)
 		st.Running = &run
 	case err != sql.ErrNoRows:
-		return st, r.wrap("read running start", err)
+		return r.wrap("read running start", err)
 	}
+	return nil
+}
 
+// statusVersions lists every version on disk (checked as Choose checks it) and every one only
+// in the records (retired, or bad and removed), newest first, with where each came from.
+func (r *Records) statusVersions(ctx context.Context, root string, p Policy, st *Status) error {
 	recs, err := r.versionRows(ctx)
 	if err != nil {
-		return st, err
+		return err
 	}
 	failures, err := r.failuresTotal(ctx)
 	if err != nil {
-		return st, err
+		return err
 	}
-
 	dirs, err := ScanVersions(root)
 	if err != nil {
-		return st, err
+		return err
 	}
 	seen := map[string]bool{}
 	for _, d := range dirs {
@@ -102,24 +127,23 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 		seen[d.Name] = true
 		c, err := r.candidate(ctx, root, d.Name)
 		if err != nil {
-			return st, err
+			return err
 		}
 		recs, err = r.versionRows(ctx) // candidate may have recorded a first digest
 		if err != nil {
-			return st, err
+			return err
 		}
 		vs, err := r.versionStatus(ctx, root, p, recs[d.Name], d.Name, true, c.Mismatch, failures, st.Running)
 		if err != nil {
-			return st, err
+			return err
 		}
 		st.Versions = append(st.Versions, vs)
 	}
-	// Versions only in the records (retired, or bad and removed).
 	for _, v := range sortedNewestFirst(recs) {
 		if !seen[v] {
 			vs, err := r.versionStatus(ctx, root, p, recs[v], v, false, "", failures, st.Running)
 			if err != nil {
-				return st, err
+				return err
 			}
 			st.Versions = append(st.Versions, vs)
 		}
@@ -129,13 +153,20 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 	slices.SortStableFunc(st.Versions, func(a, b VersionStatus) int { return semver.Compare(b.Version, a.Version) })
 	provs, err := r.provenances(ctx) // after candidate recorded any version seen for the first time
 	if err != nil {
-		return st, err
+		return err
 	}
 	for i := range st.Versions {
 		st.Versions[i].Provenance = provs[st.Versions[i].Version]
 	}
+	return nil
+}
+
+// statusLineage reads the known-good version, the predecessor of what runs (or of the
+// known-good), and the last rollbacks.
+func (r *Records) statusLineage(ctx context.Context, root string, st *Status) error {
+	var err error
 	if st.KnownGood, err = r.KnownGood(ctx, root); err != nil {
-		return st, err
+		return err
 	}
 	ref := st.KnownGood
 	if st.Running != nil {
@@ -143,16 +174,16 @@ func (r *Records) Status(ctx context.Context, root string, p Policy) (Status, er
 	}
 	if ref != "" {
 		if st.Predecessor, err = r.predecessor(ctx, root, ref); err != nil {
-			return st, err
+			return err
 		}
 	}
 	if st.Rollbacks, err = r.Rollbacks(ctx, keepRollbacks); err != nil {
-		return st, err
+		return err
 	}
 	if st.Rollbacks == nil {
 		st.Rollbacks = []Rollback{}
 	}
-	return st, nil
+	return nil
 }
 
 func (r *Records) versionStatus(ctx context.Context, root string, p Policy, rec versionRow, v string, onDisk bool, mismatch string, failures map[string]int, run *Running) (VersionStatus, error) {
