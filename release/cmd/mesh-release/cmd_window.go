@@ -49,26 +49,7 @@ var windowCommands = []command{
 }
 
 func windowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := noArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: set, show or clear")
-	}
-	var sub command
-	for _, c := range windowCommands {
-		if c.name == "window "+args[0] {
-			sub = c
-		}
-	}
-	if sub.run == nil {
-		return usagef("unknown subcommand %q; want set, show or clear", text.Bound(args[0]))
-	}
-	sfs := sub.flagSet()
-	if code := sub.answer(s, sfs, sub.run(ctx, s, sfs, args[1:]), len(args) == 1); code != exitOK {
-		return exitStatus(code)
-	}
-	return nil
+	return dispatch(ctx, s, fs, args, "window", windowCommands)
 }
 
 // splitWindowArgs takes the window off the end of pos: the last argument when it holds spaces
