@@ -107,7 +107,7 @@ func (d dial) check() error {
 		return fmt.Errorf("%w; give the admin.creds of the serve that runs this bus, %s", err, d.serveFile(trust.Dir, trust.AdminCredsFile))
 	}
 	if whose := credsOf(d.creds); whose != "" {
-		return fmt.Errorf("the credentials in %s (%s) are %s, not the release side's admin.creds, and the bus lets them do only that job: give the admin.creds of the serve that runs this bus, %s",
+		return fmt.Errorf("the credentials in %s (%s) are %s, not the release side's admin.creds, which this command needs: give the admin.creds of the serve that runs this bus, %s",
 			d.creds, d.credsFrom, whose, d.serveFile(trust.Dir, trust.AdminCredsFile))
 	}
 	return nil
