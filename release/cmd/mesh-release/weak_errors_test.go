@@ -165,3 +165,25 @@ func TestAMissingCredsOrCAFileNamesWhatNamedIt(t *testing.T) {
 		})
 	}
 }
+
+// The distance suggest uses counts a swap of two neighbours as one edit, as a typist makes it.
+func TestEditDistanceCountsASwapAsOneEdit(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"fleet", "fleet", 0},
+		{"flet", "fleet", 1},
+		{"fleeet", "fleet", 1},
+		{"widnow", "window", 1},
+		{"strat", "start", 1},
+		{"pt", "put", 1},
+		{"get", "put", 2},
+		{"", "ls", 2},
+		{"frobnicate", "fleet", 8},
+	} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
