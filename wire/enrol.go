@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -91,17 +92,41 @@ func ParseToken(text string) (EnrolToken, error) {
 		return EnrolToken{}, fmt.Errorf("enrolment token: it does not start with %q; pass the whole line `mesh-release enrol-token` printed", TokenPrefix)
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(body)
+	var bad base64.CorruptInputError
+	if errors.As(err, &bad) && int(bad) >= len(body)-4 && base64URL(body) {
+		return EnrolToken{}, cutShort(len(text), err) // a base64 quantum broken off at the end
+	}
 	if err != nil {
 		return EnrolToken{}, fmt.Errorf("enrolment token: not base64url after %q (%v); was it cut or wrapped when copied?", TokenPrefix, err)
 	}
 	var t EnrolToken
-	if err := DecodeStrict(raw, &t); err != nil {
+	if err := DecodeStrict(raw, &t); errors.Is(err, io.ErrUnexpectedEOF) {
+		return EnrolToken{}, cutShort(len(text), err)
+	} else if err != nil {
 		return EnrolToken{}, fmt.Errorf("enrolment token: its JSON: %w", cutError{err})
 	}
 	if err := t.validate(); err != nil {
 		return EnrolToken{}, err
 	}
 	return t, nil
+}
+
+// cutShort is the refusal of a token whose text ends early: most often a copy that missed its
+// end (a terminal's wrap, a selection short of the line), so it says that rather than what the
+// decoder tripped on.
+func cutShort(n int, err error) error {
+	return fmt.Errorf("enrolment token: cut short: its %d bytes end in the middle (%w), so it was most likely truncated when copied; pass the whole line `mesh-release enrol-token` printed", n, cutError{err})
+}
+
+// base64URL reports whether s holds only base64url's alphabet: a text that does, refused at its
+// end, was cut there rather than mangled.
+func base64URL(s string) bool {
+	for _, r := range s {
+		if !('A' <= r && r <= 'Z' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func (t EnrolToken) validate() error {

@@ -244,3 +244,26 @@ func TestTokenExpiredSaysWhenForWhomAndTheLifetime(t *testing.T) {
 		}
 	}
 }
+
+// The issue: a token cut short when copied (a terminal's wrap, a missed last line) was refused
+// as "its JSON: unexpected EOF", which says nothing to the operator. Cut at every length, it is
+// said to be cut, with what to do, and its secret is never quoted.
+func TestATokenCutShortIsSaidToBeCut(t *testing.T) {
+	good, err := FormatToken(goodToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := len(TokenPrefix) + 1; n < len(good); n++ {
+		_, err := ParseToken(good[:n])
+		if err == nil {
+			t.Fatalf("cut to %d of %d bytes: accepted", n, len(good))
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "cut short") || !strings.Contains(msg, "`mesh-release enrol-token` printed") {
+			t.Fatalf("cut to %d of %d bytes: %q does not say it was cut short and what to pass", n, len(good), msg)
+		}
+		if strings.Contains(msg, goodToken().Secret) || len(msg) > 600 {
+			t.Fatalf("cut to %d bytes: %q quotes the secret or is too long", n, msg)
+		}
+	}
+}

@@ -206,46 +206,13 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server configs: %w", err)
 	}
-	names := append([]string{}, c.TLSNames...)
-	seen := map[string]bool{}
-	addrs := map[string]string{}
-	for _, m := range c.Members {
-		if err := m.check(); err != nil {
-			return nil, fmt.Errorf("server configs: %w", err)
-		}
-		if seen[m.Name] {
-			return nil, fmt.Errorf("server configs: two servers are named %s", m.Name)
-		}
-		seen[m.Name] = true
-		for _, a := range m.addresses() {
-			if other, ok := addrs[a[1]]; ok {
-				return nil, fmt.Errorf("server configs: servers %s and %s both listen on %s", other, m.Name, a[1])
-			}
-			addrs[a[1]] = m.Name
-		}
-		names = append(names, m.Host, m.RouteHost)
-		if m.LeafPort != 0 {
-			names = append(names, m.LeafHost)
-		}
+	names, err := c.checkServers()
+	if err != nil {
+		return nil, fmt.Errorf("server configs: %w", err)
 	}
 	hub, err := c.hubURLs()
 	if err != nil {
 		return nil, fmt.Errorf("server configs: %w", err)
-	}
-	for _, l := range c.Leaves {
-		if err := l.check(); err != nil {
-			return nil, fmt.Errorf("server configs: %w", err)
-		}
-		if seen[l.Name] {
-			return nil, fmt.Errorf("server configs: two servers are named %s", l.Name)
-		}
-		seen[l.Name] = true
-		a := net.JoinHostPort(l.Host, strconv.Itoa(l.Port))
-		if other, ok := addrs[a]; ok {
-			return nil, fmt.Errorf("server configs: servers %s and %s both listen on %s", other, l.Name, a)
-		}
-		addrs[a] = l.Name
-		names = append(names, l.Host)
 	}
 	certFile, keyFile, caFile, err := trust.EnsureTLS(store.DataDir(), names)
 	if err != nil {
@@ -271,6 +238,53 @@ func WriteServerConfigs(store *trust.Store, c ClusterConfig) ([]string, error) {
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// checkServers checks each member and leaf, and that no two share a name or a listen address.
+// It returns the names the servers' TLS certificate must hold: TLSNames and every host given.
+func (c ClusterConfig) checkServers() (names []string, err error) {
+	names = append([]string{}, c.TLSNames...)
+	seen := map[string]bool{}
+	addrs := map[string]string{}
+	claim := func(name string, listen ...string) error {
+		if seen[name] {
+			return fmt.Errorf("two servers are named %s", name)
+		}
+		seen[name] = true
+		for _, a := range listen {
+			if other, ok := addrs[a]; ok {
+				return fmt.Errorf("servers %s and %s both listen on %s", other, name, a)
+			}
+			addrs[a] = name
+		}
+		return nil
+	}
+	for _, m := range c.Members {
+		if err := m.check(); err != nil {
+			return nil, err
+		}
+		var listen []string
+		for _, a := range m.addresses() {
+			listen = append(listen, a[1])
+		}
+		if err := claim(m.Name, listen...); err != nil {
+			return nil, err
+		}
+		names = append(names, m.Host, m.RouteHost)
+		if m.LeafPort != 0 {
+			names = append(names, m.LeafHost)
+		}
+	}
+	for _, l := range c.Leaves {
+		if err := l.check(); err != nil {
+			return nil, err
+		}
+		if err := claim(l.Name, net.JoinHostPort(l.Host, strconv.Itoa(l.Port))); err != nil {
+			return nil, err
+		}
+		names = append(names, l.Host)
+	}
+	return names, nil
 }
 
 // writeMember writes one member's directory: its TLS files, copied so the directory is all its

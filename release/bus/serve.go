@@ -75,16 +75,9 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		return nil, errors.New("serve: no data directory; pass --data DIR")
 	}
 	opts = opts.withDefaults()
-	host, portText, err := net.SplitHostPort(opts.Listen)
+	host, port, err := listenAddress(opts.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("serve: listen address %q is not host:port (like 127.0.0.1:4222): %w", opts.Listen, err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port < -1 || port > 65535 {
-		return nil, fmt.Errorf("serve: listen port %q is not a port number (0 or -1 picks a free one)", portText)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT
+		return nil, err
 	}
 	storeDir := filepath.Join(opts.DataDir, "jetstream")
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
@@ -100,21 +93,65 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 			lock.unlock()
 		}
 	}()
-	// The server reports a port in use only in its log, and then never becomes ready: bind it
-	// here first so the operator hears at once which address is taken.
-	if port > 0 {
-		l, err := net.Listen("tcp", opts.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("serve: %w on %s (is another server using it? pick another with --listen): %w", ErrListen, opts.Listen, err)
-		}
-		l.Close()
+	if err := checkFree(opts.Listen, port); err != nil {
+		return nil, err
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	sopts, caFile, err := serverOptions(&opts, host, port, storeDir)
+	if err != nil {
+		return nil, err
 	}
 	fatal := make(chan string, 1)
-	sopts := &server.Options{
+	ns, err := newServer(sopts, opts, fatal)
+	if err != nil {
+		return nil, err
+	}
+	ns.Start()
+	if err := waitReady(ctx, ns, fatal, opts, storeDir); err != nil {
+		return nil, err
+	}
+	ok = true
+	srv := &Server{ns: ns, lock: lock, tls: sopts.TLSConfig != nil, caFile: caFile}
+	if caFile != "" {
+		srv.tlsNames = opts.TLSNames
+	}
+	return srv, nil
+}
+
+// listenAddress splits listen into its host and port; port 0 is the server's RANDOM_PORT.
+func listenAddress(listen string) (host string, port int, err error) {
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("serve: listen address %q is not host:port (like 127.0.0.1:4222): %w", listen, err)
+	}
+	port, err = strconv.Atoi(portText)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("serve: listen port %q is not a port number (0 or -1 picks a free one)", portText)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// checkFree binds listen and lets it go. The server reports a port in use only in its log, and
+// then never becomes ready: binding it here first lets the operator hear at once which address
+// is taken.
+func checkFree(listen string, port int) error {
+	if port <= 0 {
+		return nil // a free port is picked
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w on %s (is another server using it? pick another with --listen): %w", ErrListen, listen, err)
+	}
+	return l.Close()
+}
+
+// serverOptions is the server's configuration for opts: JetStream under storeDir, TLS (its own
+// CA's certificate made or renewed here when opts.OwnTLS, opts.TLSNames then set to the names
+// it holds) and authentication. caFile is the CA clients trust when the server keeps its own.
+func serverOptions(opts *ServeOptions, host string, port int, storeDir string) (sopts *server.Options, caFile string, err error) {
+	sopts = &server.Options{
 		ServerName: "mesh-release",
 		Host:       host,
 		Port:       port,
@@ -128,7 +165,6 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		// the server's default of 1,000 consumers per stream would refuse the 1,001st node.
 		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
 	}
-	var caFile string
 	if opts.OwnTLS && opts.TLSCert == "" {
 		names := append([]string{host}, opts.TLSNames...)
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
@@ -139,18 +175,28 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 		}
 		opts.TLSNames = names
 		if opts.TLSCert, opts.TLSKey, caFile, err = trust.EnsureTLS(opts.DataDir, names); err != nil {
-			return nil, fmt.Errorf("serve: %w", err)
+			return nil, "", fmt.Errorf("serve: %w", err)
 		}
 	}
-	if err := secure(sopts, opts); err != nil {
-		return nil, err
+	if err := secure(sopts, *opts); err != nil {
+		return nil, "", err
 	}
+	return sopts, caFile, nil
+}
+
+// newServer makes the server of sopts, logging to opts.Logger (a fatal message also sent on
+// fatal), with the mesh's accounts loaded before it accepts anyone.
+func newServer(sopts *server.Options, opts ServeOptions, fatal chan string) (*server.Server, error) {
 	ns, err := server.NewServer(sopts)
 	if err != nil {
 		if sopts.AccountResolver != nil {
 			sopts.AccountResolver.Close()
 		}
 		return nil, fmt.Errorf("serve: %w", err)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
 	ns.SetLoggerV2(slogAdapter{l: logger, fatal: fatal}, false, false, false)
 	if opts.Auth != nil {
@@ -166,7 +212,12 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 			}
 		}
 	}
-	ns.Start()
+	return ns, nil
+}
+
+// waitReady waits for the started ns to accept clients, for at most opts.ReadyTimeout; a fatal
+// message from the server or the end of ctx ends the wait at once. ns is shut down on an error.
+func waitReady(ctx context.Context, ns *server.Server, fatal <-chan string, opts ServeOptions, storeDir string) error {
 	deadline := time.Now().Add(opts.ReadyTimeout)
 	for !ns.ReadyForConnections(100 * time.Millisecond) {
 		select {
@@ -174,24 +225,19 @@ func Serve(ctx context.Context, opts ServeOptions) (*Server, error) {
 			// The server gave up (a listen address taken since the check, a store it cannot
 			// open): say so now rather than after the ready timeout.
 			ns.Shutdown()
-			return nil, fmt.Errorf("serve: the server on %s could not start: %s", opts.Listen, msg)
+			return fmt.Errorf("serve: the server on %s could not start: %s", opts.Listen, msg)
 		default:
 		}
 		if err := ctx.Err(); err != nil {
 			ns.Shutdown()
-			return nil, fmt.Errorf("serve: %w", err)
+			return fmt.Errorf("serve: %w", err)
 		}
 		if time.Now().After(deadline) {
 			ns.Shutdown()
-			return nil, fmt.Errorf("serve: the server on %s was not ready within %s; is the port in use or %s unwritable?", opts.Listen, opts.ReadyTimeout, storeDir)
+			return fmt.Errorf("serve: the server on %s was not ready within %s; is the port in use or %s unwritable?", opts.Listen, opts.ReadyTimeout, storeDir)
 		}
 	}
-	ok = true
-	srv := &Server{ns: ns, lock: lock, tls: sopts.TLSConfig != nil, caFile: caFile}
-	if caFile != "" {
-		srv.tlsNames = opts.TLSNames
-	}
-	return srv, nil
+	return nil
 }
 
 // secure sets the server options for opts.Auth and opts.TLSCert/TLSKey.

@@ -107,14 +107,9 @@ func (c Config) withDefaults() Config {
 // "q": several services on one bus share the requests, and a token's compare-and-set keeps
 // each to one use). Stop ends it.
 func Start(ctx context.Context, cfg Config) (*Service, error) {
-	if cfg.Admin == nil || cfg.Store == nil {
-		return nil, errors.New("enrolment service: no admin connection or trust store")
-	}
-	cfg = cfg.withDefaults()
-	for _, list := range [][]string{cfg.TrustedKeys, cfg.TrustedTargetKeys} {
-		if _, err := wire.ParseTrustedKeys(list); err != nil {
-			return nil, fmt.Errorf("enrolment service: %w", err)
-		}
+	cfg, err := cfg.checked()
+	if err != nil {
+		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
 	caPEM, _, err := ReadCA(cfg.CAFile)
 	if err != nil {
@@ -132,31 +127,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if s.nodes, err = bucket(ctx, js, cfg.Names, nodesBucket(cfg.Names)); err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
-	s.svc, err = micro.AddService(cfg.Admin, micro.Config{
-		Name: ServiceName, Version: "1.0.0",
-		Description: "mesh enrolment: a one-time token and a node's public key in, the node's user JWT out; renewal; revocation",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("enrolment service: %w", err)
-	}
-	// Enrolments are rare: a flood is held to a bounded queue, not to the memory it would take.
-	limits := micro.WithEndpointPendingLimits(1000, 16<<20)
-	if err := s.svc.AddEndpoint("enrol", micro.HandlerFunc(s.handleEnrol), micro.WithEndpointSubject(cfg.Names.EnrolSubject()), limits); err != nil {
-		s.svc.Stop()
-		return nil, fmt.Errorf("enrolment service: %w", err)
-	}
-	if err := s.svc.AddEndpoint("revoke", micro.HandlerFunc(s.handleRevoke), micro.WithEndpointSubject(cfg.Names.RevokeSubject()), limits); err != nil {
-		s.svc.Stop()
-		return nil, fmt.Errorf("enrolment service: %w", err)
-	}
-	if err := s.svc.AddEndpoint("renew", micro.HandlerFunc(s.handleRenew), micro.WithEndpointSubject(cfg.Names.RenewWildcard()), limits); err != nil {
-		s.svc.Stop()
-		return nil, fmt.Errorf("enrolment service: %w", err)
-	}
-	// Once Start returns, the service answers: the server has its subscriptions (without this,
-	// a request sent at once on another connection could find no responder).
-	if err := cfg.Admin.FlushTimeout(10 * time.Second); err != nil {
-		s.svc.Stop()
+	if err := s.answer(); err != nil {
 		return nil, fmt.Errorf("enrolment service: %w", err)
 	}
 	if cfg.System != nil {
@@ -175,6 +146,53 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	go s.sweepLoop()
 	return s, nil
+}
+
+// checked is cfg checked, with its defaults filled (withDefaults).
+func (cfg Config) checked() (Config, error) {
+	if cfg.Admin == nil || cfg.Store == nil {
+		return cfg, errors.New("no admin connection or trust store")
+	}
+	for _, list := range [][]string{cfg.TrustedKeys, cfg.TrustedTargetKeys} {
+		if _, err := wire.ParseTrustedKeys(list); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg.withDefaults(), nil
+}
+
+// answer adds the service's endpoints (enrol, revoke, renew) and returns once the server has
+// their subscriptions: without that, a request sent at once on another connection could find
+// no responder. The service is stopped on an error.
+func (s *Service) answer() error {
+	var err error
+	s.svc, err = micro.AddService(s.cfg.Admin, micro.Config{
+		Name: ServiceName, Version: "1.0.0",
+		Description: "mesh enrolment: a one-time token and a node's public key in, the node's user JWT out; renewal; revocation",
+	})
+	if err != nil {
+		return err
+	}
+	// Enrolments are rare: a flood is held to a bounded queue, not to the memory it would take.
+	limits := micro.WithEndpointPendingLimits(1000, 16<<20)
+	for _, ep := range []struct {
+		name, subject string
+		h             micro.HandlerFunc
+	}{
+		{"enrol", s.cfg.Names.EnrolSubject(), s.handleEnrol},
+		{"revoke", s.cfg.Names.RevokeSubject(), s.handleRevoke},
+		{"renew", s.cfg.Names.RenewWildcard(), s.handleRenew},
+	} {
+		if err := s.svc.AddEndpoint(ep.name, ep.h, micro.WithEndpointSubject(ep.subject), limits); err != nil {
+			s.svc.Stop()
+			return err
+		}
+	}
+	if err := s.cfg.Admin.FlushTimeout(10 * time.Second); err != nil {
+		s.svc.Stop()
+		return err
+	}
+	return nil
 }
 
 // Stop stops answering and waits for the sweeper.
@@ -244,112 +262,162 @@ func (s *Service) enrol(ctx context.Context, data []byte) (wire.EnrolReply, *ref
 	if !nkeys.IsValidPublicUserKey(req.PublicKey) {
 		return wire.EnrolReply{}, refuse(CodeBadRequest, "enrolment request: public_key %s is not a valid nkey user public key", req.PublicKey)
 	}
-	text := strings.TrimSpace(req.Token)
-	tok, err := wire.ParseToken(text)
-	if err != nil {
-		return wire.EnrolReply{}, refuse(CodeBadRequest, "%v", err)
+	e := &enrolment{req: req, now: s.cfg.Now().UTC()}
+	if r := s.checkToken(ctx, e); r != nil {
+		return wire.EnrolReply{}, r
 	}
-	if tok.Prefix != s.cfg.Names.Prefix {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "token %s is for the mesh with prefix %q; this service enrols for %q", tok.ID, tok.Prefix, s.cfg.Names.Prefix)
-	}
-	key := wire.TokenKey(tok.ID)
-	entry, err := s.tokens.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "unknown token %s: this mesh never issued it, or its record was purged %s after it expired", tok.ID, ExpiredTokenKept)
-	}
-	if err != nil {
-		return wire.EnrolReply{}, refuse(CodeInternal, "read token %s: %v", tok.ID, err)
-	}
-	var rec TokenRecord
-	if err := wire.DecodeStrict(entry.Value(), &rec); err != nil {
-		return wire.EnrolReply{}, refuse(CodeInternal, "token %s's record in %s is unreadable: %v", tok.ID, s.cfg.Names.Enrolment(), err)
-	}
-	if !sameHash(hashHex([]byte(text)), rec.TokenSHA256) || !sameHash(hashHex([]byte(tok.Secret)), rec.SecretSHA256) {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "token %s was altered: its text is not the one issued", tok.ID)
-	}
-	now := s.cfg.Now().UTC()
-	if !now.Before(rec.Expires) {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "%s", wire.TokenExpired(rec.Expires, rec.Node, rec.Expires.Sub(rec.IssuedAt)))
-	}
-	if rec.UsedAt != nil {
-		return wire.EnrolReply{}, refuse(CodeConflict, "token %s was already used at %s (by node %s); a token enrols one node, once", tok.ID, rec.UsedAt.Format(time.RFC3339), rec.UsedBy)
-	}
-	if rec.Node != "" && rec.Node != req.Node {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "token %s is for node %s, not %s", tok.ID, rec.Node, req.Node)
-	}
-
-	nodeKey := wire.NodeKey(req.Node)
-	var old *NodeRecord
-	var oldRev uint64
-	switch e, err := s.nodes.Get(ctx, nodeKey); {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
-		return wire.EnrolReply{}, refuse(CodeInternal, "read node %s's record: %v", req.Node, err)
-	default:
-		old, oldRev = new(NodeRecord), e.Revision()
-		if err := wire.DecodeStrict(e.Value(), old); err != nil {
-			return wire.EnrolReply{}, refuse(CodeInternal, "node %s's record in %s is unreadable: %v", req.Node, s.cfg.Names.Nodes(), err)
-		}
-	}
-	revokeOld := old != nil && old.RevokedAt == nil && old.PublicKey != req.PublicKey
-	if revokeOld && !req.Replace {
-		return wire.EnrolReply{}, refuse(CodeConflict, "node %s is already enrolled (key %s, since %s); enrol with --replace to revoke that key and take its place",
-			req.Node, old.PublicKey, old.EnrolledAt.Format(time.RFC3339))
-	}
-	// Replacing a node revokes its key: only a token made for that node may do it, so a token for
-	// any node (the first to use it) cannot take over one that is enrolled.
-	if revokeOld && rec.Node == "" {
-		return wire.EnrolReply{}, refuse(CodeForbidden, "node %s is already enrolled, and token %s names no node: replacing a node needs a token made for it (`mesh-release enrol-token --node %s`)",
-			req.Node, tok.ID, req.Node)
-	}
-	if revokeOld && s.cfg.System == nil {
-		return wire.EnrolReply{}, refuse(CodeInternal, "node %s is enrolled and this service has no system connection to revoke its key", req.Node)
+	if r := s.checkNode(ctx, e); r != nil {
+		return wire.EnrolReply{}, r
 	}
 	userJWT, err := s.cfg.Store.NodeUser(s.cfg.Names, req.Node, req.PublicKey)
 	if err != nil {
 		return wire.EnrolReply{}, refuse(CodeInternal, "sign node %s's user: %v", req.Node, err)
 	}
-
-	rec.UsedAt, rec.UsedBy = &now, req.Node
-	b, _ := json.Marshal(rec)
-	if _, err := s.tokens.Update(ctx, key, b, entry.Revision()); err != nil {
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return wire.EnrolReply{}, refuse(CodeConflict, "token %s was used by another request at the same moment; a token enrols one node, once", tok.ID)
-		}
-		return wire.EnrolReply{}, refuse(CodeInternal, "mark token %s used: %v", tok.ID, err)
+	if r := s.spendToken(ctx, e); r != nil {
+		return wire.EnrolReply{}, r
 	}
 	// The token is spent from here: a failure below needs a new token.
-	nrec := NodeRecord{PublicKey: req.PublicKey, EnrolledAt: now, TokenID: tok.ID, SignedBy: s.cfg.Store.NodesSigningPublicKey()}
+	if r := s.recordNode(ctx, e); r != nil {
+		return wire.EnrolReply{}, r
+	}
+	s.log.Info("node enrolled", "node", req.Node, "key", req.PublicKey, "token", e.tok.ID, "replaced", e.revokeOld)
+	urls := s.cfg.URLs
+	if len(urls) == 0 {
+		urls = e.tok.URLs
+	}
+	return wire.EnrolReply{JWT: userJWT, CAPEM: s.caPEM, URLs: urls, Prefix: s.cfg.Names.Prefix,
+		TrustedKeys: nonNil(s.cfg.TrustedKeys), TrustedTargetKeys: nonNil(s.cfg.TrustedTargetKeys)}, nil
+}
+
+// enrolment is one enrolment request as enrol's phases learn it: the request, its token and
+// the token's record (entry, for the compare-and-set that spends it), the node's record before
+// (nil for a new node) and whether its key is revoked in the change.
+type enrolment struct {
+	req       wire.EnrolRequest
+	now       time.Time
+	tok       wire.EnrolToken
+	rec       TokenRecord
+	entry     jetstream.KeyValueEntry
+	old       *NodeRecord
+	oldRev    uint64
+	revokeOld bool
+}
+
+// checkToken reads e's token and its record, and refuses a token that is not this mesh's, not
+// the one issued, expired, used, or for another node.
+func (s *Service) checkToken(ctx context.Context, e *enrolment) *refusal {
+	text := strings.TrimSpace(e.req.Token)
+	tok, err := wire.ParseToken(text)
+	if err != nil {
+		return refuse(CodeBadRequest, "%v", err)
+	}
+	if tok.Prefix != s.cfg.Names.Prefix {
+		return refuse(CodeForbidden, "token %s is for the mesh with prefix %q; this service enrols for %q", tok.ID, tok.Prefix, s.cfg.Names.Prefix)
+	}
+	entry, err := s.tokens.Get(ctx, wire.TokenKey(tok.ID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return refuse(CodeForbidden, "unknown token %s: this mesh never issued it, or its record was purged %s after it expired", tok.ID, ExpiredTokenKept)
+	}
+	if err != nil {
+		return refuse(CodeInternal, "read token %s: %v", tok.ID, err)
+	}
+	var rec TokenRecord
+	if err := wire.DecodeStrict(entry.Value(), &rec); err != nil {
+		return refuse(CodeInternal, "token %s's record in %s is unreadable: %v", tok.ID, s.cfg.Names.Enrolment(), err)
+	}
+	if !sameHash(hashHex([]byte(text)), rec.TokenSHA256) || !sameHash(hashHex([]byte(tok.Secret)), rec.SecretSHA256) {
+		return refuse(CodeForbidden, "token %s was altered: its text is not the one issued", tok.ID)
+	}
+	if !e.now.Before(rec.Expires) {
+		return refuse(CodeForbidden, "%s", wire.TokenExpired(rec.Expires, rec.Node, rec.Expires.Sub(rec.IssuedAt)))
+	}
+	if rec.UsedAt != nil {
+		return refuse(CodeConflict, "token %s was already used at %s (by node %s); a token enrols one node, once", tok.ID, rec.UsedAt.Format(time.RFC3339), rec.UsedBy)
+	}
+	if rec.Node != "" && rec.Node != e.req.Node {
+		return refuse(CodeForbidden, "token %s is for node %s, not %s", tok.ID, rec.Node, e.req.Node)
+	}
+	e.tok, e.rec, e.entry = tok, rec, entry
+	return nil
+}
+
+// checkNode reads the node's record and refuses replacing an enrolled node's key unless the
+// request says --replace, its token was made for that node, and the service can revoke.
+func (s *Service) checkNode(ctx context.Context, e *enrolment) *refusal {
+	req := e.req
+	switch entry, err := s.nodes.Get(ctx, wire.NodeKey(req.Node)); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return refuse(CodeInternal, "read node %s's record: %v", req.Node, err)
+	default:
+		e.old, e.oldRev = new(NodeRecord), entry.Revision()
+		if err := wire.DecodeStrict(entry.Value(), e.old); err != nil {
+			return refuse(CodeInternal, "node %s's record in %s is unreadable: %v", req.Node, s.cfg.Names.Nodes(), err)
+		}
+	}
+	old := e.old
+	e.revokeOld = old != nil && old.RevokedAt == nil && old.PublicKey != req.PublicKey
+	if e.revokeOld && !req.Replace {
+		return refuse(CodeConflict, "node %s is already enrolled (key %s, since %s); enrol with --replace to revoke that key and take its place",
+			req.Node, old.PublicKey, old.EnrolledAt.Format(time.RFC3339))
+	}
+	// Replacing a node revokes its key: only a token made for that node may do it, so a token for
+	// any node (the first to use it) cannot take over one that is enrolled.
+	if e.revokeOld && e.rec.Node == "" {
+		return refuse(CodeForbidden, "node %s is already enrolled, and token %s names no node: replacing a node needs a token made for it (`mesh-release enrol-token --node %s`)",
+			req.Node, e.tok.ID, req.Node)
+	}
+	if e.revokeOld && s.cfg.System == nil {
+		return refuse(CodeInternal, "node %s is enrolled and this service has no system connection to revoke its key", req.Node)
+	}
+	return nil
+}
+
+// spendToken marks e's token used, by compare-and-set: of two requests with one token, one
+// enrols.
+func (s *Service) spendToken(ctx context.Context, e *enrolment) *refusal {
+	rec := e.rec
+	rec.UsedAt, rec.UsedBy = &e.now, e.req.Node
+	b, _ := json.Marshal(rec)
+	if _, err := s.tokens.Update(ctx, wire.TokenKey(e.tok.ID), b, e.entry.Revision()); err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return refuse(CodeConflict, "token %s was used by another request at the same moment; a token enrols one node, once", e.tok.ID)
+		}
+		return refuse(CodeInternal, "mark token %s used: %v", e.tok.ID, err)
+	}
+	return nil
+}
+
+// recordNode revokes the key e replaces, if any, and writes the node's new record.
+func (s *Service) recordNode(ctx context.Context, e *enrolment) *refusal {
+	req, old := e.req, e.old
+	nrec := NodeRecord{PublicKey: req.PublicKey, EnrolledAt: e.now, TokenID: e.tok.ID, SignedBy: s.cfg.Store.NodesSigningPublicKey()}
 	if old != nil {
 		nrec.Replaced = append(old.Replaced, old.PublicKey)
 		if len(nrec.Replaced) > maxReplaced {
 			nrec.Replaced = nrec.Replaced[len(nrec.Replaced)-maxReplaced:]
 		}
 	}
-	if revokeOld {
-		if err := s.cfg.Store.Revoke(ctx, s.cfg.System, old.PublicKey, now); err != nil {
-			return wire.EnrolReply{}, refuse(CodeInternal, "revoke node %s's old key %s: %v (token %s is used; make a new one)", req.Node, old.PublicKey, err, tok.ID)
+	if e.revokeOld {
+		if err := s.cfg.Store.Revoke(ctx, s.cfg.System, old.PublicKey, e.now); err != nil {
+			return refuse(CodeInternal, "revoke node %s's old key %s: %v (token %s is used; make a new one)", req.Node, old.PublicKey, err, e.tok.ID)
 		}
 	}
 	nb, _ := json.Marshal(nrec)
+	nodeKey := wire.NodeKey(req.Node)
+	var err error
 	if old != nil {
-		_, err = s.nodes.Update(ctx, nodeKey, nb, oldRev)
+		_, err = s.nodes.Update(ctx, nodeKey, nb, e.oldRev)
 	} else {
 		_, err = s.nodes.Create(ctx, nodeKey, nb)
 	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		return wire.EnrolReply{}, refuse(CodeConflict, "node %s was enrolled by another request at the same moment (token %s is used; make a new one)", req.Node, tok.ID)
+		return refuse(CodeConflict, "node %s was enrolled by another request at the same moment (token %s is used; make a new one)", req.Node, e.tok.ID)
 	}
 	if err != nil {
-		return wire.EnrolReply{}, refuse(CodeInternal, "record node %s: %v (token %s is used; make a new one)", req.Node, err, tok.ID)
+		return refuse(CodeInternal, "record node %s: %v (token %s is used; make a new one)", req.Node, err, e.tok.ID)
 	}
-	s.log.Info("node enrolled", "node", req.Node, "key", req.PublicKey, "token", tok.ID, "replaced", revokeOld)
-	urls := s.cfg.URLs
-	if len(urls) == 0 {
-		urls = tok.URLs
-	}
-	return wire.EnrolReply{JWT: userJWT, CAPEM: s.caPEM, URLs: urls, Prefix: s.cfg.Names.Prefix,
-		TrustedKeys: nonNil(s.cfg.TrustedKeys), TrustedTargetKeys: nonNil(s.cfg.TrustedTargetKeys)}, nil
+	return nil
 }
 
 func (s *Service) handleRevoke(req micro.Request) {

@@ -33,8 +33,17 @@ const ManifestFile = "manifest.json"
 // versions are immutable once announced.
 var ErrAlreadyPublished = errors.New("version is already published with other bytes")
 
-// ErrNotPublished is wrapped when a target names a version with no manifest on the bus.
+// ErrNotPublished is what a *NotPublishedError is: a version with no manifest on the bus.
 var ErrNotPublished = errors.New("version is not published")
+
+// NotPublishedError is Published's answer for a version with no manifest in Bucket.
+type NotPublishedError struct{ Version, Bucket string }
+
+func (e *NotPublishedError) Error() string {
+	return fmt.Sprintf("%s is not published in %s; publish it first with `mesh-release publish`", text.Bound(e.Version), e.Bucket)
+}
+
+func (e *NotPublishedError) Is(target error) bool { return target == ErrNotPublished }
 
 // Result says what Publish did.
 type Result struct {
@@ -278,18 +287,11 @@ func PublishedBase(ctx context.Context, js jetstream.JetStream, names wire.Names
 	if !wire.ValidVersion(v) {
 		return build.Base{}, fmt.Errorf("delta base %q is neither a build directory nor %s", text.Bound(v), wire.VersionRule)
 	}
-	kv, err := js.KeyValue(ctx, names.Releases())
+	raw, err := Published(ctx, js, names, v)
 	if err != nil {
-		return build.Base{}, bucketErr("KV", names.Releases(), err)
+		return build.Base{}, fmt.Errorf("delta base: %w", err)
 	}
-	e, err := kv.Get(ctx, v)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return build.Base{}, fmt.Errorf("delta base %s: %w in %s", v, ErrNotPublished, names.Releases())
-	}
-	if err != nil {
-		return build.Base{}, fmt.Errorf("delta base %s: look it up in %s: %w", v, names.Releases(), err)
-	}
-	m, err := wire.ParseManifest(e.Value())
+	m, err := wire.ParseManifest(raw)
 	if err != nil {
 		return build.Base{}, fmt.Errorf("delta base %s: the published manifest is unreadable: %w", v, err)
 	}
@@ -298,6 +300,25 @@ func PublishedBase(ctx context.Context, js jetstream.JetStream, names wire.Names
 		return build.Base{}, bucketErr("object store", names.Archives(), err)
 	}
 	return FetchBase(ctx, obs, m, maxBinary)
+}
+
+// Published is the one rule of what "published" means, for every command that asks (target,
+// rollout start, withdraw, a delta's base): a manifest stored under version's key in
+// names.Releases(). It returns the manifest as stored, or a *NotPublishedError. Whether the
+// manifest reads is the caller's to judge: a target needs it whole, a withdrawal does not.
+func Published(ctx context.Context, js jetstream.JetStream, names wire.Names, version string) ([]byte, error) {
+	kv, err := js.KeyValue(ctx, names.Releases())
+	if err != nil {
+		return nil, bucketErr("KV", names.Releases(), err)
+	}
+	e, err := kv.Get(ctx, version)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, &NotPublishedError{Version: version, Bucket: names.Releases()}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up %s in %s: %w", text.Bound(version), names.Releases(), err)
+	}
+	return e.Value(), nil
 }
 
 func bucketErr(kind, name string, err error) error {
@@ -336,18 +357,11 @@ func Target(ctx context.Context, js jetstream.JetStream, names wire.Names, versi
 	if err := signer.Check(); err != nil {
 		return nil, err // no key: say so before reading anything
 	}
-	rel, err := js.KeyValue(ctx, names.Releases())
+	raw, err := Published(ctx, js, names, version)
 	if err != nil {
-		return nil, bucketErr("KV", names.Releases(), err)
+		return nil, err
 	}
-	e, err := rel.Get(ctx, version)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%s: %w in %s; publish it first with `mesh-release publish`", version, ErrNotPublished, names.Releases())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("look up %s in %s: %w", version, names.Releases(), err)
-	}
-	if _, err := wire.ParseManifest(e.Value()); err != nil {
+	if _, err := wire.ParseManifest(raw); err != nil {
 		return nil, fmt.Errorf("%s: the published manifest is unreadable (%w); hosts would refuse it", version, err)
 	}
 	if err := targets.CheckNotWithdrawn(ctx, js, names, version); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/release/publish"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
@@ -371,21 +372,13 @@ func (c *Controller) supersede(ctx context.Context, s *store, id, next string) (
 	return State{}, fmt.Errorf("rollout %s kept changing while it was being superseded", id)
 }
 
-// published checks that version is announced: hosts refuse a target with no manifest.
+// published checks that version is announced (publish.Published, the rule target and withdraw
+// follow too): hosts refuse a target with no manifest.
 func published(ctx context.Context, js jetstream.JetStream, n wire.Names, version string, log *slog.Logger) error {
-	kv, err := openKV(ctx, js, n.Releases(), log)
-	if err != nil {
+	return retry(ctx, discard(log), "read "+version+" in "+n.Releases(), func(ctx context.Context) error {
+		_, err := publish.Published(ctx, js, n, version)
 		return err
-	}
-	s := &store{n: n, log: discard(log)}
-	_, ok, err := s.entry(ctx, kv, version)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%s is not published in %s; publish it first with `mesh-release publish`", version, n.Releases())
-	}
-	return nil
+	})
 }
 
 // Resume takes over the rollout "current" names and runs it (see Run). It returns ErrNoRollout

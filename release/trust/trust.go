@@ -160,106 +160,123 @@ type file struct {
 // signing key and the admin user, the nodes account and its signing key, as the files of
 // DATA/trust.
 func newIdentities() ([]file, error) {
-	operator, err := nkeys.CreateOperator()
+	k, err := newKeys()
 	if err != nil {
-		return nil, fmt.Errorf("trust: operator key: %w", err)
+		return nil, err
 	}
-	system, err := nkeys.CreateAccount()
+	jwts, err := k.signAccounts()
 	if err != nil {
-		return nil, fmt.Errorf("trust: system account key: %w", err)
+		return nil, err
 	}
-	account, err := nkeys.CreateAccount()
-	if err != nil {
-		return nil, fmt.Errorf("trust: account key: %w", err)
-	}
-	signing, err := nkeys.CreateAccount()
-	if err != nil {
-		return nil, fmt.Errorf("trust: account signing key: %w", err)
-	}
-	nodes, err := nkeys.CreateAccount()
-	if err != nil {
-		return nil, fmt.Errorf("trust: nodes account key: %w", err)
-	}
-	nodesSigning, err := nkeys.CreateAccount()
-	if err != nil {
-		return nil, fmt.Errorf("trust: nodes account signing key: %w", err)
-	}
-	operatorPub, _ := operator.PublicKey()
-	systemPub, _ := system.PublicKey()
-	accountPub, _ := account.PublicKey()
-	signingPub, _ := signing.PublicKey()
-	nodesPub, _ := nodes.PublicKey()
-	nodesSigningPub, _ := nodesSigning.PublicKey()
-
-	oc := jwt.NewOperatorClaims(operatorPub)
-	oc.Name = OperatorName
-	oc.SystemAccount = systemPub
-	operatorJWT, err := oc.Encode(operator)
-	if err != nil {
-		return nil, fmt.Errorf("trust: sign the operator: %w", err)
-	}
-
-	sc := jwt.NewAccountClaims(systemPub)
-	sc.Name = SystemAccountName
-	systemJWT, err := sc.Encode(operator)
-	if err != nil {
-		return nil, fmt.Errorf("trust: sign the system account: %w", err)
-	}
-
-	ac := jwt.NewAccountClaims(accountPub)
-	ac.Name = AccountName
-	ac.SigningKeys.Add(signingPub)
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{
-		MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit,
-	}
-	ac.Exports = meshExports()
-	accountJWT, err := encodeAccount(ac, operator)
-	if err != nil {
-		return nil, fmt.Errorf("trust: sign the mesh account: %w", err)
-	}
-
-	// No JetStream (the zero limits), and a user signed without permissions may do nothing.
-	nc := jwt.NewAccountClaims(nodesPub)
-	nc.Name = NodesAccountName
-	nc.SigningKeys.Add(nodesSigningPub)
-	nc.DefaultPermissions.Pub.Deny.Add(">")
-	nc.DefaultPermissions.Sub.Deny.Add(">")
-	if nc.Imports, err = nodesImports(account, nodesPub); err != nil {
-		return nil, fmt.Errorf("trust: the nodes account's imports: %w", err)
-	}
-	nodesJWT, err := encodeAccount(nc, operator)
-	if err != nil {
-		return nil, fmt.Errorf("trust: sign the nodes account: %w", err)
-	}
-
 	// The system user is signed by the system account's own key: nothing else signs in it.
-	systemCreds, err := newUserCreds(system, "", SystemUserName, nil, jwt.Permissions{}, 0)
+	systemCreds, err := newUserCreds(k.system, "", SystemUserName, nil, jwt.Permissions{}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("trust: system user: %w", err)
 	}
-	adminCreds, err := newUserCreds(signing, accountPub, AdminUserName, []string{AdminTag}, jwt.Permissions{}, 0)
+	adminCreds, err := newUserCreds(k.signing, k.pub(k.account), AdminUserName, []string{AdminTag}, jwt.Permissions{}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("trust: admin user: %w", err)
 	}
-
 	seed := func(kp nkeys.KeyPair) []byte {
 		s, _ := kp.Seed()
 		return append(s, '\n')
 	}
 	return []file{
-		{OperatorSeedFile, seed(operator)},
-		{OperatorJWTFile, []byte(operatorJWT + "\n")},
-		{SystemSeedFile, seed(system)},
-		{SystemJWTFile, []byte(systemJWT + "\n")},
+		{OperatorSeedFile, seed(k.operator)},
+		{OperatorJWTFile, []byte(jwts.operator + "\n")},
+		{SystemSeedFile, seed(k.system)},
+		{SystemJWTFile, []byte(jwts.system + "\n")},
 		{SystemCredsFile, systemCreds},
-		{AccountSeedFile, seed(account)},
-		{AccountJWTFile, []byte(accountJWT + "\n")},
-		{AccountSigningSeedFile, seed(signing)},
+		{AccountSeedFile, seed(k.account)},
+		{AccountJWTFile, []byte(jwts.account + "\n")},
+		{AccountSigningSeedFile, seed(k.signing)},
 		{AdminCredsFile, adminCreds},
-		{NodesSeedFile, seed(nodes)},
-		{NodesJWTFile, []byte(nodesJWT + "\n")},
-		{NodesSigningSeedFile, seed(nodesSigning)},
+		{NodesSeedFile, seed(k.nodes)},
+		{NodesJWTFile, []byte(jwts.nodes + "\n")},
+		{NodesSigningSeedFile, seed(k.nodesSigning)},
 	}, nil
+}
+
+// identityKeys are the key pairs of a new trust store.
+type identityKeys struct {
+	operator, system, account, signing, nodes, nodesSigning nkeys.KeyPair
+}
+
+// newKeys makes the operator's key and the accounts' and their signing keys.
+func newKeys() (identityKeys, error) {
+	var k identityKeys
+	var err error
+	if k.operator, err = nkeys.CreateOperator(); err != nil {
+		return k, fmt.Errorf("trust: operator key: %w", err)
+	}
+	for _, a := range []struct {
+		kp   *nkeys.KeyPair
+		what string
+	}{
+		{&k.system, "system account key"},
+		{&k.account, "account key"},
+		{&k.signing, "account signing key"},
+		{&k.nodes, "nodes account key"},
+		{&k.nodesSigning, "nodes account signing key"},
+	} {
+		if *a.kp, err = nkeys.CreateAccount(); err != nil {
+			return k, fmt.Errorf("trust: %s: %w", a.what, err)
+		}
+	}
+	return k, nil
+}
+
+// pub is kp's public key; a key pair made here always has one.
+func (identityKeys) pub(kp nkeys.KeyPair) string {
+	p, _ := kp.PublicKey()
+	return p
+}
+
+// accountJWTs are the operator's and the accounts' JWTs of a new trust store.
+type accountJWTs struct{ operator, system, account, nodes string }
+
+// signAccounts signs the operator and, with its key, the system account, the mesh account
+// (JetStream without limits, its exports, its signing key) and the nodes account.
+func (k identityKeys) signAccounts() (accountJWTs, error) {
+	var out accountJWTs
+	var err error
+	oc := jwt.NewOperatorClaims(k.pub(k.operator))
+	oc.Name = OperatorName
+	oc.SystemAccount = k.pub(k.system)
+	if out.operator, err = oc.Encode(k.operator); err != nil {
+		return out, fmt.Errorf("trust: sign the operator: %w", err)
+	}
+
+	sc := jwt.NewAccountClaims(k.pub(k.system))
+	sc.Name = SystemAccountName
+	if out.system, err = sc.Encode(k.operator); err != nil {
+		return out, fmt.Errorf("trust: sign the system account: %w", err)
+	}
+
+	ac := jwt.NewAccountClaims(k.pub(k.account))
+	ac.Name = AccountName
+	ac.SigningKeys.Add(k.pub(k.signing))
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{
+		MemoryStorage: jwt.NoLimit, DiskStorage: jwt.NoLimit, Streams: jwt.NoLimit, Consumer: jwt.NoLimit,
+	}
+	ac.Exports = meshExports()
+	if out.account, err = encodeAccount(ac, k.operator); err != nil {
+		return out, fmt.Errorf("trust: sign the mesh account: %w", err)
+	}
+
+	// No JetStream (the zero limits), and a user signed without permissions may do nothing.
+	nc := jwt.NewAccountClaims(k.pub(k.nodes))
+	nc.Name = NodesAccountName
+	nc.SigningKeys.Add(k.pub(k.nodesSigning))
+	nc.DefaultPermissions.Pub.Deny.Add(">")
+	nc.DefaultPermissions.Sub.Deny.Add(">")
+	if nc.Imports, err = nodesImports(k.account, k.pub(k.nodes)); err != nil {
+		return out, fmt.Errorf("trust: the nodes account's imports: %w", err)
+	}
+	if out.nodes, err = encodeAccount(nc, k.operator); err != nil {
+		return out, fmt.Errorf("trust: sign the nodes account: %w", err)
+	}
+	return out, nil
 }
 
 // encodeAccount validates an account's claims and signs them with the operator's key.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/novox/mesh-host/internal/text"
 )
 
 // How every mesh-release command answers, in one place: --help prints the command's usage on
@@ -133,12 +135,109 @@ func lookup(name string) (command, bool) {
 }
 
 func unknown(s *stdio, name string) int {
-	what := "command"
+	what, hint := "command", ""
 	if strings.HasPrefix(name, "-") {
 		what = "flag" // before any command: flags belong after one
+	} else {
+		hint = suggest(name, commandNames(commands, ""))
 	}
-	fmt.Fprintf(s.err, "mesh-release: unknown %s %q\nrun `mesh-release --help` for the commands\n", what, name)
+	fmt.Fprintf(s.err, "mesh-release: unknown %s %q%s\nrun `mesh-release --help` for the commands\n", what, text.Bound(name), hint)
 	return exitUsage
+}
+
+// dispatch runs the subcommand of parent (rollout, window, blob) that args name. Each
+// subcommand answers as a command does: its own --help, usage errors and exit statuses; fs is
+// parent's own flag set, which takes nothing but --help.
+func dispatch(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, parent string, subs []command) error {
+	names := commandNames(subs, parent+" ")
+	want := oneOf(names)
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := noArgs(fs, args); err != nil {
+			return err
+		}
+		return usagef("want a subcommand: %s", want)
+	}
+	var sub command
+	for _, c := range subs {
+		if c.name == parent+" "+args[0] {
+			sub = c
+		}
+	}
+	if sub.run == nil {
+		return usagef("unknown subcommand %q; want %s%s", text.Bound(args[0]), want, suggest(args[0], names))
+	}
+	sfs := sub.flagSet()
+	if code := sub.answer(s, sfs, sub.run(ctx, s, sfs, args[1:]), len(args) == 1); code != exitOK {
+		return exitStatus(code)
+	}
+	return nil
+}
+
+// commandNames is the names of cs without prefix.
+func commandNames(cs []command, prefix string) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = strings.TrimPrefix(c.name, prefix)
+	}
+	return names
+}
+
+// oneOf lists names as a choice: "start, resume or watch".
+func oneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// maxSuggestInput bounds the name suggest compares: a longer one is no typo of a command.
+const maxSuggestInput = 32
+
+// suggest is "; did you mean `NAME`?" for the one of names nearest to typed, when it is a typo
+// away: at most one edit (a letter missed, added, changed or two swapped) per three letters of
+// the name, and at least one. Otherwise "": a guess far off would only mislead. Ties go to the
+// name listed first.
+func suggest(typed string, names []string) string {
+	if typed == "" || len(typed) > maxSuggestInput {
+		return ""
+	}
+	best, bestD := "", 0
+	for _, n := range names {
+		d := editDistance(typed, n)
+		if d <= max(1, len(n)/3) && (best == "" || d < bestD) {
+			best, bestD = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return "; did you mean `" + best + "`?"
+}
+
+// editDistance is the optimal string alignment distance between a and b, in bytes: the edits
+// (insert, delete, substitute, swap two neighbours) that turn a into b.
+func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 func usage(w io.Writer) {

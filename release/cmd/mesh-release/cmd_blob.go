@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/novox/mesh-host/internal/text"
@@ -39,26 +38,7 @@ not sent again ("already there"). A FILE larger than 1 GiB is put, with a warnin
 blobs larger than that by default.`
 
 func blobCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := noArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: put or ls")
-	}
-	var sub command
-	for _, c := range blobCommands {
-		if c.name == "blob "+args[0] {
-			sub = c
-		}
-	}
-	if sub.run == nil {
-		return usagef("unknown subcommand %q; want put or ls", printable(args[0]))
-	}
-	sfs := sub.flagSet()
-	if code := sub.answer(s, sfs, sub.run(ctx, s, sfs, args[1:]), len(args) == 1); code != exitOK {
-		return exitStatus(code)
-	}
-	return nil
+	return dispatch(ctx, s, fs, args, "blob", blobCommands)
 }
 
 func blobPutCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {

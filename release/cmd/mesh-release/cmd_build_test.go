@@ -82,7 +82,7 @@ func TestBuildCommandWritesADeltaFromADirectoryOrAPublishedVersion(t *testing.T)
 	}{
 		{"an earlier build's directory", first, 0, "delta from v1.0.0: "},
 		{"a published version", "v1.0.0", 0, "delta from v1.0.0: "},
-		{"a version not published", "v0.9.0", 1, "delta base v0.9.0: version is not published"},
+		{"a version not published", "v0.9.0", 1, "delta base: v0.9.0 is not published in"},
 		{"neither", "no-such-dir", 2, `--delta-from "no-such-dir" is neither a build directory nor a published version`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -274,7 +274,7 @@ func nodeCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) err
 		}
 		return cutOver(ctx, s, &t, *dryRun, *force)
 	case pos[0] != "revoke":
-		return usagef("unknown node command %q; there are: revoke ID, cut-over", text.Cut(text.Printable(pos[0]), 32))
+		return usagef("unknown node command %q; there are: revoke ID, cut-over%s", text.Bound(pos[0]), suggest(pos[0], []string{"revoke", "cut-over"}))
 	case *dryRun || *force:
 		return usagef("--dry-run and --force go with cut-over")
 	case len(pos) != 2:

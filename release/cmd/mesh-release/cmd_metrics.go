@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -46,7 +44,7 @@ func metricsCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 		return err
 	}
 	defer c.Close()
-	ln, err := listenMetrics(*listen)
+	ln, err := listenTCP("metrics", *listen)
 	if err != nil {
 		return err
 	}
@@ -71,14 +69,6 @@ func (o *metricsFlags) check() error {
 	return nil
 }
 
-func listenMetrics(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
-	}
-	return ln, nil
-}
-
 // serveMetrics serves /metrics on ln from c until ctx ends, then closes ln.
 func serveMetrics(ctx context.Context, s *stdio, c *bus.Conn, n wire.Names, ln net.Listener, o metricsFlags) error {
 	log := logkey.Text(s.err, nil).With("component", "metrics")
@@ -91,25 +81,13 @@ func serveMetrics(ctx context.Context, s *stdio, c *bus.Conn, n wire.Names, ln n
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "mesh-release metrics: the fleet's metrics are at /metrics (docs/metrics.md)")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	srv := newHTTPServer(mux, log)
+	srv.WriteTimeout = time.Minute
 	s.printf("metrics: serving http://%s/metrics\n", ln.Addr())
 	if !loopback(ln.Addr()) {
 		s.printf("metrics: not on loopback: whoever reaches %s reads every node's versions and state; serve it on a network only Prometheus reaches\n", ln.Addr())
 	}
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return fmt.Errorf("metrics: %w", err)
-	}
-	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	if err := srv.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("metrics: stop: %w", err)
-	}
-	return nil
+	return serveHTTP(ctx, "metrics", srv, ln)
 }
 
 // metricsInServe is serve's --metrics: the same /metrics served beside the bus, connected to it
@@ -126,7 +104,7 @@ func metricsInServe(fs *flag.FlagSet) func(ctx context.Context, s *stdio, srv *b
 			}
 			return nil
 		}
-		ln, err := listenMetrics(*listen)
+		ln, err := listenTCP("metrics", *listen)
 		if err != nil {
 			return err
 		}

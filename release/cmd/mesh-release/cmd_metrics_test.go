@@ -92,7 +92,7 @@ func TestMetricsFlagsAreCheckedBeforeTheBus(t *testing.T) {
 // A listen address in use fails at once, naming it.
 func TestMetricsSaysWhenItCannotListen(t *testing.T) {
 	url, _ := startServeConnected(t)
-	ln, err := listenMetrics("127.0.0.1:0")
+	ln, err := listenTCP("metrics", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

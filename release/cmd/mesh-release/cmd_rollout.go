@@ -114,26 +114,7 @@ var rolloutCommands = []command{
 }
 
 func rolloutCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := noArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: start, resume, status, abort or watch")
-	}
-	var sub command
-	for _, c := range rolloutCommands {
-		if c.name == "rollout "+args[0] {
-			sub = c
-		}
-	}
-	if sub.run == nil {
-		return usagef("unknown subcommand %q; want start, resume, status, abort or watch", args[0])
-	}
-	sfs := sub.flagSet()
-	if code := sub.answer(s, sfs, sub.run(ctx, s, sfs, args[1:]), len(args) == 1); code != exitOK {
-		return exitStatus(code)
-	}
-	return nil
+	return dispatch(ctx, s, fs, args, "rollout", rolloutCommands)
 }
 
 // rolloutFlags are the flags of the subcommands that drive a rollout.

@@ -70,17 +70,42 @@ func serveCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, re
 	return serveWith(ctx, s, fs, args, ready, serveExtras())
 }
 
+// serveFlags are serve's own flags (the extras register theirs).
+type serveFlags struct {
+	data, listen, prefix string
+	verbose, insecure    bool
+	tlsCert, tlsKey      string
+	tlsNames             namesFlag
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.data, "data", "", "`DIR` for the bus's JetStream data, identities (DIR/trust) and TLS files (DIR/tls) (default $"+envReleaseData+", else "+defaultDataDir+")")
+	fs.StringVar(&f.listen, "listen", bus.DefaultListen, "`HOST:PORT` to accept clients on (port 0 picks a free one)")
+	fs.StringVar(&f.prefix, "prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
+	fs.BoolVar(&f.verbose, "verbose", false, "log the NATS server's notices too, not only its warnings and errors")
+	fs.BoolVar(&f.insecure, "insecure-no-auth", false, "serve without authentication or TLS: anyone who reaches the listen address controls the fleet")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "the server's TLS certificate `FILE` (PEM: the certificate, then its CA, which enrolling nodes pin) instead of one from serve's own CA; with --tls-key")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "the key `FILE` (PEM) of --tls-cert")
+	fs.Var(&f.tlsNames, "tls-name", "another `NAME` (host name or IP address) clients reach the server by, for the certificate serve makes; repeat it or separate names with commas")
+}
+
+// check refuses flags that do not go together.
+func (f *serveFlags) check() error {
+	switch {
+	case (f.tlsCert == "") != (f.tlsKey == ""):
+		return usagef("--tls-cert and --tls-key go together")
+	case f.insecure && len(f.tlsNames) > 0:
+		return usagef("--tls-name is for the certificate serve makes, and with --insecure-no-auth it makes none")
+	case f.tlsCert != "" && len(f.tlsNames) > 0:
+		return usagef("--tls-name is for the certificate serve makes; with --tls-cert, the certificate names what it names")
+	}
+	return nil
+}
+
 // serveWith is serveCmd with what it runs beside the bus given.
 func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, ready func(url string), extras []serveExtra) error {
-	dataFlag := fs.String("data", "", "`DIR` for the bus's JetStream data, identities (DIR/trust) and TLS files (DIR/tls) (default $"+envReleaseData+", else "+defaultDataDir+")")
-	listen := fs.String("listen", bus.DefaultListen, "`HOST:PORT` to accept clients on (port 0 picks a free one)")
-	prefix := fs.String("prefix", wire.DefaultPrefix, "prefix of the mesh's bus names")
-	verbose := fs.Bool("verbose", false, "log the NATS server's notices too, not only its warnings and errors")
-	insecure := fs.Bool("insecure-no-auth", false, "serve without authentication or TLS: anyone who reaches the listen address controls the fleet")
-	tlsCert := fs.String("tls-cert", "", "the server's TLS certificate `FILE` (PEM: the certificate, then its CA, which enrolling nodes pin) instead of one from serve's own CA; with --tls-key")
-	tlsKey := fs.String("tls-key", "", "the key `FILE` (PEM) of --tls-cert")
-	var tlsNames namesFlag
-	fs.Var(&tlsNames, "tls-name", "another `NAME` (host name or IP address) clients reach the server by, for the certificate serve makes; repeat it or separate names with commas")
+	var f serveFlags
+	f.register(fs)
 	var starts []func(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error
 	for _, x := range extras {
 		starts = append(starts, x(fs))
@@ -88,77 +113,90 @@ func serveWith(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string, r
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	data := *dataFlag
-	if data == "" {
-		data = serveDataDir(s.getenv)
+	if f.data == "" {
+		f.data = serveDataDir(s.getenv)
 	}
-	if (*tlsCert == "") != (*tlsKey == "") {
-		return usagef("--tls-cert and --tls-key go together")
+	if err := f.check(); err != nil {
+		return err
 	}
-	if *insecure && len(tlsNames) > 0 {
-		return usagef("--tls-name is for the certificate serve makes, and with --insecure-no-auth it makes none")
-	}
-	if *tlsCert != "" && len(tlsNames) > 0 {
-		return usagef("--tls-name is for the certificate serve makes; with --tls-cert, the certificate names what it names")
-	}
-	level := slog.LevelWarn // the server's start-up banner is a page of notices
-	if *verbose {
-		level = slog.LevelInfo
-	}
-	logger := logkey.Text(s.err, &slog.HandlerOptions{Level: level})
-	opts := bus.ServeOptions{DataDir: data, Listen: *listen, Logger: logger.With("component", "nats"),
-		TLSCert: *tlsCert, TLSKey: *tlsKey}
-	creds := ""
-	if *insecure {
-		logger.Warn("serving without authentication or TLS (--insecure-no-auth): anyone who reaches the listen address can read and change every node's declaration and target", "listen", *listen)
-	} else {
-		store, err := trust.Ensure(data)
-		if err != nil {
-			return err
-		}
-		opts.Auth, creds = store, store.AdminCreds()
-		opts.OwnTLS, opts.TLSNames = *tlsCert == "", tlsNames
-	}
-	srv, err := bus.Serve(ctx, opts)
+	srv, store, err := f.start(ctx, s)
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
+	n := wire.NamesFor(f.prefix)
+	if err := f.ready(ctx, s, srv, store, n); err != nil {
+		return err
+	}
+	for _, start := range starts {
+		if start == nil {
+			continue
+		}
+		if err := start(ctx, s, srv, store, n); err != nil {
+			return err
+		}
+	}
+	if ready != nil {
+		ready(srv.ClientURL())
+	}
+	<-ctx.Done()
+	s.printf("stopping; the data stays in %s\n", f.data)
+	return nil
+}
+
+// start starts the server, with the identities in DATA/trust (made on the first start) unless
+// --insecure-no-auth; store is nil then.
+func (f *serveFlags) start(ctx context.Context, s *stdio) (srv *bus.Server, store *trust.Store, err error) {
+	level := slog.LevelWarn // the server's start-up banner is a page of notices
+	if f.verbose {
+		level = slog.LevelInfo
+	}
+	logger := logkey.Text(s.err, &slog.HandlerOptions{Level: level})
+	opts := bus.ServeOptions{DataDir: f.data, Listen: f.listen, Logger: logger.With("component", "nats"),
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey}
+	if f.insecure {
+		logger.Warn("serving without authentication or TLS (--insecure-no-auth): anyone who reaches the listen address can read and change every node's declaration and target", "listen", f.listen)
+	} else {
+		if store, err = trust.Ensure(f.data); err != nil {
+			return nil, nil, err
+		}
+		opts.Auth = store
+		opts.OwnTLS, opts.TLSNames = f.tlsCert == "", f.tlsNames
+	}
+	srv, err = bus.Serve(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv, store, nil
+}
+
+// ready makes the mesh's buckets and stream on srv and says where it serves and how to reach it.
+func (f *serveFlags) ready(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error {
+	creds := ""
+	if store != nil {
+		creds = store.AdminCreds()
+	}
 	c, err := srv.Connect(ctx, creds)
 	if err != nil {
 		return err
 	}
-	n := wire.NamesFor(*prefix)
 	err = bus.Init(ctx, c.JS, n)
 	c.Close()
 	if err != nil {
 		return err
 	}
 	url := srv.ClientURL()
-	s.printf("serving the mesh bus on %s (data in %s, prefix %s)\n", url, data, n.Prefix)
+	s.printf("serving the mesh bus on %s (data in %s, prefix %s)\n", url, f.data, n.Prefix)
 	if loopback(srv.Addr()) {
-		if *insecure {
+		if f.insecure {
 			s.printf("only this machine can connect; nodes elsewhere need --listen on an address they reach (no TLS or auth: a trusted network only)\n")
 		} else {
 			s.printf("only this machine can connect; nodes elsewhere need --listen on an address they reach\n")
 		}
 	}
-	if !*insecure {
-		serveBanner(s, srv, opts.Auth, url)
+	if store != nil {
+		serveBanner(s, srv, store, url)
 	}
-	for _, start := range starts {
-		if start == nil {
-			continue
-		}
-		if err := start(ctx, s, srv, opts.Auth, n); err != nil {
-			return err
-		}
-	}
-	if ready != nil {
-		ready(url)
-	}
-	<-ctx.Done()
-	s.printf("stopping; the data stays in %s\n", data)
 	return nil
 }
 

@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/novox/mesh-host/internal/logkey"
@@ -28,63 +25,95 @@ and password: any user, the token as password; or Authorization: Bearer TOKEN) o
 (lines user:bcrypt-hash, as ` + "`htpasswd -nB USER`" + ` writes them). Login files must not be readable
 by others. docs/security.md says what the page shows.`
 
-func webCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	var b busFlags
-	b.register(fs, s.getenv)
-	listen := fs.String("listen", web.DefaultListen, "`HOST:PORT` to serve the page on (port 0 picks a free one)")
-	cert := fs.String("tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
-	key := fs.String("tls-key", "", "the certificate's private key `FILE` (PEM)")
-	tokenFile := fs.String("token-file", "", "require this `FILE`'s token to read the page")
-	usersFile := fs.String("users-file", "", "require HTTP basic auth of a user in this `FILE` (lines user:bcrypt-hash)")
-	silentAfter := fs.Duration("silent-after", fleet.DefaultSilentAfter, "mark a node SILENT when unheard for this long (3× its heartbeat interval)")
-	if err := noArgs(fs, args); err != nil {
-		return err
-	}
-	if *silentAfter <= 0 {
+// webFlags are web's flags.
+type webFlags struct {
+	bus                  busFlags
+	listen, cert, key    string
+	tokenFile, usersFile string
+	silentAfter          time.Duration
+}
+
+func (f *webFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	f.bus.register(fs, getenv)
+	fs.StringVar(&f.listen, "listen", web.DefaultListen, "`HOST:PORT` to serve the page on (port 0 picks a free one)")
+	fs.StringVar(&f.cert, "tls-cert", "", "serve HTTPS with this certificate `FILE` (PEM; with --tls-key)")
+	fs.StringVar(&f.key, "tls-key", "", "the certificate's private key `FILE` (PEM)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "require this `FILE`'s token to read the page")
+	fs.StringVar(&f.usersFile, "users-file", "", "require HTTP basic auth of a user in this `FILE` (lines user:bcrypt-hash)")
+	fs.DurationVar(&f.silentAfter, "silent-after", fleet.DefaultSilentAfter, "mark a node SILENT when unheard for this long (3× its heartbeat interval)")
+}
+
+// check refuses flags that do not go together.
+func (f *webFlags) check() error {
+	switch {
+	case f.silentAfter <= 0:
 		return usagef("--silent-after must be positive")
-	}
-	if (*cert == "") != (*key == "") {
+	case (f.cert == "") != (f.key == ""):
 		return usagef("--tls-cert and --tls-key go together")
-	}
-	if *tokenFile != "" && *usersFile != "" {
+	case f.tokenFile != "" && f.usersFile != "":
 		return usagef("--token-file or --users-file, not both")
 	}
+	return nil
+}
+
+// guard is the login and the TLS configuration the flags ask for, each nil when not asked for.
+func (f *webFlags) guard() (*web.Login, *tls.Config, error) {
 	var login *web.Login
 	var err error
 	switch {
-	case *tokenFile != "":
-		login, err = web.TokenLogin(*tokenFile)
-	case *usersFile != "":
-		login, err = web.BasicLogin(*usersFile)
+	case f.tokenFile != "":
+		login, err = web.TokenLogin(f.tokenFile)
+	case f.usersFile != "":
+		login, err = web.BasicLogin(f.usersFile)
 	}
 	if err != nil {
-		return fmt.Errorf("web: %w", err)
+		return nil, nil, fmt.Errorf("web: %w", err)
 	}
-	var tlsConf *tls.Config
-	if *cert != "" {
-		pair, err := tls.LoadX509KeyPair(*cert, *key)
-		if err != nil {
-			return fmt.Errorf("web: TLS certificate %s and key %s: %w", *cert, *key, err)
-		}
-		tlsConf = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if f.cert == "" {
+		return login, nil, nil
 	}
-	ln, err := net.Listen("tcp", *listen)
+	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
 	if err != nil {
-		return fmt.Errorf("web: listen on %s: %w", *listen, err)
+		return nil, nil, fmt.Errorf("web: TLS certificate %s and key %s: %w", f.cert, f.key, err)
+	}
+	return login, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+func webCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
+	var f webFlags
+	f.register(fs, s.getenv)
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	login, tlsConf, err := f.guard()
+	if err != nil {
+		return err
+	}
+	ln, err := listenTCP("web", f.listen)
+	if err != nil {
+		return err
 	}
 	if !loopback(ln.Addr()) && (tlsConf == nil || login == nil) {
 		ln.Close()
 		return fmt.Errorf("web: %s is not a loopback address: the page shows every node's versions, state and errors, so off loopback it needs TLS (--tls-cert, --tls-key) and a login (--token-file or --users-file); missing: %s",
-			*listen, missingForNetwork(tlsConf != nil, login != nil))
+			f.listen, missingForNetwork(tlsConf != nil, login != nil))
 	}
-	c, err := b.connect(ctx)
+	c, err := f.bus.connect(ctx)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer c.Close()
-	log := logkey.Text(s.err, nil).With("component", "web")
-	srv := web.New(web.Config{JS: c.JS, Names: b.names(), SilentAfter: *silentAfter, Log: log})
+	return servePage(ctx, s, web.Config{JS: c.JS, Names: f.bus.names(), SilentAfter: f.silentAfter}, login, tlsConf, ln)
+}
+
+// servePage serves the page on ln until ctx ends.
+func servePage(ctx context.Context, s *stdio, cfg web.Config, login *web.Login, tlsConf *tls.Config, ln net.Listener) error {
+	cfg.Log = logkey.Text(s.err, nil).With("component", "web")
+	srv := web.New(cfg)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go srv.Run(ctx)
@@ -94,29 +123,15 @@ func webCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) erro
 	}
 	// No WriteTimeout: the events stream for as long as the page is open. The handlers end with
 	// ctx (BaseContext), so a stop does not wait for the open pages.
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, TLSConfig: tlsConf,
-		BaseContext: func(net.Listener) context.Context { return ctx },
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
+	hs := newHTTPServer(h, cfg.Log)
+	hs.IdleTimeout, hs.TLSConfig = time.Minute, tlsConf
+	hs.BaseContext = func(net.Listener) context.Context { return ctx }
 	scheme := "http"
 	if tlsConf != nil {
 		scheme = "https"
-		go func() { errc <- hs.ServeTLS(ln, "", "") }()
-	} else {
-		go func() { errc <- hs.Serve(ln) }()
 	}
 	s.printf("web: serving %s://%s/\n", scheme, ln.Addr())
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return fmt.Errorf("web: %w", err)
-	}
-	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	if err := hs.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("web: stop: %w", err)
-	}
-	return nil
+	return serveHTTP(ctx, "web", hs, ln)
 }
 
 func missingForNetwork(hasTLS, hasLogin bool) string {

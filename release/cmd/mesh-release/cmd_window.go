@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -49,26 +50,7 @@ var windowCommands = []command{
 }
 
 func windowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := noArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: set, show or clear")
-	}
-	var sub command
-	for _, c := range windowCommands {
-		if c.name == "window "+args[0] {
-			sub = c
-		}
-	}
-	if sub.run == nil {
-		return usagef("unknown subcommand %q; want set, show or clear", text.Bound(args[0]))
-	}
-	sfs := sub.flagSet()
-	if code := sub.answer(s, sfs, sub.run(ctx, s, sfs, args[1:]), len(args) == 1); code != exitOK {
-		return exitStatus(code)
-	}
-	return nil
+	return dispatch(ctx, s, fs, args, "window", windowCommands)
 }
 
 // splitWindowArgs takes the window off the end of pos: the last argument when it holds spaces
@@ -278,11 +260,30 @@ func windowShowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []strin
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	rows := windowRows(all, nodes, *fleet, time.Now())
+	if *asJSON {
+		enc := json.NewEncoder(s.out)
+		for _, r := range rows {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(rows) == 0 {
+		s.println("no maintenance window is set: nodes stand aside as soon as they have staged")
+		return nil
+	}
+	return writeWindowTable(s.out, rows, len(nodes) > 0)
+}
+
+// windowRows is what show shows, judged at now: each window on the bus (the fleet's only with
+// fleet), or, when nodes are named, the window each keeps (its own, else the fleet's).
+func windowRows(all []targets.ShownWindow, nodes []string, fleet bool, now time.Time) []shownWindowJSON {
 	var rows []shownWindowJSON
 	if len(nodes) == 0 {
 		for _, w := range all {
-			if *fleet && w.Key != wire.FleetWindowKey {
+			if fleet && w.Key != wire.FleetWindowKey {
 				continue
 			}
 			rows = append(rows, shownRow(w, now))
@@ -299,21 +300,13 @@ func windowShowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []strin
 		}
 		rows = append(rows, r)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(s.out)
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(rows) == 0 {
-		s.println("no maintenance window is set: nodes stand aside as soon as they have staged")
-		return nil
-	}
-	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
-	if len(nodes) > 0 {
+	return rows
+}
+
+// writeWindowTable writes rows as show's table: by key, or by node when byNode.
+func writeWindowTable(w io.Writer, rows []shownWindowJSON, byNode bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if byNode {
 		fmt.Fprintln(tw, "NODE\tWINDOW\tFROM\tNEXT\tEXPIRES")
 	} else {
 		fmt.Fprintln(tw, "KEY\tWINDOW\tNODES\tNEXT\tEXPIRES")
@@ -323,7 +316,7 @@ func windowShowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []strin
 		if third == "" {
 			third = "every node without its own"
 		}
-		if len(nodes) > 0 {
+		if byNode {
 			first, third = r.Node, r.Key
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", first, r.windowText(), text.Cut(third, 64), r.nextText(), r.expiresText())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/release/publish"
 	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/release/targets"
 
@@ -107,21 +108,15 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 	return nil
 }
 
-// isPublished refuses a version with no manifest on the bus: most likely a typo, and a
-// withdrawal is never undone.
+// isPublished refuses a version with no manifest on the bus (publish.Published): most likely a
+// typo, and a withdrawal is never undone. A manifest that does not read is published all the
+// same, and may well be why it is withdrawn.
 func isPublished(ctx context.Context, js jetstream.JetStream, names wire.Names, version string) error {
-	kv, err := js.KeyValue(ctx, names.Releases())
-	if err != nil {
-		return fmt.Errorf("KV bucket %s: %w", names.Releases(), err)
-	}
-	_, err = kv.Get(ctx, version)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	_, err := publish.Published(ctx, js, names, version)
+	if errors.Is(err, publish.ErrNotPublished) {
 		return fmt.Errorf("%s is not published on this bus (%s); a withdrawal is never undone, so check the version — or give --force to withdraw a version published elsewhere or not yet", version, names.Releases())
 	}
-	if err != nil {
-		return fmt.Errorf("look up %s in %s: %w", version, names.Releases(), err)
-	}
-	return nil
+	return err
 }
 
 // consequences says, best effort, what the withdrawal sets in motion: the nodes running the

@@ -5,9 +5,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"syscall"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/novox/mesh-host/internal/text"
@@ -35,6 +39,9 @@ const fromData = "serve's --data"
 const maxHintURL = 256
 
 func (d dial) connect(ctx context.Context, opts ...bus.ConnectOption) (*bus.Conn, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	c, err := bus.Connect(ctx, d.url, d.creds, append([]bus.ConnectOption{bus.WithCA(d.ca)}, opts...)...)
 	if err != nil {
 		return nil, d.explain(err)
@@ -81,6 +88,75 @@ func (d dial) explain(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w; %s", err, hint)
+}
+
+// check refuses, before dialling, what would otherwise fail later and less clearly: a
+// credentials or CA file that is not there (NATS names the file but not who named it), and a
+// node's or an enrolment token's credentials, which the bus accepts and then refuses every
+// request of, first as permission violations and then as a timeout.
+func (d dial) check() error {
+	if d.ca != "" {
+		if err := present(d.ca, "CA file", d.caFrom); err != nil {
+			return fmt.Errorf("%w; give the ca.pem of the serve that runs this bus, %s", err, d.serveFile(trust.TLSDir, trust.CAFile))
+		}
+	}
+	if d.creds == "" {
+		return nil
+	}
+	if err := present(d.creds, "credentials file", d.credsFrom); err != nil {
+		return fmt.Errorf("%w; give the admin.creds of the serve that runs this bus, %s", err, d.serveFile(trust.Dir, trust.AdminCredsFile))
+	}
+	if whose := credsOf(d.creds); whose != "" {
+		return fmt.Errorf("the credentials in %s (%s) are %s, not the release side's admin.creds, which this command needs: give the admin.creds of the serve that runs this bus, %s",
+			d.creds, d.credsFrom, whose, d.serveFile(trust.Dir, trust.AdminCredsFile))
+	}
+	return nil
+}
+
+// present says, when path cannot be opened, that it is missing and which flag or variable
+// named it.
+func present(path, what, from string) error {
+	f, err := os.Open(path)
+	if err == nil {
+		return f.Close()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the %s %s (given by %s) does not exist", what, path, from)
+	}
+	return fmt.Errorf("the %s %s (given by %s) cannot be read: %w", what, path, from, err)
+}
+
+// maxCredsFile bounds what credsOf reads of a credentials file: a .creds is about 1 KiB.
+const maxCredsFile = 64 << 10
+
+// credsOf is whose the credentials file at path are when they are a node's or an enrolment
+// token's ("node web-01's node.creds"), by the tags the enrolment service gives those users;
+// "" for any other, and for a file it cannot read as .creds (NATS then says what is wrong).
+func credsOf(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCredsFile))
+	if err != nil {
+		return ""
+	}
+	token, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return ""
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return ""
+	}
+	switch {
+	case uc.Tags.Contains(trust.NodeTag):
+		return fmt.Sprintf("node %s's (the node.creds `mesh-host enrol` wrote)", printable(uc.Name))
+	case uc.Tags.Contains(trust.TokenTag):
+		return "an enrolment token's (they may only ask to enrol)"
+	}
+	return ""
 }
 
 // dataDir is the data directory and where it came from: "/srv/mesh (from --data)".
