@@ -21,8 +21,13 @@ var version = "v0.0.0-dev"
 const prog = cmdline.Program("mesh-lab")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: the terminal it ran in closed. Each stops the fleet before mesh-lab exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	if err := dieWithParent(); err != nil {
+		fmt.Fprintf(os.Stderr, "mesh-lab: %v\n", err)
+		os.Exit(1)
+	}
 	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr, runners{demo: lab.Demo, up: lab.Up})
 	stop()
 	os.Exit(code)
