@@ -138,17 +138,27 @@ func TestMeshLabUpStopsItsFleetWhenWhatStartedItDies(t *testing.T) {
 			parent := exec.Command(argv[0], argv[1:]...)
 			parent.Dir = src
 			parent.Env = append(os.Environ(), "CGO_ENABLED=0")
-			stdout, err := parent.StdoutPipe()
+			// Files, not pipes exec copies from: the parent's Wait must not wait for mesh-lab,
+			// which inherits them, and what mesh-lab writes after must still be read. The pipe
+			// ends (EOF) when its last writer, mesh-lab, exits.
+			stdout, w, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
 			}
-			var stderr lockedBuffer
-			parent.Stderr = &stderr
-			// Its own group, so the signal reaches the parent alone, as `kill PID` sends it.
-			parent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := parent.Start(); err != nil {
+			defer stdout.Close()
+			stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+			if err != nil {
 				t.Fatal(err)
 			}
+			parent.Stdout, parent.Stderr = w, stderr
+			// Its own group, so the signal reaches the parent alone, as `kill PID` sends it.
+			parent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			err = parent.Start()
+			w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errText := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }
 			lines := make(chan string)
 			go func() {
 				defer close(lines)
@@ -169,7 +179,7 @@ func TestMeshLabUpStopsItsFleetWhenWhatStartedItDies(t *testing.T) {
 			if lab == 0 {
 				parent.Process.Kill()
 				parent.Wait()
-				t.Fatalf("mesh-lab up did not start under %q; stdout:\n%s\nstderr:\n%s", argv, strings.Join(printed, "\n"), stderr.String())
+				t.Fatalf("mesh-lab up did not start under %q; stdout:\n%s\nstderr:\n%s", argv, strings.Join(printed, "\n"), errText())
 			}
 			t.Cleanup(func() {
 				// If it outlived its parent, stop it as a person would, so its launchers stop too.
@@ -201,7 +211,7 @@ func TestMeshLabUpStopsItsFleetWhenWhatStartedItDies(t *testing.T) {
 				}
 			}
 			if !stopped {
-				t.Errorf("mesh-lab up did not say it stopped its fleet; it printed:\n%s\nstderr:\n%s", strings.Join(after, "\n"), stderr.String())
+				t.Errorf("mesh-lab up did not say it stopped its fleet; it printed:\n%s\nstderr:\n%s", strings.Join(after, "\n"), errText())
 			}
 			out, _ := exec.Command(launcherBin, "status", "--root", filepath.Join(dir, "nodes", "node-1")).CombinedOutput()
 			if !regexp.MustCompile(`launcher\s+not running`).Match(out) {
