@@ -221,17 +221,22 @@ func TestMeshLabUpStopsItsFleetWhenWhatStartedItDies(t *testing.T) {
 	}
 }
 
-// childOf is the pid of pid's one child (mesh-lab under make or go run), or 0.
+// childOf is the pid of pid's one child (mesh-lab under make or go run), or 0. A Go program (go
+// run) forks from any of its threads: each thread's children are listed apart.
 func childOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var kids []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return 0
+		}
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	if len(kids) != 1 {
 		return 0
 	}
-	f := strings.Fields(string(b))
-	if len(f) != 1 {
-		return 0
-	}
-	n, err := strconv.Atoi(f[0])
+	n, err := strconv.Atoi(kids[0])
 	if err != nil {
 		return 0
 	}
