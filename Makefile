@@ -11,7 +11,7 @@ GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 LAUNCHERBUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w'
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build launcher test lint demo bench package lab-systemd clean
+.PHONY: all build launcher test lint demo up bench package lab-systemd clean
 
 all: build
 
@@ -44,6 +44,15 @@ lint:
 demo:
 	@echo 'make demo: compiling mesh-lab (on a fresh machine a minute or two with nothing printed; then it says what it builds)'
 	CGO_ENABLED=0 $(GO) run -trimpath ./lab/cmd/mesh-lab demo
+
+# `make up`: a fleet left running to try commands against (`mesh-lab up`, lab/up.go). mesh-lab is
+# built as the demo's is (CGO_ENABLED=0, -trimpath: after `make demo` nothing is compiled again)
+# and exec'd, not run through `go run`, which ignores a SIGINT sent to it alone and dies of a
+# SIGTERM without passing it on: make passes SIGTERM to it, and it stops its fleet when whatever
+# started it dies. UPFLAGS='--nodes 5 --dir DIR' says what fleet.
+UPFLAGS ?= --nodes 3
+up:
+	$(GOBUILD) -o bin/mesh-lab ./lab/cmd/mesh-lab && exec bin/mesh-lab up $(UPFLAGS)
 
 # The figures the issues name; each benchmark reports its own units (ms, %, MB, ratio).
 BENCH := CGO_ENABLED=0 $(GO) test -run '^$$' -count 1 -timeout 30m

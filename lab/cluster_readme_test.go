@@ -21,7 +21,7 @@ import (
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
-// The README's "A cluster of three stock NATS servers", run as written from a copy of this
+// docs/cluster.md, "A cluster of three stock NATS servers", run as written from a copy of this
 // checkout: the stock nats-server built from the module go.mod pins, three of them on loopback
 // configured from what `mesh-release init --server-config` wrote, then init, two enrolment
 // services of which one is SIGKILLed, an enrolment through the other with one of the three
@@ -34,14 +34,14 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 		t.Skip("builds the stock nats-server and runs three")
 	}
 	ctx := meshtest.Context(t, 4*time.Minute)
-	readme, err := os.ReadFile(filepath.Join(bins.Src, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(bins.Src, "docs", "cluster.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	blocks := markedBlocks(string(readme), "cluster")
 	for _, name := range []string{"servers", "use", "enrol", "revoke"} {
 		if _, ok := blocks[name]; !ok {
-			t.Fatalf("README has no <!-- cluster: %s --> block", name)
+			t.Fatalf("docs/cluster.md has no <!-- cluster: %s --> block", name)
 		}
 	}
 
@@ -71,7 +71,7 @@ func TestREADMEClusterOfStockServersWorksAsWritten(t *testing.T) {
 		want = append(want, s.old)
 	}
 	if listed := markedSubstitutions(t, string(readme), "<!-- cluster: substitutions -->"); !slices.Equal(sorted(listed), sorted(want)) {
-		t.Fatalf("the README lists the substitutions %q; the test makes %q: say each one in the README, and no other", listed, want)
+		t.Fatalf("docs/cluster.md lists the substitutions %q; the test makes %q: say each one there, and no other", listed, want)
 	}
 	used := make([]bool, len(subst))
 	replace := func(block string) string {

@@ -25,29 +25,36 @@ import (
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
-// The README's "Operating it" section, run as a stranger would: its shell blocks, in order, from
-// a copy of this checkout, with the real binaries `make build` makes, a real `mesh-release
+// The README's walk-through, run as a stranger would: every one of its shell blocks, in order,
+// from a copy of this checkout, with the real binaries `make build` makes, a real `mesh-release
 // serve`, and a node on a temporary root. Only what cannot run here is changed, and only as the
 // README's own list (<!-- walkthrough: substitutions -->) says: paths, the bus's address,
 // `systemctl`, and MESH_HOST_ROOT. The test holds its table to that: every entry is one of those
 // kinds, the README lists exactly the table's entries, and every entry is used.
 //
 // Between blocks the test waits as a person would look: for the node to heartbeat, for the
-// release to run, for the rollback.
+// release to run, for the rollback. The blocks build binaries (make build, mesh-release build), so
+// they run under no deadline but the test binary's; each wait between them has its own.
 func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole README walk-through")
 	}
-	ctx := meshtest.Context(t, 5*time.Minute)
+	ctx := t.Context()
 	readme, err := os.ReadFile(filepath.Join(bins.Src, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	operating, err := os.ReadFile(filepath.Join(bins.Src, "docs", "operating.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	blocks := walkthroughBlocks(t, string(readme))
-	for _, name := range []string{"bus", "node", "release", "rollback", "rollout", "withdraw"} {
-		if _, ok := blocks[name]; !ok {
-			t.Fatalf("README has no walkthrough block %q", name)
-		}
+	var names []string
+	for name := range blocks {
+		names = append(names, name)
+	}
+	if !slices.Equal(sorted(names), sorted(walkthroughOrder)) {
+		t.Fatalf("the README's walk-through blocks are %q; this test runs %q: run each one (or mark it <!-- example -->)", sorted(names), walkthroughOrder)
 	}
 	if lines := unsigned(blocks); len(lines) > 0 {
 		// Hosts refuse an unsigned target, and mesh-release refuses to write one (decision 0011).
@@ -111,15 +118,19 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	run("bus", blocks["bus"])
 	// As a person would read serve's banner before going on: the bus answers the admin.
 	var c *bus.Conn
-	waitFor(t, ctx, "serve to answer the admin over TLS", func() bool {
+	waitFor(t, waitCtx(t, ctx), "serve to answer the admin over TLS", func() bool {
 		var err error
 		c, err = bus.Connect(ctx, busURL, filepath.Join(data, "trust", "admin.creds"), bus.WithCA(filepath.Join(data, "tls", "ca.pem")))
 		return err == nil
 	})
 	defer c.Close()
-	run("node", blocks["node"])
+	if out := run("node", blocks["node"]); !strings.Contains(out, launcher.Version) {
+		t.Errorf("mesh-launcher version did not print the launcher's own version %s, as the README says:\n%s", launcher.Version, out)
+	}
 	heard := func(what string, ok func(wire.Heartbeat) bool) {
 		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, waitLimit)
+		defer cancel()
 		for {
 			es, err := fleet.Read(ctx, c.JS, wire.NamesFor(""))
 			if err == nil {
@@ -149,14 +160,26 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	heard("running and confirmed on v1.1.0", func(hb wire.Heartbeat) bool {
 		return hb.Running == "v1.1.0" && hb.KnownGood == "v1.1.0" && hb.DeclarationRevision > 0
 	})
-	if out := run("release (fleet)", release[cut:]); !regexp.MustCompile(`web-01\s+ok\s+v1\.1\.0`).MatchString(out) {
+	out = run("release (fleet)", release[cut:])
+	if !regexp.MustCompile(`web-01\s+ok\s+v1\.1\.0`).MatchString(out) {
 		t.Errorf("fleet does not show web-01 ok on v1.1.0:\n%s", out)
+	}
+	// As the README says where the reader meets it: the launcher's own version, the floor.
+	if floor := launcher.Version + " (floor)"; !strings.Contains(out, floor) {
+		t.Errorf("fleet does not show web-01's launcher as %q, as the README says:\n%s", floor, out)
+	}
+
+	// The apply block: a blob put from a file the block makes, and the node's own commands; plan
+	// exits 0, the declaration being applied already.
+	out = run("apply", blocks["apply"])
+	if !regexp.MustCompile(`sha256:[0-9a-f]{64}\s+\d+\s+app-static\.tar`).MatchString(out) {
+		t.Errorf("blob put did not print the blob's digest, size and name:\n%s", out)
 	}
 
 	rb := blocks["rollback"]
 	cut = strings.Index(rb, "mesh-launcher status")
 	run("rollback", rb[:cut])
-	waitFor(t, ctx, "the rollback from v1.2.0", func() bool {
+	waitFor(t, waitCtx(t, ctx), "the rollback from v1.2.0", func() bool {
 		rep, err := launcher.ReadStatus(ctx, root, rollback.DefaultPolicy)
 		if err != nil {
 			return false
@@ -170,10 +193,10 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	heard("reporting the rollback", func(hb wire.Heartbeat) bool { return len(hb.Rollbacks) > 0 && hb.Running == "v1.1.0" })
 	fleetCut := strings.Index(rb, "mesh-release fleet")
 	out = run("rollback (status)", rb[cut:fleetCut])
-	if sample, ok := readmeSamples(string(readme))["launcher-status"]; !ok {
-		t.Error("the README has no <!-- sample: launcher-status --> block")
+	if sample, ok := readmeSamples(string(operating))["launcher-status"]; !ok {
+		t.Error("docs/operating.md has no <!-- sample: launcher-status --> block")
 	} else if diff := sampleShape(sample, out); diff != "" {
-		t.Errorf("the README's sample of mesh-launcher status is not what it prints today: %s\nthe real output:\n%s", diff, out)
+		t.Errorf("docs/operating.md's sample of mesh-launcher status is not what it prints today: %s\nthe real output:\n%s", diff, out)
 	}
 	out += run("rollback (fleet)", rb[fleetCut:])
 	for _, want := range []string{"BAD", "last rollback: v1.2.0 -> v1.1.0", `"from": "v1.2.0"`} {
@@ -211,11 +234,36 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 		}
 	}
 
+	// The window block: windows set for the fleet and for web-01, an urgent target that does not
+	// wait for them, and both windows cleared, so none is left in force.
+	out = run("window", blocks["window"])
+	if !strings.Contains(out, "sat,sun 03:00-05:00 UTC") {
+		t.Errorf("window show does not show web-01's own window:\n%s", out)
+	}
+	heard("running and confirmed on v1.3.1, the urgent target", func(hb wire.Heartbeat) bool { return hb.Running == "v1.3.1" && hb.KnownGood == "v1.3.1" })
+	if out := run("(the test's own) window show", "mesh-release window show\n"); !strings.Contains(out, "no maintenance window is set") {
+		t.Errorf("the walk-through left a window in force:\n%s", out)
+	}
+
 	for i, s := range subst {
 		if !used[i] {
 			t.Errorf("the README no longer says %q: update this test's replacements with it", s.old)
 		}
 	}
+}
+
+// walkthroughOrder are the README's walk-through blocks, in the order the test runs them.
+var walkthroughOrder = []string{"bus", "node", "release", "apply", "rollback", "rollout", "withdraw", "window"}
+
+// waitLimit bounds each wait between the walk's blocks: for a node to fetch, stand aside and
+// confirm, or to roll back, which take seconds.
+const waitLimit = 3 * time.Minute
+
+// waitCtx is ctx bounded by waitLimit, for one wait.
+func waitCtx(t *testing.T, ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, waitLimit)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // The kinds of change the README test may make to the walk-through; nothing else is changed.
@@ -624,6 +672,82 @@ func TestLauncherStatusSampleShapeIsComparedWithTheRealOutput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := sampleShape(tc.sample, "time=T level=INFO msg=x\n"+real); (diff == "") != tc.ok {
 				t.Errorf("matched %v (%s), want %v", diff == "", diff, tc.ok)
+			}
+		})
+	}
+}
+
+// Every shell block a user reads (the README and docs/) runs as written in a test — the README's
+// walk-through, docs/cluster.md's cluster — or is marked <!-- example --> (optionally saying why),
+// so a reader knows which blocks are only examples; and a block marked for a test is one that test
+// runs.
+func TestEveryShellBlockInTheDocsRunsOrIsMarkedAnExample(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(bins.Src, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, filepath.Join(bins.Src, "README.md"))
+	run := map[string][]string{
+		"walkthrough": walkthroughOrder,
+		"cluster":     {"servers", "use", "enrol", "revoke"},
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(bins.Src, f)
+		t.Run(rel, func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, problem := range unmarkedShellBlocks(string(b), run) {
+				t.Errorf("%s: %s", rel, problem)
+			}
+		})
+	}
+}
+
+// shellBlockRE is a shell block's first line and the line before the block (a marker, or
+// anything else).
+var shellBlockRE = regexp.MustCompile("(?m)^(.*)\\n```sh\\n(.*)$")
+
+// markerRE is a block's marker: <!-- KIND: NAME --> for a block a test runs, <!-- example --> or
+// <!-- example: why --> for one no test runs.
+var markerRE = regexp.MustCompile(`^<!-- (?:(walkthrough|cluster): (\w+)|example(?:: [^>]*)?) -->$`)
+
+// unmarkedShellBlocks says what is wrong with the shell blocks of a Markdown text: a block without
+// a marker, or marked for a test that does not run a block of that name (run: the names each
+// kind's test runs).
+func unmarkedShellBlocks(text string, run map[string][]string) []string {
+	var out []string
+	for _, m := range shellBlockRE.FindAllStringSubmatch(text, -1) {
+		mk := markerRE.FindStringSubmatch(strings.TrimSpace(m[1]))
+		switch {
+		case mk == nil:
+			out = append(out, fmt.Sprintf("the shell block that starts %q is neither run by a test (<!-- walkthrough: NAME -->, <!-- cluster: NAME --> on the line before it) nor marked <!-- example -->", m[2]))
+		case mk[1] != "" && !slices.Contains(run[mk[1]], mk[2]):
+			out = append(out, fmt.Sprintf("the shell block that starts %q is marked %s: %s, which its test does not run (it runs %q)", m[2], mk[1], mk[2], run[mk[1]]))
+		}
+	}
+	return out
+}
+
+func TestUnmarkedShellBlocksAreFound(t *testing.T) {
+	run := map[string][]string{"walkthrough": {"bus"}}
+	for _, tc := range []struct {
+		name, text string
+		problems   int
+	}{
+		{"a walk-through block the test runs", "x\n<!-- walkthrough: bus -->\n```sh\nls\n```\n", 0},
+		{"an example", "<!-- example -->\n```sh\nls\n```\n", 0},
+		{"an example saying why", "<!-- example: runs for ever -->\n```sh\nls\n```\n", 0},
+		{"a plain block of output is no shell block", "text\n```\nHALTED\n```\n", 0},
+		{"no marker", "Run this:\n```sh\nls\n```\n", 1},
+		{"a marker a line too early", "<!-- example -->\n\n```sh\nls\n```\n", 1},
+		{"a walk-through block the test does not run", "<!-- walkthrough: window -->\n```sh\nls\n```\n", 1},
+		{"a kind no test runs", "<!-- cluster: servers -->\n```sh\nls\n```\n", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := unmarkedShellBlocks(tc.text, run); len(got) != tc.problems {
+				t.Errorf("problems %q, want %d", got, tc.problems)
 			}
 		})
 	}

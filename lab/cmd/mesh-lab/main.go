@@ -23,8 +23,13 @@ var version = "v0.0.0-dev"
 const prog = cmdline.Program("mesh-lab")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: the terminal it ran in closed. Each stops the fleet before mesh-lab exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	if err := dieWithParent(); err != nil {
+		fmt.Fprintf(os.Stderr, "mesh-lab: %v\n", err)
+		os.Exit(1)
+	}
 	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr, runners{demo: lab.Demo, up: lab.Up})
 	stop()
 	os.Exit(code)
@@ -79,4 +84,5 @@ const upAbout = `Build the binaries from this tree, start a NATS server and --no
 mesh-launcher process with its own root, heartbeating every second, with the launcher's clocks
 scaled down as in the demo), build and sign — without publishing — a good v1.1.0 and a broken
 v1.2.0, and print the commands to try (mesh-release fleet, publish, rollout …, mesh-launcher
-status). It keeps running until Ctrl-C or SIGTERM, then stops every node and the bus (exit 0).`
+status). It keeps running until Ctrl-C, SIGTERM or SIGHUP, or until the process that started it
+exits (make, go run), then stops every node and the bus (exit 0). ` + "`make up`" + ` builds and runs it.`
