@@ -22,7 +22,6 @@ import (
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
-	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The README's walk-through, run as a stranger would: every one of its shell blocks, in order,

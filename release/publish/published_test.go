@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/novox/mesh-host/internal/meshtest"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // Published is the one rule every command asks (target, rollout start, withdraw, a delta's
