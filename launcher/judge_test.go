@@ -38,7 +38,7 @@ func newJudgeRig(t *testing.T, versions ...string) *judgeRig {
 		Policy:   rollback.Policy{Limit: 3, Interval: time.Hour, BackoffMin: time.Millisecond, BackoffMax: time.Millisecond},
 		Logger:   slog.New(slog.DiscardHandler),
 		Notifier: n,
-	}.Defaults()
+	}.withDefaults()
 	return &judgeRig{root: root, r: r, l: &Launcher{cfg: cfg, log: cfg.Logger, records: r}, n: n}
 }
 

@@ -63,8 +63,8 @@ type Config struct {
 	Floor string
 }
 
-// Defaults fills in what is zero.
-func (c Config) Defaults() Config {
+// withDefaults returns c with every zero field at its default (decision 0041).
+func (c Config) withDefaults() Config {
 	d := rollback.DefaultPolicy
 	if c.Policy.Limit == 0 {
 		c.Policy.Limit = d.Limit
@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 
 // run is Run; a delivered image's launcher.out handler, once opened, is put in *captured.
 func run(ctx context.Context, cfg Config, captured *slog.Handler) (int, error) {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	log := cfg.Logger.With("root", cfg.Root)
 	h, err := readHandover()
 	if err != nil {

@@ -17,7 +17,7 @@ type recordingNotifier struct{ states []string }
 func (n *recordingNotifier) Notify(s string) { n.states = append(n.states, s) }
 
 func TestConfigDefaultsFillsOnlyWhatIsZero(t *testing.T) {
-	d := Config{Root: "/r"}.Defaults()
+	d := Config{Root: "/r"}.withDefaults()
 	if d.Root != "/r" {
 		t.Errorf("Root = %q", d.Root)
 	}
@@ -45,7 +45,7 @@ func TestConfigDefaultsFillsOnlyWhatIsZero(t *testing.T) {
 		Notifier:        n,
 		Stderr:          os.Stdout,
 		Stdout:          os.Stderr,
-	}.Defaults()
+	}.withDefaults()
 	want := rollback.Policy{Limit: 5, Interval: rollback.DefaultPolicy.Interval, BackoffMin: rollback.DefaultPolicy.BackoffMin, BackoffMax: 7 * time.Second}
 	if set.Policy != want {
 		t.Errorf("Policy = %+v, want %+v (set fields kept, others defaulted)", set.Policy, want)

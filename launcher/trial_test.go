@@ -74,7 +74,7 @@ func (g *trialRig) execs(t *testing.T, v string, floor, trial bool) {
 // unitStarts is the unit starting the floor again: a new process on the same records.
 func (g *trialRig) unitStarts(t *testing.T) {
 	t.Helper()
-	cfg := Config{Root: g.root, Floor: filepath.Join(g.root, "floor-mesh-launcher"), Logger: slog.New(slog.DiscardHandler)}.Defaults()
+	cfg := Config{Root: g.root, Floor: filepath.Join(g.root, "floor-mesh-launcher"), Logger: slog.New(slog.DiscardHandler)}.withDefaults()
 	l := &Launcher{cfg: cfg, log: cfg.Logger, records: g.r, self: floorVersion, saidSkipped: map[string]bool{}}
 	if err := l.unitStarted(context.Background()); err != nil {
 		t.Fatalf("unitStarted: %v", err)
