@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/novox/mesh-host/internal/meshtest"
 	"github.com/novox/mesh-host/launcher"
 )
 
@@ -15,7 +16,7 @@ import (
 func needDpkgDeb(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		t.Skip("dpkg-deb is not installed (Debian's dpkg package): the .deb cannot be inspected here")
+		meshtest.SkipUnlessCI(t, "dpkg-deb is not installed (Debian's dpkg package): the .deb cannot be inspected here")
 	}
 }
 
