@@ -34,15 +34,15 @@ type podman struct {
 func newPodman(t *testing.T) *podman {
 	t.Helper()
 	if os.Getuid() != 0 {
-		meshtest.SkipUnlessCI(t, "skipped: the podman test runs as root (rootless podman needs subordinate ids set up)")
+		meshtest.SkipUnlessCI(t, "the podman test runs as root (rootless podman needs subordinate ids set up)")
 	}
 	bin, err := exec.LookPath("podman")
 	if err != nil {
-		meshtest.SkipUnlessCI(t, "skipped: podman is not installed (Debian's podman and runc; .ci/run installs them)")
+		meshtest.SkipUnlessCI(t, "podman is not installed (Debian's podman and runc; .ci/run installs them)")
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		meshtest.SkipUnlessCI(t, "skipped: no go command to build the test image's program")
+		meshtest.SkipUnlessCI(t, "no go command to build the test image's program")
 	}
 	// Podman refuses a run root path over 50 characters; a test's temp dir is longer.
 	dir, err := os.MkdirTemp("", "mhpod")
@@ -65,7 +65,7 @@ func newPodman(t *testing.T) *podman {
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		meshtest.SkipUnlessCI(t, "skipped: no unshare to keep podman's blob cache off the machine's /var/lib")
+		meshtest.SkipUnlessCI(t, "no unshare to keep podman's blob cache off the machine's /var/lib")
 	}
 	// Podman 4 writes a blob cache to /var/lib/containers/cache whatever its --root: it runs in
 	// a mount namespace of its own where a temp dir stands there (over /var/lib on a machine
@@ -110,7 +110,7 @@ func newPodman(t *testing.T) *podman {
 		t.Fatalf("the imported image's repo digest %q: %v", p.image, err)
 	}
 	if out, err := p.try("run", "--rm", p.image, "/hello", "probe"); err != nil {
-		meshtest.SkipUnlessCI(t, "skipped: podman is installed but cannot run a container here: %v: %s", err, text.Printable(text.Cut(out, 400)))
+		meshtest.SkipUnlessCI(t, "podman is installed but cannot run a container here: %v: %s", err, text.Printable(text.Cut(out, 400)))
 	}
 	return p
 }
