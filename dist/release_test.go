@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/internal/text"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // The release tool's package (issue 22, section 4; decision 0033): what `make package` writes for
@@ -129,7 +130,7 @@ func TestReleaseUnitPassesSystemdAnalyzeVerify(t *testing.T) {
 	needDpkgDeb(t)
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		t.Skip("systemd-analyze is not installed (package systemd); .ci/run installs it")
+		meshtest.SkipUnlessCI(t, "systemd-analyze is not installed (package systemd); .ci/run installs it")
 	}
 	a := built(t)
 	root := t.TempDir()
@@ -236,20 +237,21 @@ func TestCompletionsCompleteCommandsAndFlags(t *testing.T) {
 			}
 		})
 	}
-	zsh, err := exec.LookPath("zsh")
-	if err != nil {
-		t.Log("zsh is not installed: the zsh completions are not parsed here")
-		return
-	}
-	for _, f := range []string{
-		filepath.Join(releaseTree, "usr/share/zsh/vendor-completions/_mesh-release"),
-		filepath.Join(hostTree, "usr/share/zsh/vendor-completions/_mesh-launcher"),
-		filepath.Join(hostTree, "usr/share/zsh/vendor-completions/_mesh-host"),
-	} {
-		if out, err := exec.Command(zsh, "-n", f).CombinedOutput(); err != nil {
-			t.Errorf("zsh -n %s: %v\n%s", f, err, out)
+	t.Run("zsh parses its completions", func(t *testing.T) {
+		zsh, err := exec.LookPath("zsh")
+		if err != nil {
+			meshtest.SkipUnlessCI(t, "zsh is not installed (Debian's zsh package; .ci/run installs it): the zsh completions are not parsed here")
 		}
-	}
+		for _, f := range []string{
+			filepath.Join(releaseTree, "usr/share/zsh/vendor-completions/_mesh-release"),
+			filepath.Join(hostTree, "usr/share/zsh/vendor-completions/_mesh-launcher"),
+			filepath.Join(hostTree, "usr/share/zsh/vendor-completions/_mesh-host"),
+		} {
+			if out, err := exec.Command(zsh, "-n", f).CombinedOutput(); err != nil {
+				t.Errorf("zsh -n %s: %v\n%s", f, err, out)
+			}
+		}
+	})
 }
 
 // A native package's /usr/share/doc/<pkg>/changelog.gz is its Debian changelog: its first entry
@@ -280,7 +282,7 @@ func TestDocChangelogsAreDebianChangelogsOfThisVersion(t *testing.T) {
 // override is argued in the file and in decision 0033).
 func TestLintianFindsNoErrorOrWarningNotOverridden(t *testing.T) {
 	if _, err := exec.LookPath("lintian"); err != nil {
-		t.Skip("lintian is not installed (Debian's lintian package); .ci/run installs it")
+		meshtest.SkipUnlessCI(t, "lintian is not installed (Debian's lintian package); .ci/run installs it")
 	}
 	a := built(t)
 	cmd := exec.Command("lintian", "--pedantic", "--info", a.deb, a.releaseDeb)

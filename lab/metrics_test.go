@@ -34,7 +34,7 @@ const (
 func TestPrometheusScrapesTheFleetsMetrics(t *testing.T) {
 	for _, bin := range []string{prometheusBin, promtoolBin} {
 		if _, err := os.Stat(bin); err != nil {
-			t.Skipf("%s is not installed (Debian's prometheus package: apt-get install -y --no-install-recommends prometheus; .ci/run installs it): %v", bin, err)
+			meshtest.SkipUnlessCI(t, "%s is not installed (Debian's prometheus package: apt-get install -y --no-install-recommends prometheus; .ci/run installs it): %v", bin, err)
 		}
 	}
 	ctx := meshtest.Context(t, 2*time.Minute)

@@ -40,7 +40,7 @@ const updateScreenshot = "MESH_LAB_SCREENSHOT"
 // docs/fleet-page.png).
 func TestBrowserWatchesARolloutAdvanceAndHaltOnTheFleetPage(t *testing.T) {
 	if _, err := os.Stat(chromiumBin); err != nil {
-		t.Skipf("%s is not installed (Debian's chromium: apt-get install -y --no-install-recommends chromium; .ci/run installs it): %v", chromiumBin, err)
+		meshtest.SkipUnlessCI(t, "%s is not installed (Debian's chromium: apt-get install -y --no-install-recommends chromium; .ci/run installs it): %v", chromiumBin, err)
 	}
 	if _, ok := tinyRelease("v1.1.0"); !ok {
 		t.Skip("the lab's tiny release binary is amd64 machine code")

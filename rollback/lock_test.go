@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -87,20 +87,48 @@ func TestLockHostWaitsForReleaseWithinItsWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var releasing atomic.Bool
+	type result struct {
+		l   *Lock
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
-		time.Sleep(100 * time.Millisecond) // let the second LockHost find it held and wait
-		releasing.Store(true)
-		first.Unlock()
+		l, err := LockHost(ctx, root, time.Minute)
+		got <- result{l, err}
 	}()
-	second, err := LockHost(ctx, root, time.Minute)
-	if err != nil {
-		t.Fatalf("LockHost did not get the lock once released: %v", err)
+	// Released only once the second LockHost has found it held: its goroutine then waits in
+	// filelock.Wait's select, which it reaches only after a try was refused.
+	deadline := time.Now().Add(time.Minute)
+	for !waitingForLock() {
+		select {
+		case r := <-got:
+			t.Fatalf("LockHost returned (error %v) while the first lock was held, without waiting for it", r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second LockHost never waited for the lock: no goroutine in filelock.Wait's select")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	defer second.Unlock()
-	if !releasing.Load() {
-		t.Error("LockHost succeeded while the first lock was still held")
+	first.Unlock()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("LockHost did not get the lock once released: %v", r.err)
 	}
+	r.l.Unlock()
+}
+
+// waitingForLock reports whether a goroutine of this process waits in filelock.Wait's select
+// between two tries of a lock that was held.
+func waitingForLock() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "internal/filelock.Wait(") {
+			return true
+		}
+	}
+	return false
 }
 
 func TestLockHostGivesUpAfterItsWaitNamingTheHolder(t *testing.T) {

@@ -13,15 +13,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // versionsOnTmpfs mounts a tmpfs of size bytes on h's versions/ (so records.db stays on the
 // real disk) and returns a function that resizes it. It skips the test where mounting is not
-// allowed.
+// allowed (fails it under CI, which runs as root).
 func versionsOnTmpfs(t *testing.T, h *harness, size int64) (resize func(size int64)) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs needs root (CAP_SYS_ADMIN); run the tests as root to cover a real full disk")
+		meshtest.SkipUnlessCI(t, "mounting a small tmpfs needs root (CAP_SYS_ADMIN); run the tests as root to cover a real full disk (CI runs as root)")
 	}
 	dir := rollback.VersionsDir(h.root)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -29,7 +30,7 @@ func versionsOnTmpfs(t *testing.T, h *harness, size int64) (resize func(size int
 	}
 	opts := func(size int64) string { return "size=" + strconv.FormatInt(size, 10) + ",mode=0755" }
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, opts(size)); err != nil {
-		t.Skipf("cannot mount a tmpfs on %s here (%v); the env seam tests cover the same logic", dir, err)
+		meshtest.SkipUnlessCI(t, "cannot mount a tmpfs on %s here (%v); the env seam tests cover the same logic", dir, err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/wire"
@@ -306,8 +308,28 @@ func TestLinkDoesNotTakeAValueBehindTheRevisionItHasSeen(t *testing.T) {
 	if _, err := b.Conn.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: names.Declarations(), History: 10}); err != nil {
 		t.Fatal(err)
 	}
+	// The test hears the bus's answers to the link's gets (on the inbox, as the link does): once
+	// one has carried revision 1 to the link, newer ones are put. The link reads its answers in
+	// order, so had it taken revision 1 it would report it before any later one.
+	answers := make(chan *nats.Msg, 1024)
+	sub, err := b.Conn.NC.ChanSubscribe("_INBOX.>", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.Conn.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	rev := b.Put(names.Declarations(), "n1", decl("n1"))
-	time.Sleep(500 * time.Millisecond) // the link has had the notice, and got revision 1
+	for answered := false; !answered; {
+		select {
+		case m := <-answers:
+			answered = m.Header.Get(jetstream.SubjectHeader) == "$KV."+names.Declarations()+".n1" &&
+				m.Header.Get(jetstream.SequenceHeader) == strconv.FormatUint(rev, 10)
+		case <-time.After(meshtest.Wait):
+			t.Fatalf("the bus did not answer the link's get with revision %d within %s", rev, meshtest.Wait)
+		}
+	}
 	for rev <= seen {
 		rev = b.Put(names.Declarations(), "n1", decl("n1"))
 	}

@@ -232,6 +232,39 @@ func (c *client) lostWith(err error) bool {
 	return false
 }
 
+// closeAndCollect returns every violation the server named for what this connection did
+// before the call. The server answers a connection's commands in order, so its -ERRs for them
+// come before the PONG that ends a flush; the client then hands each to the error callback and,
+// when closed, calls the closed callback last, one at a time in that order: once the closed
+// callback has run, every violation is in, however slow the machine.
+func (c *client) closeAndCollect(t *testing.T) []string {
+	t.Helper()
+	if err := c.nc.FlushTimeout(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.nc.Close()
+	select {
+	case <-c.closed:
+	case <-time.After(meshtest.Wait):
+		t.Fatalf("the connection's closed callback did not run within %s", meshtest.Wait)
+	}
+	return c.violations()
+}
+
+// refusals counts the server's refusals of this connection's credentials told so far: the one
+// that ended it, and one per attempt to reconnect.
+func (c *client) refusals() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.errs {
+		if errors.Is(e, nats.ErrAuthRevoked) || errors.Is(e, nats.ErrAuthorization) {
+			n++
+		}
+	}
+	return n
+}
+
 // violationRe picks the subject out of the server's -ERR for a refused publish or subscribe.
 var violationRe = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to "([^"]+)"`)
 

@@ -54,11 +54,7 @@ func (m *mesh) check(t *testing.T, u user, opts []nats.Option, acts []act) {
 				if err := a.do(ctx, c); err != nil {
 					t.Fatalf("refused: %s (violations: %s)", bounded(err.Error()), quoted(c.violations()))
 				}
-				if err := c.nc.FlushTimeout(10 * time.Second); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(100 * time.Millisecond) // the error callbacks run on their own goroutine
-				for _, v := range c.violations() {
+				for _, v := range c.closeAndCollect(t) {
 					t.Errorf("the server refused %s", bounded(v))
 				}
 				return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,8 +44,12 @@ func (m *mesh) refused(u user, node string) error {
 func TestRevokedNodeIsDisconnectedAndRefusedEvenAfterARestart(t *testing.T) {
 	m := startMesh(t)
 	a, b := m.nodeUser("node-a"), m.nodeUser("node-b")
+	// node-a keeps trying to come back (no limit, and it does not give up on the same refusal
+	// twice as nats.go would): each refusal reaches its error callback.
+	var reconnected atomic.Bool
 	ca, err := m.connect(a, nats.CustomInboxPrefix(wire.NodeInboxPrefix("node-a")),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.IgnoreAuthErrorAbort(),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected.Store(true) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +62,11 @@ func TestRevokedNodeIsDisconnectedAndRefusedEvenAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	meshtest.Eventually(t, "node-a disconnected as revoked", func() bool { return ca.lostWith(nats.ErrAuthRevoked) })
-	time.Sleep(300 * time.Millisecond) // it keeps trying (MaxReconnects -1): several attempts
-	if ca.nc.IsConnected() {
+	// Three attempts to reconnect, each refused by the server: one let in would have ended them.
+	meshtest.Eventually(t, "three reconnects of the revoked node-a refused", func() bool {
+		return ca.refusals() >= 4 || reconnected.Load() // the revocation's own, then one per attempt
+	})
+	if reconnected.Load() || ca.nc.IsConnected() {
 		t.Fatal("the revoked node-a reconnected")
 	}
 	if err := m.refused(a, "node-a"); err != nil {

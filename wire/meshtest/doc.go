@@ -12,7 +12,9 @@
 //     every run, so examples can print what is signed with them;
 //   - what to wait on: ReadReconciles reads a host's store.db without disturbing the host,
 //     Eventually polls a condition; tests wait on records, store state and heartbeats, never on
-//     log text or a fixed sleep.
+//     log text or a fixed sleep;
+//   - what a test may not do without: SkipUnlessCI skips when a tool or prerequisite is missing
+//     here, and fails under CI, where .ci/run installs them all.
 //
 // It lives beside the contract it speaks (as net/http/httptest beside net/http), so internal/
 // imports nothing of wire/. It is imported only by _test.go files; lab's

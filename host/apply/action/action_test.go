@@ -226,26 +226,35 @@ func TestRemoveForgets(t *testing.T) {
 }
 
 func TestTimeoutKillsWhatTheCommandStarted(t *testing.T) {
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	// The shell starts a child and waits: killing the shell alone would leave the child.
-	verify := sh("sleep 60 & echo $! > " + pidFile + "; wait")
-	a := applier{timeout: 200 * time.Millisecond}
-	if _, err := a.Inspect(context.Background(), resource([]string{"/bin/true"}, verify)); err == nil {
-		t.Fatal("Inspect of a verify over its limit succeeded")
+	// The shell starts a child and waits: killing the shell alone would leave the child. The
+	// limit must outlast the shell's start on this machine, or it is killed before it writes
+	// its child's pid: each limit is tried in turn until one does.
+	var pid string
+	for _, limit := range []time.Duration{200 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Minute} {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		verify := sh("sleep 600 & echo $! > " + pidFile + "; wait")
+		a := applier{timeout: limit}
+		if _, err := a.Inspect(context.Background(), resource([]string{"/bin/true"}, verify)); err == nil {
+			t.Fatal("Inspect of a verify over its limit succeeded")
+		}
+		if b, err := os.ReadFile(pidFile); err == nil && strings.TrimSpace(string(b)) != "" {
+			pid = strings.TrimSpace(string(b))
+			break
+		}
+		t.Logf("the shell was killed at its limit of %s before it wrote its child's pid; trying a longer limit", limit)
 	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Skipf("skipped: the shell was killed before it wrote its child's pid: %v", err)
+	if pid == "" {
+		t.Fatal("the shell never wrote its child's pid, even with a limit of a minute")
 	}
-	pid := strings.TrimSpace(string(b))
 	// The child, killed, may linger a moment as a zombie until it is reaped.
-	for range 100 {
+	for deadline := time.Now().Add(goneWithin); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		stat, err := os.ReadFile("/proc/" + pid + "/stat")
 		if err != nil || strings.Contains(string(stat), ") Z ") {
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("the verify's child %s is still running after the verify was killed", pid)
+	t.Fatalf("the verify's child %s is still running %s after the verify was killed", pid, goneWithin)
 }
+
+// goneWithin bounds the wait for a killed process to go: a bound, never a performance claim.
+const goneWithin = 30 * time.Second

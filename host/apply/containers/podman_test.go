@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/apply"
+	"github.com/novox/mesh-host/wire/meshtest"
 
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
@@ -28,19 +29,20 @@ type podman struct {
 }
 
 // newPodman builds an image holding one static program and runs it once; it skips, saying
-// exactly why, where Podman cannot run a container.
+// exactly why, where Podman cannot run a container (and fails under CI, which runs as root and
+// installs podman and runc: .ci/run).
 func newPodman(t *testing.T) *podman {
 	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("skipped: the podman test runs as root (rootless podman needs subordinate ids set up)")
+		meshtest.SkipUnlessCI(t, "the podman test runs as root (rootless podman needs subordinate ids set up)")
 	}
 	bin, err := exec.LookPath("podman")
 	if err != nil {
-		t.Skip("skipped: podman is not installed")
+		meshtest.SkipUnlessCI(t, "podman is not installed (Debian's podman and runc; .ci/run installs them)")
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("skipped: no go command to build the test image's program")
+		meshtest.SkipUnlessCI(t, "no go command to build the test image's program")
 	}
 	// Podman refuses a run root path over 50 characters; a test's temp dir is longer.
 	dir, err := os.MkdirTemp("", "mhpod")
@@ -63,7 +65,7 @@ func newPodman(t *testing.T) *podman {
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skip("skipped: no unshare to keep podman's blob cache off the machine's /var/lib")
+		meshtest.SkipUnlessCI(t, "no unshare to keep podman's blob cache off the machine's /var/lib")
 	}
 	// Podman 4 writes a blob cache to /var/lib/containers/cache whatever its --root: it runs in
 	// a mount namespace of its own where a temp dir stands there (over /var/lib on a machine
@@ -108,7 +110,7 @@ func newPodman(t *testing.T) *podman {
 		t.Fatalf("the imported image's repo digest %q: %v", p.image, err)
 	}
 	if out, err := p.try("run", "--rm", p.image, "/hello", "probe"); err != nil {
-		t.Skipf("skipped: podman is installed but cannot run a container here: %v: %s", err, text.Printable(text.Cut(out, 400)))
+		meshtest.SkipUnlessCI(t, "podman is installed but cannot run a container here: %v: %s", err, text.Printable(text.Cut(out, 400)))
 	}
 	return p
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/novox/mesh-host/host/apply"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // fakeBlobs serves real bytes from a map, as the host's verified cache would; a blob stored
@@ -121,7 +122,7 @@ func str(s string) *string { return &s }
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("changing a file's owner needs root; this test runs as a normal user")
+		meshtest.SkipUnlessCI(t, "changing a file's owner needs root; this test runs as a normal user (CI runs as root)")
 	}
 }
 
