@@ -181,11 +181,11 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 	return changeNone
 }
 
-// overdue judges what only time shows: a node silent past the window, or not confirmed within
-// the window of its target being set (deadline). A node that said it waits for its maintenance
-// window to stand aside is neither, until window past the window's opening; its deadline counts
-// from that opening.
-func (t *track) overdue(node, version string, now, deadline time.Time, window time.Duration) *NodeReason {
+// overdue judges what only time shows: a node silent past the window (unheard: for how long
+// while the bus was up), or not confirmed within the window of its target being set (deadline).
+// A node that said it waits for its maintenance window to stand aside is neither, until window
+// past the window's opening; its deadline counts from that opening.
+func (t *track) overdue(node, version string, now, deadline time.Time, window, unheard time.Duration) *NodeReason {
 	if !t.judged() {
 		return nil
 	}
@@ -203,7 +203,7 @@ func (t *track) overdue(node, version string, now, deadline time.Time, window ti
 			deadline = opened
 		}
 	}
-	if age := now.Sub(t.last.Heard); age > window {
+	if age := now.Sub(t.last.Heard); unheard > window {
 		return &NodeReason{Node: node, Why: WhySilent, Since: t.last.Heard,
 			Detail: detail(fmt.Sprintf("unheard for %s, longer than the window %s; its last word at %s: %s", roundDur(age), window, clock(t.last.Heard), lastWord(t.last)))}
 	}
