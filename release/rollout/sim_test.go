@@ -55,7 +55,7 @@ type simNode struct {
 	fetch     *wire.Fetch
 	bad       map[string]bool
 	silent    bool
-	stopped   bool // not heartbeating (stopped by the test)
+	stopped   bool // down (stopped by the test): neither heartbeating nor taking targets
 	pending   string
 	pendingAt time.Time
 	loop      bool
@@ -234,6 +234,9 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	var hbs []wire.Heartbeat
 	for _, n := range s.nodes {
+		if n.stopped {
+			continue // a host that is down takes no target (the fleet key set at completion too)
+		}
 		tg := s.target(n.id)
 		n.step(now, tg)
 		if n.silent || n.stopped {
