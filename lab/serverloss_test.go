@@ -155,9 +155,10 @@ func rolloutThroughServerLoss(tb testing.TB, ctx context.Context) lossPauses {
 	}
 
 	// The controller's flags are the defaults (--window 10m, --silent-after 90s, --alive 10m) but
-	// for the shape of the scenario: one canary, five batches, a soak of seconds. It connects to
-	// the meta leader's server first, so that the first loss takes its connection and its
-	// heartbeat watch with it, the worst case for it (a controller elsewhere may not notice).
+	// for the shape of the scenario: one canary, five batches, a soak of seconds. Its URLs list
+	// the meta leader's server first, so that the first loss most often takes its connection and
+	// its heartbeat watch with it, the worst case for it (nats.go shuffles the list, so not
+	// always: the log says how often it re-established its watch).
 	ctl := NewController(c.Release.Bin, "rollout", "start", "v1.1.0", "--json", "--canary", "1", "--steps", lossSteps,
 		"--soak", lossSoak.String(), "--key", c.Release.KeyPath(), "--nats", strings.Join(c.URLs(slices.Index(c.Servers(), meta)), ","))
 	ctl.Env = c.Release.Env
