@@ -75,6 +75,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		Node: h.opts.Config.Node, State: state, Running: h.opts.Version,
 		StandingAsideFor: standingAsideFor, Target: target, TargetExpiredSince: expiredSince, Fetch: h.fetch(),
 		UptimeS: int64(time.Since(h.started).Seconds()), SentAt: time.Now().UTC(),
+		IntervalS: h.opts.Config.HeartbeatInterval.Std().Seconds(),
 	}
 	if h.link != nil {
 		hb.Link = h.link.LastFailure()

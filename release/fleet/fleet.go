@@ -62,6 +62,8 @@ func WatchNode(ctx context.Context, js jetstream.JetStream, n wire.Names, node s
 }
 
 // follow reads the last heartbeat of each subject filter matches, then, when live, each new one.
+// Its phases: whether there is anything to read, the consumer opened, a check that its server is
+// still there (live), then the read (readHeartbeats).
 func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter string, live bool, fn func(Entry), ready func()) error {
 	if ready == nil {
 		ready = func() {}
@@ -70,19 +72,9 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter st
 	if err != nil {
 		return err
 	}
-	// The whole fleet: the stream's count says whether there is anything to read (listing its
-	// subjects would name every node). One node: whether its subject holds a message.
-	var opts []jetstream.StreamInfoOpt
-	if filter != n.HeartbeatWildcard() {
-		opts = append(opts, jetstream.WithSubjectFilter(filter))
-	}
-	info, err := st.Info(ctx, opts...)
-	if err != nil {
-		return fmt.Errorf("fleet: stream %s: %w", n.HeartbeatStream(), err)
-	}
-	empty := info.State.Msgs == 0 || (len(opts) > 0 && len(info.State.Subjects) == 0)
-	if empty && !live {
-		return nil
+	empty, err := holdsNone(ctx, st, n, filter)
+	if err != nil || (empty && !live) {
+		return err
 	}
 	cons, err := js.OrderedConsumer(ctx, n.HeartbeatStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
@@ -103,30 +95,79 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter st
 	defer ncancel()
 	stop := context.AfterFunc(ctx, msgs.Stop)
 	defer stop()
-	// The consumer lives on one server. When that server dies with no word (SIGKILL, a machine
-	// lost), the client is not told: the watch waited, deaf, long past a rollout's window. Its
-	// consumer is asked after every ConsumerCheck; when two asks in a row go unanswered the
-	// watch ends, so the caller makes a new one, on a server that is there.
-	var lost error
-	var lostMu sync.Mutex
+	var lost lostConsumer
 	if live {
 		checkCtx, cancelCheck := context.WithCancel(ctx)
 		defer cancelCheck()
-		go func() {
-			if err := checkConsumer(checkCtx, cons); err != nil {
-				lostMu.Lock()
-				lost = err
-				lostMu.Unlock()
-				ncancel()
-				msgs.Stop()
-			}
-		}()
+		go lost.watch(checkCtx, cons, func() { ncancel(); msgs.Stop() })
 	}
-	caughtUp := false
-	seen := make(map[string]bool) // subjects delivered before catching up
+	h := heartbeatRead{st: st, n: n, filter: filter, live: live, fn: fn, ready: ready, lost: &lost}
+	return h.read(ctx, nctx, msgs, empty)
+}
+
+// holdsNone reports whether the stream holds no heartbeat filter matches. The whole fleet: the
+// stream's count says (listing its subjects would name every node). One node: whether its
+// subject holds a message.
+func holdsNone(ctx context.Context, st jetstream.Stream, n wire.Names, filter string) (bool, error) {
+	var opts []jetstream.StreamInfoOpt
+	if filter != n.HeartbeatWildcard() {
+		opts = append(opts, jetstream.WithSubjectFilter(filter))
+	}
+	info, err := st.Info(ctx, opts...)
+	if err != nil {
+		return false, fmt.Errorf("fleet: stream %s: %w", n.HeartbeatStream(), err)
+	}
+	return info.State.Msgs == 0 || (len(opts) > 0 && len(info.State.Subjects) == 0), nil
+}
+
+// lostConsumer is a live watch's check on its consumer. The consumer lives on one server. When
+// that server dies with no word (SIGKILL, a machine lost), the client is not told: the watch
+// waited, deaf, long past a rollout's window. Its consumer is asked after every ConsumerCheck;
+// when two asks in a row go unanswered the watch ends, so the caller makes a new one, on a
+// server that is there.
+type lostConsumer struct {
+	mu  sync.Mutex
+	err error
+}
+
+// watch checks cons until ctx ends; when it finds it gone it records why and calls end.
+func (l *lostConsumer) watch(ctx context.Context, cons jetstream.Consumer, end func()) {
+	if err := checkConsumer(ctx, cons); err != nil {
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		end()
+	}
+}
+
+// why is why the consumer was found gone, or nil.
+func (l *lostConsumer) why() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// heartbeatRead is follow's read of its consumer's messages.
+type heartbeatRead struct {
+	st        jetstream.Stream
+	n         wire.Names
+	filter    string
+	live      bool
+	fn        func(Entry)
+	ready     func()
+	lost      *lostConsumer
+	caughtUp  bool
+	delivered map[string]bool // subjects delivered before catching up
+}
+
+// read calls fn with each message until it has caught up with the last heartbeat of every
+// subject (then ready; and, unless live, it returns), then with each new one until ctx ends.
+// empty: the stream held nothing to catch up with.
+func (h *heartbeatRead) read(ctx, nctx context.Context, msgs jetstream.MessagesContext, empty bool) error {
+	h.delivered = make(map[string]bool)
 	if empty {
-		caughtUp = true
-		ready()
+		h.caughtUp = true
+		h.ready()
 	}
 	for {
 		m, err := msgs.Next(jetstream.NextContext(nctx))
@@ -134,28 +175,27 @@ func follow(ctx context.Context, js jetstream.JetStream, n wire.Names, filter st
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			lostMu.Lock()
-			if lost != nil {
+			if lost := h.lost.why(); lost != nil {
 				err = lost
 			}
-			lostMu.Unlock()
-			return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
+			return fmt.Errorf("fleet: read %s: %w", h.n.HeartbeatStream(), err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("fleet: read %s: %w", n.HeartbeatStream(), err)
+			return fmt.Errorf("fleet: read %s: %w", h.n.HeartbeatStream(), err)
 		}
-		fn(entryOf(n, m.Subject(), md.Timestamp, m.Data()))
-		if !caughtUp {
-			seen[m.Subject()] = true
+		h.fn(entryOf(h.n, m.Subject(), md.Timestamp, m.Data()))
+		if h.caughtUp {
+			continue
 		}
-		if !caughtUp && md.NumPending == 0 {
-			caughtUp = true
-			if err := fillMissed(ctx, st, n, filter, seen, fn); err != nil {
+		h.delivered[m.Subject()] = true
+		if md.NumPending == 0 {
+			h.caughtUp = true
+			if err := fillMissed(ctx, h.st, h.n, h.filter, h.delivered, h.fn); err != nil {
 				return err
 			}
-			ready()
-			if !live {
+			h.ready()
+			if !h.live {
 				return nil
 			}
 		}

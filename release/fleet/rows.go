@@ -178,7 +178,8 @@ var summaryKinds = []struct {
 	word string
 }{
 	{KindUnreadable, "unreadable"}, {KindStopping, "stopping"}, {KindStandingAside, "standing aside"},
-	{KindWithdrawn, "running withdrawn"}, {KindRolledBack, "rolled back"}, {KindRefused, "refused"},
+	{KindWithdrawn, "running withdrawn"}, {KindSteppedDown, "stepped down from a withdrawn version"},
+	{KindRolledBack, "rolled back"}, {KindRefused, "refused"},
 	{KindFetching, "fetching"}, {KindTargetExpired, "target expired"}, {KindRestarted, "restarting"},
 	{KindTrying, "trying"}, {KindFailing, "failing"},
 }

@@ -19,6 +19,7 @@ const (
 	KindStopping      Kind = "stopping"
 	KindStandingAside Kind = "standing-aside"
 	KindWithdrawn     Kind = "withdrawn"
+	KindSteppedDown   Kind = "stepped-down"
 	KindRolledBack    Kind = "rolled-back"
 	KindRefused       Kind = "refused"
 	KindWaiting       Kind = "waiting-for-window"
@@ -54,9 +55,14 @@ const RestartShownFor = 5 * time.Minute
 //  4. standing-aside: state standing-aside — "standing aside for v1.2.0".
 //  5. withdrawn: running is on the withdrawal list on the bus — "runs withdrawn v1.2.0: why"
 //     (the host steps down from it at its next reconcile, unless nothing else is on its disk).
-//  6. rolled-back: the newest rollbacks[] entry whose from is newer than running — "rolled back
+//  6. stepped-down: the target is on the withdrawal list and running is older, with no rollback
+//     from the target or a newer version — "stepped down from v1.3.0, withdrawn: why": the node
+//     left the withdrawn version for what it ran before (or, away when it was withdrawn, never
+//     took it) and stays there until a newer target. Not a rollback of a bad release, and not
+//     trouble; a rollback from a version older than the target is history.
+//  7. rolled-back: the newest rollbacks[] entry whose from is newer than running — "rolled back
 //     from v1.2.0 at 13:15". A rollback from a version no newer than running is history.
-//  7. refused: refused.what is "target" and the node does not run its target — "refused v1.2.0:
+//  8. refused: refused.what is "target" and the node does not run its target — "refused v1.2.0:
 //     why" — unless its fetch shows it working on that target (fetching, verifying, staged, or
 //     failed with a retry), which means the refusal was of an earlier target; or refused.what
 //     is "declaration" and refused.revision is newer than declaration_revision (the newest
@@ -64,21 +70,21 @@ const RestartShownFor = 5 * time.Minute
 //     refused.what is "withdrawals" and refused.revision is the withdrawal list's revision on
 //     the bus (the list in force was refused) — "refused withdrawal list rev 9: why". A failed
 //     fetch of the target that is not retried is a refusal too.
-//  8. waiting-for-window: window.waiting_for is set and not running — "staged v1.2.0,
+//  9. waiting-for-window: window.waiting_for is set and not running — "staged v1.2.0,
 //     waiting for the window (opens 2026-12-02T02:00+01:00)": the node stands aside when its
 //     maintenance window opens, by its own clock (decision 0029). Not trouble.
-//  9. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
+//  10. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
 //     "verifying v1.2.0", "fetch of v1.2.0 failed, retry at 13:16:05: why", "staged v1.2.0".
-//  10. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
+//  11. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
 //     the node acts on no target until one signed again arrives (`mesh-release serve --key`
 //     or a rollout controller signs targets again before they expire).
-//  11. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
+//  12. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
 //     within RestartShownFor — "restarting (up 3s)"; trying: running is not known_good, the
 //     version is on trial — "trying v1.2.0 (not confirmed, up 3s)".
-//  12. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
+//  13. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
 //     not hold on the node (the LAST RECONCILE column says why; the host tries again on its
 //     next reconcile). Before its first reconcile a node is not failing.
-//  13. ok.
+//  14. ok.
 //
 // Times are UTC (with the date when not within a day of now); "up" is uptime_s plus the time
 // since the heartbeat was heard.
@@ -89,6 +95,7 @@ var rules = []struct {
 	{KindStopping, stopping},
 	{KindStandingAside, standingAside},
 	{KindWithdrawn, withdrawn},
+	{KindSteppedDown, steppedDown},
 	{KindRolledBack, rolledBack},
 	{KindRefused, refused},
 	{KindWaiting, waitingForWindow},
@@ -167,6 +174,20 @@ func withdrawn(f facts) (string, bool) {
 		return "", false
 	}
 	return "runs withdrawn " + version(f.hb.Running) + why(e.Reason), true
+}
+
+func steppedDown(f facts) (string, bool) {
+	hb := f.hb
+	e, ok := f.withdrawn.list.Has(hb.Target)
+	if !ok || hb.Target == "" || semver.Compare(hb.Running, hb.Target) >= 0 {
+		return "", false
+	}
+	for _, rb := range hb.Rollbacks {
+		if semver.Compare(rb.From, hb.Target) >= 0 {
+			return "", false // it rolled back from the withdrawn version (or past it): rolled back
+		}
+	}
+	return "stepped down from " + version(hb.Target) + ", withdrawn" + why(e.Reason), true
 }
 
 func targetExpired(f facts) (string, bool) {

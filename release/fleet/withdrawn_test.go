@@ -119,3 +119,50 @@ func TestFleetTextAndJSONShowWhatIsWithdrawnAndExpired(t *testing.T) {
 		t.Errorf("json rows: %v", got)
 	}
 }
+
+// Issue 27 §4: after `mesh-release withdraw v1.3.0` a node that stepped down from it to v1.1.0
+// (v1.2.0 had failed on it before) showed `rolled back from v1.2.0` with TARGET v1.3.0, and the
+// summary counted it rolled back: the rollback from v1.2.0 is history (its target went past it),
+// and stepping down from a withdrawn version is no rollback of a bad release. It says the step
+// down and why; a rollback from the withdrawn version itself stays a rollback.
+func TestANodeThatSteppedDownFromAWithdrawnVersionSaysSo(t *testing.T) {
+	steppedDown := func(hb *wire.Heartbeat) {
+		hb.Running, hb.KnownGood, hb.Target = "v1.1.0", "v1.1.0", "v1.3.0"
+		hb.Rollbacks = []wire.Rollback{{From: "v1.2.0", To: "v1.1.0", At: at("12:15:42"), Reason: "3 failures in 120s before confirming"}}
+		hb.Refused = &wire.Refusal{What: "target", Revision: 12, Error: "target v1.3.0 is withdrawn (why v1.3.0): it is not fetched and not run", At: at("13:16:00")}
+	}
+	for _, tc := range []struct {
+		name string
+		hb   wire.Heartbeat
+		list wire.Withdrawals
+		kind Kind
+		text string
+		sum  string
+	}{
+		{"stepped down past an older rollback", with(steppedDown), list("v1.3.0"), KindSteppedDown,
+			"stepped down from v1.3.0, withdrawn: why v1.3.0", "1 node, 0 silent (silent after 1m30s unheard); 1 stepped down from a withdrawn version"},
+		{"stepped down with no rollback before", with(func(hb *wire.Heartbeat) { steppedDown(hb); hb.Rollbacks = nil }), list("v1.3.0"), KindSteppedDown,
+			"stepped down from v1.3.0, withdrawn: why v1.3.0", "1 node, 0 silent (silent after 1m30s unheard); 1 stepped down from a withdrawn version"},
+		{"rolled back from the withdrawn version itself: a rollback", with(func(hb *wire.Heartbeat) {
+			steppedDown(hb)
+			hb.Rollbacks = append(hb.Rollbacks, wire.Rollback{From: "v1.3.0", To: "v1.1.0", At: at("13:10:00"), Reason: "exited with status 2"})
+		}), list("v1.3.0"), KindRolledBack, "rolled back from v1.3.0 at 13:10", "1 node, 0 silent (silent after 1m30s unheard); 1 rolled back"},
+		{"the same node before the withdrawal: its refusal aside, the old rollback shows", with(steppedDown), wire.Withdrawals{}, KindRolledBack,
+			"rolled back from v1.2.0 at 12:15", "1 node, 0 silent (silent after 1m30s unheard); 1 rolled back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := RowsWith([]Entry{{Node: "n", Heard: now, Heartbeat: tc.hb}}, now, RowOptions{Withdrawals: tc.list, WithdrawalsRevision: 12})
+			if r := rows[0]; r.StatusKind != tc.kind || r.Status != tc.text {
+				t.Errorf("state = %s %q, want %s %q", r.StatusKind, r.Status, tc.kind, tc.text)
+			}
+			var buf bytes.Buffer
+			if err := WriteTextWith(&buf, rows, TextOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+			if got := lines[len(lines)-1]; got != tc.sum {
+				t.Errorf("summary %q, want %q", got, tc.sum)
+			}
+		})
+	}
+}

@@ -96,6 +96,6 @@ var allDescs = []*prometheus.Desc{
 // present (0 when no node is in it), so a query never finds a series missing.
 var allKinds = []fleet.Kind{
 	fleet.KindSilent, fleet.KindUnreadable, fleet.KindStopping, fleet.KindStandingAside, fleet.KindWithdrawn,
-	fleet.KindRolledBack, fleet.KindRefused, fleet.KindFetching, fleet.KindTargetExpired, fleet.KindRestarted,
+	fleet.KindSteppedDown, fleet.KindRolledBack, fleet.KindRefused, fleet.KindFetching, fleet.KindTargetExpired, fleet.KindRestarted,
 	fleet.KindTrying, fleet.KindFailing, fleet.KindOK,
 }

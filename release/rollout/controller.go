@@ -183,7 +183,8 @@ const haltBudget = MaxHaltNodes * (wire.MaxOutputBytes + maxDetailBytes + 512)
 // rollout (rollout.<id>, then "current" by compare-and-set) held by this controller, and emits
 // EventStarted. A rollout that needs no batch — PolicyImmediate, or a fleet where no node needs
 // the version — is completed before Start returns. A running rollout is a *RunningError unless
-// o.Supersede, which marks it superseded.
+// o.Supersede, which marks it superseded. Its phases: the version checked, the current rollout
+// read, the fleet planned, the rollout stored, then the old one superseded.
 func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
@@ -193,33 +194,12 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	if err := published(ctx, c.cfg.JS, c.cfg.Names, o.Version, c.log); err != nil {
+	if err := c.mayRollOut(ctx, o.Version); err != nil {
 		return State{}, err
 	}
-	if err := retry(ctx, c.log, "read the withdrawals", func(ctx context.Context) error {
-		return targets.CheckNotWithdrawn(ctx, c.cfg.JS, c.cfg.Names, o.Version)
-	}); err != nil {
-		return State{}, err
-	}
-	curID, curRev, err := s.current(ctx)
+	cur, err := c.currentRollout(ctx, s, o.Supersede)
 	if err != nil {
 		return State{}, err
-	}
-	var old *State
-	if curID != "" {
-		st, rev, err := s.get(ctx, curID)
-		if err != nil {
-			return State{}, err
-		}
-		if st, err = restore(ctx, s, st, rev, c.cfg.Workers); err != nil {
-			return State{}, err // a halt's targets not yet set back would pin nodes to its version
-		}
-		if !st.Status.Final() {
-			if !o.Supersede {
-				return State{}, &RunningError{State: st}
-			}
-			old = &st
-		}
 	}
 	entries, err := c.readFleet(ctx)
 	if err != nil {
@@ -230,51 +210,19 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	nodes, ran, batches := p.nodes, p.ran, p.batches
-	// An id is the second a rollout started and its version: one superseding the current rollout
-	// of its version within the same second takes the next second's id, which no other holds.
-	idAt := now
-	for rolloutID(idAt, o.Version) == curID {
-		idAt = idAt.Add(time.Second)
-	}
-	st := State{
-		Schema: Schema, ID: rolloutID(idAt, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
-		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
-		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
-		Urgent: o.Urgent, Metered: p.metered, Nodes: nodes, Ran: ran, Batches: batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
-	}
-	if st.Nodes == nil {
-		st.Nodes, st.Ran = []string{}, []string{}
-	}
-	if st.Batches == nil {
-		st.Batches = []Batch{}
-	}
-	if old != nil {
-		st.Supersedes = old.ID
-	}
+	st := c.newState(o, p, now, cur)
 	if err := fits(st, c.cfg.Names.Rollouts()); err != nil {
 		return State{}, err
 	}
-	rev, err := s.saveState(ctx, st, 0)
-	if errors.Is(err, errConflict) {
-		return State{}, c.lostStart(ctx, s, st.ID)
-	}
+	rev, err := c.saveNew(ctx, s, st, cur.rev)
 	if err != nil {
 		return State{}, err
 	}
-	if _, err := s.savePointer(ctx, st.ID, curRev); err != nil {
-		// Another controller started a rollout since "current" was read: this one never was.
-		c.forget(s, st.ID)
-		if errors.Is(err, errConflict) {
-			return State{}, c.lostStart(ctx, s, "")
-		}
-		return State{}, err
-	}
-	if old != nil {
+	if cur.running != nil {
 		// The old rollout's holder (if any) notices and stops; its targets stay.
-		done, err := c.supersede(ctx, s, old.ID, st.ID)
+		done, err := c.supersede(ctx, s, cur.running.ID, st.ID)
 		if err != nil {
-			c.log.Warn("could not mark the older rollout superseded", "rollout", old.ID, "err", err)
+			c.log.Warn("could not mark the older rollout superseded", "rollout", cur.running.ID, "err", err)
 		} else if done.Status == StatusSuperseded {
 			c.emit(&done, Event{Kind: EventSuperseded, Message: supersededMessage(done)})
 		}
@@ -285,6 +233,95 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return r.completeNow(ctx)
 	}
 	return st, nil
+}
+
+// mayRollOut checks that version is published and not withdrawn.
+func (c *Controller) mayRollOut(ctx context.Context, version string) error {
+	if err := published(ctx, c.cfg.JS, c.cfg.Names, version, c.log); err != nil {
+		return err
+	}
+	return retry(ctx, c.log, "read the withdrawals", func(ctx context.Context) error {
+		return targets.CheckNotWithdrawn(ctx, c.cfg.JS, c.cfg.Names, version)
+	})
+}
+
+// current is what "current" named when a rollout started: its id and revision, and the rollout
+// if it still runs (to be superseded).
+type current struct {
+	id      string
+	rev     uint64
+	running *State
+}
+
+// currentRollout reads the current rollout, setting a halt's targets back if that was not done
+// yet; one still running is a *RunningError unless supersede.
+func (c *Controller) currentRollout(ctx context.Context, s *store, supersede bool) (current, error) {
+	var cur current
+	var err error
+	if cur.id, cur.rev, err = s.current(ctx); err != nil || cur.id == "" {
+		return cur, err
+	}
+	st, rev, err := s.get(ctx, cur.id)
+	if err != nil {
+		return cur, err
+	}
+	if st, err = restore(ctx, s, st, rev, c.cfg.Workers); err != nil {
+		return cur, err // a halt's targets not yet set back would pin nodes to its version
+	}
+	if !st.Status.Final() {
+		if !supersede {
+			return cur, &RunningError{State: st}
+		}
+		cur.running = &st
+	}
+	return cur, nil
+}
+
+// newState is the rollout o plans as p, started at now, held by this controller.
+func (c *Controller) newState(o Options, p plannedFleet, now time.Time, cur current) State {
+	// An id is the second a rollout started and its version: one superseding the current rollout
+	// of its version within the same second takes the next second's id, which no other holds.
+	idAt := now
+	for rolloutID(idAt, o.Version) == cur.id {
+		idAt = idAt.Add(time.Second)
+	}
+	st := State{
+		Schema: Schema, ID: rolloutID(idAt, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
+		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
+		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
+		Urgent: o.Urgent, Metered: p.metered, Nodes: p.nodes, Ran: p.ran, Batches: p.batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
+	}
+	if st.Nodes == nil {
+		st.Nodes, st.Ran = []string{}, []string{}
+	}
+	if st.Batches == nil {
+		st.Batches = []Batch{}
+	}
+	if cur.running != nil {
+		st.Supersedes = cur.running.ID
+	}
+	return st
+}
+
+// saveNew writes the new rollout, then "current" naming it by compare-and-set on curRev, and
+// returns the rollout's revision. A start that loses either race is said as lostStart says.
+func (c *Controller) saveNew(ctx context.Context, s *store, st State, curRev uint64) (uint64, error) {
+	rev, err := s.saveState(ctx, st, 0)
+	if errors.Is(err, errConflict) {
+		return 0, c.lostStart(ctx, s, st.ID)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if _, err := s.savePointer(ctx, st.ID, curRev); err != nil {
+		// Another controller started a rollout since "current" was read: this one never was.
+		c.forget(s, st.ID)
+		if errors.Is(err, errConflict) {
+			return 0, c.lostStart(ctx, s, "")
+		}
+		return 0, err
+	}
+	return rev, nil
 }
 
 // readFleet reads every node's last heartbeat, what a rollout is planned from. The read takes

@@ -22,9 +22,6 @@ const (
 type track struct {
 	last  fleet.Entry
 	heard bool
-	// prevHeard is when the heartbeat before last was stored: with last's, how often the node
-	// heartbeats, for a person waiting on its next one.
-	prevHeard time.Time
 
 	// Set when its batch begins.
 	inBatch   bool
@@ -99,7 +96,7 @@ func (t *track) judged() bool { return t.inBatch && !t.leftOut && !t.done }
 
 // reset forgets what a previous batch (or controller) saw; its last heartbeat stays.
 func (t *track) reset() {
-	*t = track{last: t.last, heard: t.heard, prevHeard: t.prevHeard}
+	*t = track{last: t.last, heard: t.heard}
 }
 
 // change is what a heartbeat changed in a node's standing.
@@ -118,9 +115,6 @@ const (
 func (t *track) observe(e fleet.Entry, version string, soak time.Duration) change {
 	if t.heard && e.Heard.Before(t.last.Heard) {
 		return changeNone // an older word than the one held
-	}
-	if t.heard && e.Heard.After(t.last.Heard) {
-		t.prevHeard = t.last.Heard
 	}
 	t.last, t.heard = e, true
 	if f := e.Heartbeat.Fetch; e.Err == nil && f != nil && f.Version == version && f.Moved > t.moved {
@@ -181,11 +175,11 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 	return changeNone
 }
 
-// overdue judges what only time shows: a node silent past the window, or not confirmed within
-// the window of its target being set (deadline). A node that said it waits for its maintenance
-// window to stand aside is neither, until window past the window's opening; its deadline counts
-// from that opening.
-func (t *track) overdue(node, version string, now, deadline time.Time, window time.Duration) *NodeReason {
+// overdue judges what only time shows: a node silent past the window (unheard: for how long
+// while the bus was up), or not confirmed within the window of its target being set (deadline).
+// A node that said it waits for its maintenance window to stand aside is neither, until window
+// past the window's opening; its deadline counts from that opening.
+func (t *track) overdue(node, version string, now, deadline time.Time, window, unheard time.Duration) *NodeReason {
 	if !t.judged() {
 		return nil
 	}
@@ -203,7 +197,7 @@ func (t *track) overdue(node, version string, now, deadline time.Time, window ti
 			deadline = opened
 		}
 	}
-	if age := now.Sub(t.last.Heard); age > window {
+	if age := now.Sub(t.last.Heard); unheard > window {
 		return &NodeReason{Node: node, Why: WhySilent, Since: t.last.Heard,
 			Detail: detail(fmt.Sprintf("unheard for %s, longer than the window %s; its last word at %s: %s", roundDur(age), window, clock(t.last.Heard), lastWord(t.last)))}
 	}

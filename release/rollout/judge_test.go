@@ -98,16 +98,20 @@ func TestJudgingANodeOnTime(t *testing.T) {
 		name string
 		tr   track
 		now  time.Duration
+		away time.Duration // the bus was away this long since the node was last heard
 		why  string
 	}{
-		{"heard lately, not confirmed, within the window", track{inBatch: true, heard: true, last: beat(4, "v1.1.0", "v1.1.0", 1)}, 5 * time.Second, ""},
-		{"not confirmed past the window", track{inBatch: true, heard: true, last: beat(10, "v1.1.0", "v1.1.0", 1)}, 11 * time.Second, WhyNotConfirmed},
-		{"confirmed and heard: fine past the window", track{inBatch: true, heard: true, confirmed: true, last: beat(10, v, v, 9)}, 11 * time.Second, ""},
-		{"unheard for longer than the window", track{inBatch: true, heard: true, confirmed: true, last: beat(1, v, v, 1)}, 12 * time.Second, WhySilent},
-		{"left out: never judged", track{inBatch: true, leftOut: true, heard: true, last: beat(-100, "v1.1.0", "v1.1.0", 1)}, 12 * time.Second, ""},
+		{"heard lately, not confirmed, within the window", track{inBatch: true, heard: true, last: beat(4, "v1.1.0", "v1.1.0", 1)}, 5 * time.Second, 0, ""},
+		{"not confirmed past the window", track{inBatch: true, heard: true, last: beat(10, "v1.1.0", "v1.1.0", 1)}, 11 * time.Second, 0, WhyNotConfirmed},
+		{"confirmed and heard: fine past the window", track{inBatch: true, heard: true, confirmed: true, last: beat(10, v, v, 9)}, 11 * time.Second, 0, ""},
+		{"unheard for longer than the window", track{inBatch: true, heard: true, confirmed: true, last: beat(1, v, v, 1)}, 12 * time.Second, 0, WhySilent},
+		{"unheard for longer than the window, the bus away for part of it: not silent", track{inBatch: true, heard: true, confirmed: true, last: beat(1, v, v, 1)},
+			12 * time.Second, 5 * time.Second, ""},
+		{"left out: never judged", track{inBatch: true, leftOut: true, heard: true, last: beat(-100, "v1.1.0", "v1.1.0", 1)}, 12 * time.Second, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := tc.tr.overdue("n", v, t0.Add(tc.now), deadline, window)
+			now := t0.Add(tc.now)
+			r := tc.tr.overdue("n", v, now, deadline, window, now.Sub(tc.tr.last.Heard)-tc.away)
 			if (r == nil) != (tc.why == "") || (r != nil && r.Why != tc.why) {
 				t.Fatalf("overdue = %+v, want %q", r, tc.why)
 			}
@@ -303,7 +307,8 @@ func TestANodeWaitingForItsWindowIsNeitherSilentNorLateUntilItOpens(t *testing.T
 			for _, e := range tc.beats {
 				tr.observe(e, v, time.Hour)
 			}
-			r := tr.overdue("n", v, t0.Add(tc.now), deadline, window)
+			now := t0.Add(tc.now)
+			r := tr.overdue("n", v, now, deadline, window, now.Sub(tr.last.Heard))
 			if (r == nil) != (tc.why == "") || (r != nil && r.Why != tc.why) {
 				t.Fatalf("overdue = %+v, want %q", r, tc.why)
 			}

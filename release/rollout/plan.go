@@ -31,15 +31,66 @@ type plannedFleet struct {
 // planFleet is plan, saying how many metered nodes (heartbeat link_class metered) it deferred to
 // the last batch: unless o.IncludeMetered, they are never canaries (but when named) and come
 // after every other node, all in the last batch. A fleet of metered nodes only is planned as any.
+// Its phases: the fleet's members in hash order, the metered ones last, the named canaries first,
+// then the batches cut.
 func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
-	var nodes, ran []string
-	type member struct {
-		node, ran string
-		hash      [sha256.Size]byte
-		metered   bool
+	members, why := fleetMembers(o, entries, now)
+	if o.Policy == PolicyImmediate {
+		var p plannedFleet
+		for _, m := range members {
+			p.nodes, p.ran = append(p.nodes, m.node), append(p.ran, m.ran)
+		}
+		return p, nil
 	}
-	var members []member
-	why := make(map[string]string) // why a heard node is not in the fleet, for --canary-nodes
+	// Metered nodes last (each part in hash order), unless every node is metered.
+	defer_ := !o.IncludeMetered && slices.ContainsFunc(members, func(m planMember) bool { return !m.metered })
+	if defer_ {
+		slices.SortStableFunc(members, func(a, b planMember) int {
+			switch {
+			case a.metered == b.metered:
+				return 0
+			case b.metered:
+				return -1
+			}
+			return 1
+		})
+	}
+	isMetered := func(m planMember) bool { return defer_ && m.metered }
+	canaries := min(o.Canary, len(members)-countFunc(members, isMetered))
+	if len(o.CanaryNodes) > 0 {
+		var err error
+		if members, err = namedCanariesFirst(members, o.CanaryNodes, why); err != nil {
+			return plannedFleet{}, err
+		}
+		canaries = len(o.CanaryNodes)
+	}
+	var p plannedFleet
+	for i, m := range members {
+		p.nodes, p.ran = append(p.nodes, m.node), append(p.ran, m.ran)
+		if i >= canaries && isMetered(m) {
+			p.metered++
+		}
+	}
+	p.batches = cut(len(p.nodes)-p.metered, canaries, o.Steps)
+	if p.metered > 0 && len(p.batches) > 0 {
+		p.batches[len(p.batches)-1].End = len(p.nodes) // the metered nodes join the last batch
+	}
+	return p, nil
+}
+
+// planMember is a node of a rollout's fleet as planning sees it.
+type planMember struct {
+	node, ran string
+	hash      [sha256.Size]byte
+	metered   bool
+}
+
+// fleetMembers are the nodes of a rollout of o.Version as of now, in the hash order of the
+// release — deterministic for a release, different from one release to the next — and why
+// each heard node left out is not a member, for --canary-nodes.
+func fleetMembers(o Options, entries []fleet.Entry, now time.Time) ([]planMember, map[string]string) {
+	var members []planMember
+	why := make(map[string]string)
 	for _, e := range newestPerNode(entries) {
 		switch {
 		case e.Err != nil:
@@ -59,69 +110,39 @@ func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, e
 		if !wire.ValidVersion(r) {
 			r = ""
 		}
-		members = append(members, member{node: e.Node, ran: r, hash: sha256.Sum256([]byte(o.Version + "/" + e.Node)),
+		members = append(members, planMember{node: e.Node, ran: r, hash: sha256.Sum256([]byte(o.Version + "/" + e.Node)),
 			metered: e.Heartbeat.LinkClass == wire.LinkMetered})
 	}
-	// The hash order: deterministic for a release, different from one release to the next.
 	sort.Slice(members, func(i, j int) bool {
 		if c := strings.Compare(string(members[i].hash[:]), string(members[j].hash[:])); c != 0 {
 			return c < 0
 		}
 		return members[i].node < members[j].node
 	})
-	if o.Policy == PolicyImmediate {
-		for _, m := range members {
-			nodes, ran = append(nodes, m.node), append(ran, m.ran)
-		}
-		return plannedFleet{nodes: nodes, ran: ran}, nil
-	}
-	// Metered nodes last (each part in hash order), unless every node is metered.
-	defer_ := !o.IncludeMetered && slices.ContainsFunc(members, func(m member) bool { return !m.metered })
-	if defer_ {
-		slices.SortStableFunc(members, func(a, b member) int {
-			switch {
-			case a.metered == b.metered:
-				return 0
-			case b.metered:
-				return -1
-			}
-			return 1
-		})
-	}
-	isMetered := func(m member) bool { return defer_ && m.metered }
-	canaries := min(o.Canary, len(members)-countFunc(members, isMetered))
-	if len(o.CanaryNodes) > 0 {
-		at := make(map[string]int, len(members))
-		for i, m := range members {
-			at[m.node] = i
-		}
-		var first []member
-		for _, n := range o.CanaryNodes {
-			i, ok := at[n]
-			if !ok {
-				reason := why[n]
-				if reason == "" {
-					reason = "it has never heartbeated on this bus"
-				}
-				return plannedFleet{}, fmt.Errorf("--canary-nodes: %s is not in the fleet of this rollout: %s", n, reason)
-			}
-			first = append(first, members[i])
-		}
-		rest := slices.DeleteFunc(slices.Clone(members), func(m member) bool { return slices.Contains(o.CanaryNodes, m.node) })
-		members, canaries = append(first, rest...), len(first)
-	}
-	metered := 0
+	return members, why
+}
+
+// namedCanariesFirst puts the nodes named by --canary-nodes first, in the order given; one that
+// is not a member is refused with why (from fleetMembers).
+func namedCanariesFirst(members []planMember, named []string, why map[string]string) ([]planMember, error) {
+	at := make(map[string]int, len(members))
 	for i, m := range members {
-		nodes, ran = append(nodes, m.node), append(ran, m.ran)
-		if i >= canaries && isMetered(m) {
-			metered++
+		at[m.node] = i
+	}
+	var first []planMember
+	for _, n := range named {
+		i, ok := at[n]
+		if !ok {
+			reason := why[n]
+			if reason == "" {
+				reason = "it has never heartbeated on this bus"
+			}
+			return nil, fmt.Errorf("--canary-nodes: %s is not in the fleet of this rollout: %s", n, reason)
 		}
+		first = append(first, members[i])
 	}
-	batches := cut(len(nodes)-metered, canaries, o.Steps)
-	if metered > 0 && len(batches) > 0 {
-		batches[len(batches)-1].End = len(nodes) // the metered nodes join the last batch
-	}
-	return plannedFleet{nodes: nodes, ran: ran, batches: batches, metered: metered}, nil
+	rest := slices.DeleteFunc(slices.Clone(members), func(m planMember) bool { return slices.Contains(named, m.node) })
+	return append(first, rest...), nil
 }
 
 func countFunc[T any](s []T, f func(T) bool) int {

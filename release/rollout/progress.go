@@ -23,7 +23,8 @@ type progressView struct {
 	soakLeft time.Duration
 	// waiting are the nodes whose soak is over by the clock but not yet shown: their next
 	// heartbeat must show the uptime (at most maxListed; waitingN counts them all). For one,
-	// heardAgo is since its last heartbeat and every how often it heartbeats (0: unknown).
+	// heardAgo is since its last heartbeat and every how often it heartbeats, as its heartbeat
+	// says (0: unknown, a host older than interval_s).
 	waiting  []string
 	waitingN int
 	heardAgo time.Duration
@@ -93,16 +94,27 @@ func (r *runner) progressView(now time.Time) progressView {
 			continue
 		}
 		if v.waitingN++; v.waitingN == 1 {
-			v.heardAgo = now.Sub(t.last.Heard)
-			if !t.prevHeard.IsZero() {
-				v.every = t.last.Heard.Sub(t.prevHeard)
-			}
+			v.heardAgo, v.every = now.Sub(t.last.Heard), t.interval()
 		}
 		if len(v.waiting) < maxListed {
 			v.waiting = append(v.waiting, n)
 		}
 	}
 	return v
+}
+
+// maxInterval bounds the heartbeat interval a heartbeat states (a week): what is beyond it is no
+// interval a person waits on, and would overflow a time.Duration.
+const maxInterval = 7 * 24 * time.Hour
+
+// interval is how often the node heartbeats, as its last heartbeat says; 0 when it does not say
+// (a host older than interval_s) or says what cannot be.
+func (t *track) interval() time.Duration {
+	s := t.last.Heartbeat.IntervalS
+	if t.last.Err != nil || !(s > 0) || s > maxInterval.Seconds() {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 // soakLeft is how much of its soak a confirmed node has left by the controller's clock: the
@@ -132,7 +144,8 @@ func progressMessage(st State, i int, v progressView) string {
 		if v.waitingN == 1 {
 			m += fmt.Sprintf(" (last heard %s ago", human(v.heardAgo))
 			if v.every > 0 {
-				m += fmt.Sprintf(", every %s", human(v.every))
+				// Only a heartbeat ends a soak, and the next may be a whole interval away.
+				m += fmt.Sprintf("; it heartbeats every %s, so a soak can last up to %s more", human(v.every), human(v.every))
 			}
 			m += ")"
 		}

@@ -3,11 +3,14 @@ package rollout
 import (
 	"bytes"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/release/fleet"
+	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
@@ -28,7 +31,10 @@ func TestProgressSaysTheTimeLeftInTheSoakAndWhoseHeartbeatItWaitsFor(t *testing.
 			"batch 2/3 (50%): 1/1 confirmed, 0/1 soaked; 40s elapsed; about 1m20s of the soak left"},
 		{"soak over, one node heard again soon", progressView{confirmed: 1, nodes: 1, elapsed: 2*time.Minute + 5*time.Second,
 			waiting: []string{"n02"}, waitingN: 1, heardAgo: 12 * time.Second, every: 30 * time.Second},
-			"batch 2/3 (50%): 1/1 confirmed, 0/1 soaked; 2m5s elapsed; soak over, waiting for the next heartbeat of n02 (last heard 12s ago, every 30s)"},
+			"batch 2/3 (50%): 1/1 confirmed, 0/1 soaked; 2m5s elapsed; soak over, waiting for the next heartbeat of n02 (last heard 12s ago; it heartbeats every 30s, so a soak can last up to 30s more)"},
+		{"soak over, a host that does not say its interval", progressView{confirmed: 1, nodes: 1, elapsed: 2*time.Minute + 5*time.Second,
+			waiting: []string{"n02"}, waitingN: 1, heardAgo: 12 * time.Second},
+			"batch 2/3 (50%): 1/1 confirmed, 0/1 soaked; 2m5s elapsed; soak over, waiting for the next heartbeat of n02 (last heard 12s ago)"},
 		{"soaking and waiting, many nodes", progressView{confirmed: 12, soaked: 2, nodes: 13, elapsed: time.Minute, windowLeft: 9 * time.Minute,
 			soaking: 1, soakLeft: 3 * time.Second, waiting: nine, waitingN: 9},
 			"batch 2/3 (50%): 12/13 confirmed, 2/13 soaked; 1m elapsed, 9m left in the window; about 3s of the soak left; " +
@@ -155,6 +161,72 @@ func TestARolloutNoControllerDrivesSaysPaused(t *testing.T) {
 			var re *RunningError
 			if !errors.As(err, &re) || !strings.Contains(err.Error(), tc.errs) {
 				t.Errorf("refusal %q has no %q", err, tc.errs)
+			}
+		})
+	}
+}
+
+// Issue 27 §4: `--follow` said `waiting for the next heartbeat of web-01 (last heard 21s ago,
+// every 100ms)`: the gap between the node's last two heartbeats, both sent on events, not how
+// often it heartbeats. A node that heartbeats every 2s and again on an event 100ms after each:
+// the line says every 2s, and that the soak can last that much more.
+func TestFollowSaysTheNodesHeartbeatIntervalNotTheGapBetweenItsLastTwo(t *testing.T) {
+	b := meshtest.StartBus(t)
+	publishRelease(t, b, "v1.1.0")
+	startSimEchoing(t, b, 2*time.Second, 100*time.Millisecond, node("n1", "v1.0.0"))
+	ev := &events{}
+	c, err := New(Config{JS: connect(t, b), Events: ev.add, Tick: 50 * time.Millisecond, Progress: 100 * time.Millisecond, Key: testSigner.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions("v1.1.0")
+	o.CanaryNodes, o.Steps, o.Window, o.Soak = []string{"n1"}, []int{100}, 30*time.Second, time.Second
+	st, err := c.Start(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Run(t.Context(), st.ID)
+	ev.dump(t)
+	if err != nil || st.Status != StatusCompleted {
+		t.Fatalf("run = %s, %v", st.Status, err)
+	}
+	var waiting []string
+	for _, e := range ev.kinds(EventProgress) {
+		if strings.Contains(e.Message, "waiting for the next heartbeat of n1") {
+			waiting = append(waiting, e.Message)
+		}
+	}
+	if len(waiting) == 0 {
+		t.Fatal("no progress line said it waits for n1's next heartbeat")
+	}
+	for _, m := range waiting {
+		if !strings.Contains(m, "; it heartbeats every 2s, so a soak can last up to 2s more)") {
+			t.Errorf("progress %q does not give n1's heartbeat interval (2s) and what it costs the soak", m)
+		}
+	}
+}
+
+// The interval a heartbeat states is read only when it is one a person waits on: none, a
+// negative, NaN or one past a week (which would overflow) is unknown.
+func TestAHeartbeatsStatedIntervalIsReadWithinBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    float64
+		err  error
+		want time.Duration
+	}{
+		{"thirty seconds", 30, nil, 30 * time.Second},
+		{"under a second", 0.25, nil, 250 * time.Millisecond},
+		{"not said (an older host)", 0, nil, 0},
+		{"negative", -5, nil, 0},
+		{"NaN", math.NaN(), nil, 0},
+		{"past a week", 1e300, nil, 0},
+		{"an unreadable heartbeat", 30, errors.New("bad"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := track{heard: true, last: fleet.Entry{Heartbeat: wire.Heartbeat{IntervalS: tc.s}, Err: tc.err}}
+			if got := tr.interval(); got != tc.want {
+				t.Errorf("interval = %s, want %s", got, tc.want)
 			}
 		})
 	}

@@ -64,10 +64,12 @@ type runner struct {
 	silentAfter time.Duration
 	tracks      map[string]*track
 
-	// The view of the heartbeats: judged only while up, and silence only after a grace once the
-	// bus came back (a node can only be heard once the server is there again).
+	// The view of the heartbeats: judged only while up — the connection there and the watch
+	// caught up with every node's last heartbeat, which a rebuilt watch reads from the stream at
+	// once. The time the bus was away is not silence: a node could not be heard then (aways).
 	watchReady, connected, wasUp, everUp bool
-	downSince, backAt                    time.Time
+	downSince                            time.Time
+	aways                                []span        // the bus's outages during this run, the newest maxAways
 	paused                               time.Duration // the bus was away during this batch
 
 	// The batch in progress.
@@ -370,7 +372,7 @@ func (r *runner) loop(ctx context.Context, msgs <-chan heartbeatMsg, keys <-chan
 			return r.complete(ctx)
 		}
 		now := time.Now()
-		if !r.judging && r.wasUp && r.graceOver(now) {
+		if !r.judging && r.wasUp {
 			if err := r.begin(ctx); err != nil {
 				return r.st, err
 			}
@@ -435,16 +437,41 @@ func (r *runner) updateUp(now time.Time) {
 		return
 	}
 	if r.everUp {
-		r.backAt = now
 		r.paused += now.Sub(r.downSince)
-		r.c.log.Info("the bus is back; judging resumes after a grace", "rollout", r.st.ID, "grace", r.silentAfter)
+		if len(r.aways) == maxAways {
+			r.aways = r.aways[1:]
+		}
+		r.aways = append(r.aways, span{r.downSince, now})
+		r.c.log.Info("the bus is back; judging resumes", "rollout", r.st.ID, "away", now.Sub(r.downSince).Round(time.Millisecond))
 	}
 	r.everUp = true
 }
 
-// graceOver reports whether nodes have had time to be heard since the bus came back.
-func (r *runner) graceOver(now time.Time) bool {
-	return r.backAt.IsZero() || now.Sub(r.backAt) > r.silentAfter
+// span is a time the bus was away.
+type span struct{ from, to time.Time }
+
+// maxAways bounds the outages a runner remembers: a node unheard since before the oldest is
+// judged on its plain silence, which an outage older than 64 others hardly changes.
+const maxAways = 64
+
+// unheard is how long a node last heard at heard has been unheard by now while the bus was up:
+// the time since, less the outages within it. The grace of --silent-after after every outage
+// that this replaces held a rollout up to 90 s after a server was lost (issue 27 §1.3).
+func (r *runner) unheard(heard, now time.Time) time.Duration {
+	d := now.Sub(heard)
+	for _, a := range r.aways {
+		from, to := a.from, a.to
+		if from.Before(heard) {
+			from = heard
+		}
+		if to.After(now) {
+			to = now
+		}
+		if to.After(from) {
+			d -= to.Sub(from)
+		}
+	}
+	return d
 }
 
 func (r *runner) heard(m heartbeatMsg) {
@@ -486,69 +513,106 @@ func (r *runner) note(node string, t *track, ch change) {
 
 // begin starts the batch in progress: on a fresh batch it leaves out silent nodes and records
 // the batch as started before any target is set; then (fresh or resumed) it sets the targets
-// of its nodes, leaving keys that already name the version as they are.
+// of its nodes, leaving keys that already name the version as they are. Its phases: read the
+// nodes' targets, ask the stream about nodes that look silent, sort the nodes, record the batch
+// started, set the targets, start judging.
 func (r *runner) begin(ctx context.Context) error {
 	i := r.st.Current
-	b := r.st.Batches[i]
 	nodes := r.st.BatchNodes(i)
 	now := time.Now().UTC()
-	fresh := b.Started.IsZero()
+	fresh := r.st.Batches[i].Started.IsZero()
+	cur, err := r.targetsOf(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	if fresh || r.st.LeftOutMore > 0 {
+		if err := r.askSilent(ctx, nodes, now); err != nil {
+			return err
+		}
+	}
+	s := r.sortBatch(i, nodes, cur, now, fresh)
+	if fresh {
+		if err := r.recordStarted(ctx, i, now, s.leftOut); err != nil {
+			return err
+		}
+	}
+	if err := r.setBatchTargets(ctx, nodes, cur, s.toSet); err != nil {
+		return err
+	}
+	r.startJudging(i, s, len(nodes))
+	return nil
+}
+
+// targetsOf reads the target key of each node.
+func (r *runner) targetsOf(ctx context.Context, nodes []string) ([]targets.Current, error) {
 	cur := make([]targets.Current, len(nodes))
-	latest := make([]*fleet.Entry, len(nodes))
 	err := r.renewing(ctx, func(ctx context.Context) error {
 		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
 			cur[k], err = r.s.targetOf(ctx, nodes[k])
 			return err
 		})
 	})
+	return cur, err
+}
+
+// askSilent asks the stream itself about each node that looks silent before it is left out:
+// the watch may lag behind what the server stored (just established, or re-established).
+func (r *runner) askSilent(ctx context.Context, nodes []string, now time.Time) error {
+	latest := make([]*fleet.Entry, len(nodes))
+	err := r.renewing(ctx, func(ctx context.Context) error {
+		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) error {
+			t := r.tracks[nodes[k]]
+			if t.heard && r.unheard(t.last.Heard, now) <= r.silentAfter {
+				return nil
+			}
+			var e fleet.Entry
+			var ok bool
+			err := retry(ctx, r.c.log, "read a heartbeat", func(ctx context.Context) (err error) {
+				e, ok, err = fleet.Last(ctx, r.c.cfg.JS, r.c.cfg.Names, nodes[k])
+				return err
+			})
+			if ok {
+				latest[k] = &e
+			}
+			return err
+		})
+	})
 	if err != nil {
 		return err
 	}
-	if fresh || r.st.LeftOutMore > 0 {
-		// Ask the stream itself about a node that looks silent before leaving it out: the
-		// watch may lag behind what the server stored (just established, or re-established).
-		err := r.renewing(ctx, func(ctx context.Context) error {
-			return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) error {
-				t := r.tracks[nodes[k]]
-				if t.heard && now.Sub(t.last.Heard) <= r.silentAfter {
-					return nil
-				}
-				var e fleet.Entry
-				var ok bool
-				err := retry(ctx, r.c.log, "read a heartbeat", func(ctx context.Context) (err error) {
-					e, ok, err = fleet.Last(ctx, r.c.cfg.JS, r.c.cfg.Names, nodes[k])
-					return err
-				})
-				if ok {
-					latest[k] = &e
-				}
-				return err
-			})
-		})
-		if err != nil {
-			return err
-		}
-		for k, e := range latest {
-			if t := r.tracks[nodes[k]]; e != nil && (!t.heard || e.Heard.After(t.last.Heard)) {
-				t.last, t.heard = *e, true
-			}
+	for k, e := range latest {
+		if t := r.tracks[nodes[k]]; e != nil && (!t.heard || e.Heard.After(t.last.Heard)) {
+			t.last, t.heard = *e, true
 		}
 	}
+	return nil
+}
+
+// batchSort is what begin makes of a batch's nodes: left out (silent; listed only on a fresh
+// batch), targeted (toSet: the indexes of those whose key does not name the version yet), and
+// those that already have it.
+type batchSort struct {
+	leftOut           []LeftOut
+	targeted, already []string
+	toSet             []int
+}
+
+// sortBatch resets each node's track for batch i and sorts the nodes (see batchSort).
+func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now time.Time, fresh bool) batchSort {
+	b := r.st.Batches[i]
 	listed := make(map[string]bool)
 	for _, lo := range r.st.LeftOut {
 		if lo.Batch == i {
 			listed[lo.Node] = true
 		}
 	}
-	var leftOut []LeftOut
-	var targeted, already []string
-	var toSet []int
+	var s batchSort
 	for k, n := range nodes {
 		t := r.tracks[n]
 		t.reset()
 		t.inBatch = true
 		switch {
-		case fresh && (!t.heard || now.Sub(t.last.Heard) > r.silentAfter),
+		case fresh && (!t.heard || r.unheard(t.last.Heard, now) > r.silentAfter),
 			!fresh && listed[n],
 			!fresh && r.st.LeftOutMore > 0 && (!t.heard || t.last.Heard.Before(b.Started.Add(-r.silentAfter))):
 			t.leftOut = true
@@ -557,14 +621,14 @@ func (r *runner) begin(ctx context.Context) error {
 				if t.heard {
 					lo.SilentSince = t.last.Heard.UTC()
 				}
-				leftOut = append(leftOut, lo)
+				s.leftOut = append(s.leftOut, lo)
 			}
 		case t.heard && t.last.Err == nil && alreadyHas(t.last.Heartbeat, r.version) &&
 			(t.last.Heartbeat.KnownGood != r.version || !cur[k].Names(r.version)):
 			t.done = true // it has the version or a newer one, and not from this rollout
-			already = append(already, n)
+			s.already = append(s.already, n)
 		default:
-			targeted = append(targeted, n)
+			s.targeted = append(s.targeted, n)
 			if t.heard {
 				t.priorRollback = lastRollbackFrom(t.last, r.version)
 				t.priorLauncher = priorLauncherRollback(t.last, b.Started) // zero when fresh
@@ -572,31 +636,39 @@ func (r *runner) begin(ctx context.Context) error {
 			if r.s.ours(cur[k], r.version) {
 				t.targetRev = cur[k].Rev
 			} else {
-				toSet = append(toSet, k)
+				s.toSet = append(s.toSet, k)
 			}
 		}
 	}
-	if fresh {
-		err := r.write(ctx, func(st *State) {
-			st.Batches[i].Started = now
-			st.LeftOut = append(append([]LeftOut(nil), st.LeftOut...), leftOut...)
-			fit(st)
-		})
-		if err != nil {
-			return err
-		}
-		for _, lo := range leftOut {
-			r.c.emit(&r.st, Event{Kind: EventLeftOut, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Node: lo.Node,
-				Message: leftOutMessage(r.st, i, lo.Node, lo.SilentSince, now)})
-		}
+	return s
+}
+
+// recordStarted writes fresh batch i started, with the nodes it leaves out, and says each.
+func (r *runner) recordStarted(ctx context.Context, i int, now time.Time, leftOut []LeftOut) error {
+	err := r.write(ctx, func(st *State) {
+		st.Batches[i].Started = now
+		st.LeftOut = append(append([]LeftOut(nil), st.LeftOut...), leftOut...)
+		fit(st)
+	})
+	if err != nil {
+		return err
 	}
+	for _, lo := range leftOut {
+		r.c.emit(&r.st, Event{Kind: EventLeftOut, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name, Node: lo.Node,
+			Message: leftOutMessage(r.st, i, lo.Node, lo.SilentSince, now)})
+	}
+	return nil
+}
+
+// setBatchTargets sets the target of the nodes at toSet, and notes each key's revision.
+func (r *runner) setBatchTargets(ctx context.Context, nodes []string, cur []targets.Current, toSet []int) error {
 	setNodes := make([]string, len(toSet))
 	setCur := make([]targets.Current, len(toSet))
 	for j, k := range toSet {
 		setNodes[j], setCur[j] = nodes[k], cur[k]
 	}
 	var setRevs []uint64
-	err = r.renewing(ctx, func(ctx context.Context) (err error) {
+	err := r.renewing(ctx, func(ctx context.Context) (err error) {
 		setRevs, err = r.s.setTargets(ctx, setNodes, setCur, r.version, r.c.cfg.Workers)
 		return err
 	})
@@ -606,16 +678,21 @@ func (r *runner) begin(ctx context.Context) error {
 	for j, n := range setNodes {
 		r.tracks[n].targetRev = setRevs[j]
 	}
-	r.judging, r.judgedN, r.confirmedN, r.soakedN, r.troubledN, r.paused = true, len(targeted), 0, 0, 0, 0
+	return nil
+}
+
+// startJudging says batch i begun and judges its targeted nodes on what they said last.
+func (r *runner) startJudging(i int, s batchSort, size int) {
+	b := r.st.Batches[i]
+	r.judging, r.judgedN, r.confirmedN, r.soakedN, r.troubledN, r.paused = true, len(s.targeted), 0, 0, 0, 0
 	r.lastProgress, r.said = time.Now(), progressSaid{}
-	r.c.emit(&r.st, Event{Kind: EventBatch, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Nodes: len(targeted),
-		Message: batchMessage(r.st, i, targeted, already, len(nodes)-len(targeted)-len(already))})
-	for _, n := range targeted {
+	r.c.emit(&r.st, Event{Kind: EventBatch, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Nodes: len(s.targeted),
+		Message: batchMessage(r.st, i, s.targeted, s.already, size-len(s.targeted)-len(s.already))})
+	for _, n := range s.targeted {
 		if t := r.tracks[n]; t.heard {
 			r.note(n, t, t.observe(t.last, r.version, r.soak))
 		}
 	}
-	return nil
 }
 
 // fit keeps the state's head within the bucket's max value size, with room for a halt report:
@@ -635,9 +712,9 @@ func fit(st *State) {
 
 // troubles are the reasons to halt now: each troubled node of the batch, in batch order.
 // Time-based judgement (silent, not confirmed) runs on ticks, and only while the heartbeats can
-// be trusted: the bus up, and a grace over since it came back.
+// be trusted: the bus up (silence counting only the time it was).
 func (r *runner) troubles(now time.Time, timeCheck bool) []NodeReason {
-	timed := r.wasUp && r.graceOver(now)
+	timed := r.wasUp
 	if r.troubledN == 0 && !(timeCheck && timed) {
 		return nil
 	}
@@ -651,7 +728,7 @@ func (r *runner) troubles(now time.Time, timeCheck bool) []NodeReason {
 		}
 		why := t.trouble
 		if why == nil && timed {
-			why = t.overdue(n, r.version, now, deadline, r.window)
+			why = t.overdue(n, r.version, now, deadline, r.window, r.unheard(t.last.Heard, now))
 		}
 		if why != nil {
 			out = append(out, *why)

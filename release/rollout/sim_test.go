@@ -55,7 +55,7 @@ type simNode struct {
 	fetch     *wire.Fetch
 	bad       map[string]bool
 	silent    bool
-	stopped   bool // not heartbeating (stopped by the test)
+	stopped   bool // down (stopped by the test): neither heartbeating nor taking targets
 	pending   string
 	pendingAt time.Time
 	loop      bool
@@ -80,6 +80,7 @@ type sim struct {
 	targets map[string]simTarget
 	puts    map[string]int // writes seen per key
 	back    chan struct{}  // the connection came back: watch the targets again
+	every   time.Duration  // how often its nodes heartbeat, as their heartbeats say
 	// unverified are the targets that did not verify as a host verifies them (with the test
 	// release key, for the key they are under): a host would refuse each.
 	unverified []string
@@ -116,8 +117,15 @@ func startSim(t *testing.T, b *meshtest.Bus, nodes ...*simNode) *sim {
 // startSimEvery runs nodes heartbeating every beat.
 func startSimEvery(t testing.TB, b *meshtest.Bus, beat time.Duration, nodes ...*simNode) *sim {
 	t.Helper()
+	return startSimEchoing(t, b, beat, 0, nodes...)
+}
+
+// startSimEchoing runs nodes heartbeating every beat, and again echo after each (0: not), as a
+// host heartbeats on an event between its timed heartbeats.
+func startSimEchoing(t testing.TB, b *meshtest.Bus, beat, echo time.Duration, nodes ...*simNode) *sim {
+	t.Helper()
 	back := make(chan struct{}, 1)
-	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back}
+	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back, every: beat}
 	t.Cleanup(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -149,6 +157,14 @@ func startSimEvery(t testing.TB, b *meshtest.Bus, beat time.Duration, nodes ...*
 				return
 			case now := <-tk.C:
 				s.beat(ctx, now)
+			}
+			if echo > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case now := <-time.After(echo):
+					s.beat(ctx, now)
+				}
 			}
 		}
 	}()
@@ -218,13 +234,16 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 	s.mu.Lock()
 	var hbs []wire.Heartbeat
 	for _, n := range s.nodes {
+		if n.stopped {
+			continue // a host that is down takes no target (the fleet key set at completion too)
+		}
 		tg := s.target(n.id)
 		n.step(now, tg)
 		if n.silent || n.stopped {
 			continue
 		}
 		hbs = append(hbs, wire.Heartbeat{Node: n.id, State: wire.StateRunning, Running: n.running, KnownGood: n.knownGood,
-			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(),
+			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(), IntervalS: s.every.Seconds(),
 			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch, Launcher: clone(n.launcher),
 			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}, LinkClass: n.linkClass, Window: clone(n.window)})
 	}

@@ -130,11 +130,21 @@ func outputLines(out string) []string {
 
 // WriteStatus writes st as `mesh-release rollout status` shows it, as of now (whose zone the
 // times are shown in): what it is, what it was asked, each batch and its nodes, the nodes left
-// out, and why it halted.
+// out, and why it halted — one section each.
 func WriteStatus(w io.Writer, st State, now time.Time) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rollout %s\n", oneLine(st.ID, maxIDText))
-	kv := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	writeStatusHead(&b, st, now)
+	writeStatusBatches(&b, st, now)
+	writeStatusLeftOut(&b, st, now)
+	writeStatusHalt(&b, st, now)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeStatusHead is the rollout's keys and values: what it is and what it was asked.
+func writeStatusHead(b *strings.Builder, st State, now time.Time) {
+	kv := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(kv, "  version\t%s\n", oneLine(st.Version, maxIDText))
 	fmt.Fprintf(kv, "  policy\t%s\n", policyWords(st))
 	fmt.Fprintf(kv, "  status\t%s\n", statusWords(st, now))
@@ -150,17 +160,7 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 		fmt.Fprintf(kv, "  options\twindow %s, soak %s, alive %s, silent after %s\n",
 			secondsText(st.WindowS), secondsText(st.SoakS), secondsText(st.AliveS), secondsText(st.SilentAfterS))
 	}
-	fleet := countOf(len(st.Nodes), "node", "nodes")
-	if len(st.Batches) > 0 {
-		fleet += " in " + countOf(len(st.Batches), "batch", "batches")
-	}
-	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
-		fleet += fmt.Sprintf(", %d left out", n)
-	}
-	if st.Metered > 0 {
-		fleet += fmt.Sprintf(", %d on metered links deferred to the last batch", st.Metered)
-	}
-	fmt.Fprintf(kv, "  fleet\t%s\n", fleet)
+	fmt.Fprintf(kv, "  fleet\t%s\n", fleetWords(st))
 	if st.BytesMoved > 0 {
 		fmt.Fprintf(kv, "  moved\t%s fetched by the nodes delivering it (as their heartbeats said, to the last batch done)\n", movedText(st.BytesMoved))
 	}
@@ -177,49 +177,75 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 		fmt.Fprintf(kv, "  aborted by\t%s\n", oneLine(st.AbortedBy, maxIDText))
 	}
 	kv.Flush()
+}
 
+// fleetWords is "6 nodes in 3 batches, 1 left out, 2 on metered links deferred to the last batch".
+func fleetWords(st State) string {
+	fleet := countOf(len(st.Nodes), "node", "nodes")
 	if len(st.Batches) > 0 {
-		b.WriteString("\nbatches\n")
-		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		start := 0
-		for i, bt := range st.Batches {
-			end := clampedEnd(bt.End, start, len(st.Nodes))
-			nodes := st.Nodes[start:end]
-			fmt.Fprintf(tw, "  %d/%d\t%s\t%s\t%s\t%s\n", i+1, len(st.Batches), oneLine(bt.Name, maxIDText),
-				countOf(len(nodes), "node", "nodes"), batchWhere(st, i, now), shownList(nodes))
-			start = end
-		}
-		tw.Flush()
+		fleet += " in " + countOf(len(st.Batches), "batch", "batches")
 	}
+	if n := len(st.LeftOut) + st.LeftOutMore; n > 0 {
+		fleet += fmt.Sprintf(", %d left out", n)
+	}
+	if st.Metered > 0 {
+		fleet += fmt.Sprintf(", %d on metered links deferred to the last batch", st.Metered)
+	}
+	return fleet
+}
 
-	if len(st.LeftOut)+st.LeftOutMore > 0 {
-		b.WriteString("\nleft out (silent when their batch began; they take the fleet target when it is set)\n")
-		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		for i, l := range st.LeftOut {
-			if i == shownNodes {
-				break
-			}
-			fmt.Fprintf(tw, "  %s\tbatch %s\tsilent since %s (%s)\n", oneLine(l.Node, maxIDText), batchOf(st, l.Batch),
-				clockAt(l.SilentSince, now), agoText(now.Sub(l.SilentSince)))
-		}
-		if more := len(st.LeftOut) - min(len(st.LeftOut), shownNodes) + st.LeftOutMore; more > 0 {
-			fmt.Fprintf(tw, "  and %d more\n", more)
-		}
-		tw.Flush()
+// writeStatusBatches is each batch, where it is and its nodes (bounded).
+func writeStatusBatches(b *strings.Builder, st State, now time.Time) {
+	if len(st.Batches) == 0 {
+		return
 	}
+	b.WriteString("\nbatches\n")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	start := 0
+	for i, bt := range st.Batches {
+		end := clampedEnd(bt.End, start, len(st.Nodes))
+		nodes := st.Nodes[start:end]
+		fmt.Fprintf(tw, "  %d/%d\t%s\t%s\t%s\t%s\n", i+1, len(st.Batches), oneLine(bt.Name, maxIDText),
+			countOf(len(nodes), "node", "nodes"), batchWhere(st, i, now), shownList(nodes))
+		start = end
+	}
+	tw.Flush()
+}
 
-	if h := st.Halt; h != nil {
-		n := len(h.Nodes) + h.More
-		fmt.Fprintf(&b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
-		for _, r := range h.Nodes {
-			writeReason(&b, r, now, "  ")
-		}
-		if h.More > 0 {
-			fmt.Fprintf(&b, "  and %s more\n", countOf(h.More, "node", "nodes"))
-		}
+// writeStatusLeftOut is the nodes left out, the first shownNodes of them.
+func writeStatusLeftOut(b *strings.Builder, st State, now time.Time) {
+	if len(st.LeftOut)+st.LeftOutMore == 0 {
+		return
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	b.WriteString("\nleft out (silent when their batch began; they take the fleet target when it is set)\n")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	for i, l := range st.LeftOut {
+		if i == shownNodes {
+			break
+		}
+		fmt.Fprintf(tw, "  %s\tbatch %s\tsilent since %s (%s)\n", oneLine(l.Node, maxIDText), batchOf(st, l.Batch),
+			clockAt(l.SilentSince, now), agoText(now.Sub(l.SilentSince)))
+	}
+	if more := len(st.LeftOut) - min(len(st.LeftOut), shownNodes) + st.LeftOutMore; more > 0 {
+		fmt.Fprintf(tw, "  and %d more\n", more)
+	}
+	tw.Flush()
+}
+
+// writeStatusHalt is why the rollout halted, node by node.
+func writeStatusHalt(b *strings.Builder, st State, now time.Time) {
+	h := st.Halt
+	if h == nil {
+		return
+	}
+	n := len(h.Nodes) + h.More
+	fmt.Fprintf(b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
+	for _, r := range h.Nodes {
+		writeReason(b, r, now, "  ")
+	}
+	if h.More > 0 {
+		fmt.Fprintf(b, "  and %s more\n", countOf(h.More, "node", "nodes"))
+	}
 }
 
 // MaxSummaryBytes bounds Summary: a line above the fleet table.
