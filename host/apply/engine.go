@@ -124,15 +124,26 @@ func (e *Engine) Apply(ctx context.Context, d wire.Declaration, stop <-chan stru
 		return rep, err
 	}
 	declared := make(map[key]bool, len(d.Resources))
-	for i, r := range d.Resources {
+	for _, r := range d.Resources {
+		declared[key{r.Type, r.ID}] = true
+	}
+	for i := 0; i < len(d.Resources); {
 		if stopped(stop) {
 			return rep, ErrStopped
 		}
 		e.pulse()
-		declared[key{r.Type, r.ID}] = true
-		if err := e.applyOne(ctx, &rep, r, byKey); err != nil {
-			return rep, &stepError{text: cut(fmt.Sprintf("resources[%d] %s %q: %v", i, r.Type, cut(r.ID, maxIDBytes), err), maxErrorBytes), err: err}
+		// A run of resources whose applier batches them shares its durability (batch.go).
+		n, failed, err := e.runLength(d.Resources[i:]), 0, error(nil)
+		if n > 1 {
+			failed, err = e.applyRun(ctx, &rep, d.Resources[i:i+n], byKey)
+		} else {
+			err = e.applyOne(ctx, &rep, d.Resources[i], byKey)
 		}
+		if err != nil {
+			r := d.Resources[i+failed]
+			return rep, &stepError{text: cut(fmt.Sprintf("resources[%d] %s %q: %v", i+failed, r.Type, cut(r.ID, maxIDBytes), err), maxErrorBytes), err: err}
+		}
+		i += n
 	}
 	for i := len(owned) - 1; i >= 0; i-- {
 		o := owned[i]
