@@ -94,12 +94,18 @@ func (s *Store) RecordAll(ctx context.Context, rs []apply.Applied) error {
 		return s.wrap("record resources as owned", err)
 	}
 	defer tx.Rollback()
-	for _, a := range rs {
+	// The next seq read once for the run, not once per row (a scan of the table each): a new
+	// resource takes it and the ones after it in order, gaps left by the ones already owned.
+	var next int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM owned`).Scan(&next); err != nil {
+		return s.wrap("record resources as owned", err)
+	}
+	for i, a := range rs {
 		spec := a.Resource.Spec
 		if len(spec) == 0 {
 			spec = []byte("{}")
 		}
-		if _, err := tx.ExecContext(ctx, recordOwned, a.Resource.Type, a.Resource.ID, []byte(spec), a.Created, a.At.UnixMilli()); err != nil {
+		if _, err := tx.ExecContext(ctx, recordOwnedAt, a.Resource.Type, a.Resource.ID, []byte(spec), a.Created, next+int64(i), a.At.UnixMilli()); err != nil {
 			return s.wrap(fmt.Sprintf("record %s %q as owned", a.Resource.Type, text.Bound(a.Resource.ID)), err)
 		}
 	}
@@ -113,6 +119,10 @@ func (s *Store) RecordAll(ctx context.Context, rs []apply.Applied) error {
 // owned keeps its seq and created flag and takes the new spec.
 const recordOwned = `INSERT INTO owned (type, id, spec, created, seq, applied_at)
 		VALUES (?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM owned), ?)
+		ON CONFLICT (type, id) DO UPDATE SET spec = excluded.spec, applied_at = excluded.applied_at`
+
+// recordOwnedAt is recordOwned with the seq a new resource gets given.
+const recordOwnedAt = `INSERT INTO owned (type, id, spec, created, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (type, id) DO UPDATE SET spec = excluded.spec, applied_at = excluded.applied_at`
 
 // Drop forgets an owned resource (removed or forgotten); one not owned is no error.

@@ -16,7 +16,7 @@ import (
 // single write has — a declared path holds its old content or the whole new one, and what
 // ApplyBatch reports applied is on disk — for a sync per file and one per directory instead
 // of one per file and one per file's directory: every temp file is written beside its path,
-// then each is synced (several at once, which the file system can commit together), then each
+// then each is synced (several at once, which the file system commits together), then each
 // renamed over its path, then each directory holding one synced once. Only then does the
 // engine record them.
 
@@ -33,8 +33,9 @@ func osFS() fsOps {
 	return fsOps{syncFile: (*os.File).Sync, rename: os.Rename, syncDir: syncDir}
 }
 
-// syncWorkers is how many temp files a batch syncs at once.
-const syncWorkers = 8
+// syncWorkers is how many temp files a batch syncs at once: ext4 commits the syncs waiting
+// together in one journal transaction.
+const syncWorkers = 32
 
 // batch is the temp files of a run, written and not yet in place.
 type batch struct {
