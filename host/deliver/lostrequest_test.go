@@ -3,6 +3,7 @@ package deliver
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"io"
 	"net"
@@ -27,6 +28,9 @@ type loser struct {
 	to   string
 	lose string // the subject of the request lost
 	nth  int    // which one of them (1 is the first)
+	// onLose, when set, runs (in its own goroutine) once the request was lost: a server
+	// killed with it.
+	onLose func()
 
 	mu    sync.Mutex
 	seen  map[string]int
@@ -138,6 +142,9 @@ func (l *loser) count(subject string) bool {
 	l.seen[subject]++
 	if subject == l.lose && l.seen[subject] == l.nth {
 		close(l.lost)
+		if l.onLose != nil {
+			go l.onLose()
+		}
 		return true
 	}
 	return false
@@ -191,4 +198,65 @@ func TestADeliveryAsksAgainForEachRequestALostServerTookWithIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The figure "the fetch stall after a kill": the bus's server is killed (and started again on
+// its port and store at once) just as it holds one request of a delivery, and the time from
+// the kill to the version staged is reported, with the time from the server back to it. Run
+// with: go test -run XXX -bench FetchStallAfterAServerKill -benchtime 1x ./host/deliver/
+func BenchmarkFetchStallAfterAServerKill(b *testing.B) {
+	n := wire.NamesFor("")
+	archives := "OBJ_" + n.Archives()
+	for _, c := range []struct {
+		name    string
+		subject string
+		nth     int
+	}{
+		{"opening the store", "$JS.API.STREAM.INFO." + archives, 1},
+		{"opening the stream", "$JS.API.STREAM.INFO." + archives, 2},
+		{"a chunk", "$JS.API.DIRECT.GET." + archives, 3},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var stall, back time.Duration
+			for b.Loop() {
+				s, k := fetchThroughAKill(b, c.subject, c.nth)
+				stall, back = stall+s, back+k
+			}
+			b.ReportMetric(stall.Seconds()/float64(b.N), "s-kill-to-staged")
+			b.ReportMetric(back.Seconds()/float64(b.N), "s-server-back-to-staged")
+		})
+	}
+}
+
+// fetchThroughAKill delivers a version while the server is killed holding the nth request on
+// subject, and returns the time from the kill, and from the server back, to the version staged.
+func fetchThroughAKill(b *testing.B, subject string, nth int) (fromKill, fromBack time.Duration) {
+	h := newHarness(b, func(cfg *Config) { cfg.Backoff = Backoff{} }) // the host's: every default
+	h.release(v1, withTail(fakehost(b, v1, "ok", runtime.GOARCH), 4<<20))
+	l := startLoser(b, h.url, subject, nth)
+	var mu sync.Mutex
+	var killed, up time.Time
+	l.onLose = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		killed = time.Now()
+		h.bus.Stop()
+		h.bus.Start()
+		up = time.Now()
+	}
+	h.deliverVia(l.URL())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := h.d.Run(ctx, v1, nil); err != nil {
+		b.Fatal(err)
+	}
+	done := time.Now()
+	select {
+	case <-l.lost:
+	default:
+		b.Fatalf("no request on %s was lost", subject)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return done.Sub(killed), done.Sub(up)
 }
