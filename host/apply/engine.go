@@ -113,7 +113,9 @@ type key struct{ typ, id string }
 // Apply makes the machine match d: each resource in order (inspect; if it differs, apply, then
 // inspect again as the read-back, and record it only once that passed), then — only when every
 // resource applied — removes in reverse order of first application what the host owns and d no
-// longer declares. A failed step stops the apply there and the error names the resource; steps
+// longer declares. A run of consecutive resources whose applier batches them (BatchApplier) goes
+// through the same steps a phase at a time — all inspected, applied in one batch, read back,
+// recorded in one transaction (batch.go). A failed step stops the apply there and the error names the resource; steps
 // before it stay recorded. An owned resource found differing from the very spec it was applied
 // with has drifted: it is put back and reported in Report.Drifted. stop is checked between
 // steps (ErrStopped).
