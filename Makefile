@@ -63,6 +63,7 @@ bench:
 	$(BENCH) -bench 'StandAsideGap|CrashOnStart|LauncherFootprint|LauncherTakeover' -benchtime 20x ./lab/
 	$(BENCH) -bench DeclarationToAppliedHeartbeat -benchtime 500x ./host/
 	$(BENCH) -bench Reconcile200 -benchtime 200x ./host/apply/
+	$(BENCH) -bench Apply11000Files -benchtime 1x ./host/apply/
 	$(BENCH) -bench . -benchtime 2000x ./host/link/
 	$(BENCH) -bench FleetOfHosts -benchtime 20x ./lab/
 	$(BENCH) -bench SixNodeRollout -benchtime 3x ./lab/
@@ -76,6 +77,7 @@ bench:
 	$(BENCH) -bench RolloutStateHundredThousandNodes -benchtime 5x ./release/rollout/
 	$(BENCH) -bench Deliver20MB -benchtime 20x ./host/deliver/
 	$(BENCH) -bench FetchThrough200KBps -benchtime 1x ./host/deliver/
+	$(BENCH) -bench FetchStallAfterAServerKill -benchtime 1x ./host/deliver/
 	$(BENCH) -bench . -benchtime 5x ./wire/archive/
 	$(BENCH) -bench HostArchive -benchtime 2x ./release/build/
 	$(BENCH) -bench DeltaSteps -benchtime 1x ./release/build/

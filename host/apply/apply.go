@@ -35,6 +35,33 @@ type Applier interface {
 	Remove(ctx context.Context, o Owned) (string, error)
 }
 
+// BatchApplier is an Applier that applies a run of its kind's resources at once, so that what
+// makes them durable is paid once per run rather than per resource (host/apply/files: every
+// file written, then each synced, then each renamed into place, then each directory synced
+// once). The engine gives it runs of consecutive resources of its kind that differ from their
+// specs and name no path twice, and records them only after ApplyBatch returned.
+type BatchApplier interface {
+	Applier
+	// ApplyBatch applies rs in order, as Apply would each, and returns created for the ones
+	// applied: all of rs, or, with err, the ones before the first that failed — those are in
+	// place and durable; the one that failed and those after it are not in place.
+	ApplyBatch(ctx context.Context, rs []wire.Resource) (created []bool, err error)
+}
+
+// Applied is a resource applied and read back, to be recorded (BatchLedger).
+type Applied struct {
+	Resource wire.Resource
+	Created  bool
+	At       time.Time
+}
+
+// BatchLedger is a Ledger that records a run of resources in one transaction (one sync of
+// store.db instead of one per resource).
+type BatchLedger interface {
+	// RecordAll records each of rs as Record does; on error none is recorded.
+	RecordAll(ctx context.Context, rs []Applied) error
+}
+
 // Appliers holds the applier of each kind.
 type Appliers map[string]Applier
 

@@ -113,7 +113,9 @@ type key struct{ typ, id string }
 // Apply makes the machine match d: each resource in order (inspect; if it differs, apply, then
 // inspect again as the read-back, and record it only once that passed), then — only when every
 // resource applied — removes in reverse order of first application what the host owns and d no
-// longer declares. A failed step stops the apply there and the error names the resource; steps
+// longer declares. A run of consecutive resources whose applier batches them (BatchApplier) goes
+// through the same steps a phase at a time — all inspected, applied in one batch, read back,
+// recorded in one transaction (batch.go). A failed step stops the apply there and the error names the resource; steps
 // before it stay recorded. An owned resource found differing from the very spec it was applied
 // with has drifted: it is put back and reported in Report.Drifted. stop is checked between
 // steps (ErrStopped).
@@ -124,15 +126,26 @@ func (e *Engine) Apply(ctx context.Context, d wire.Declaration, stop <-chan stru
 		return rep, err
 	}
 	declared := make(map[key]bool, len(d.Resources))
-	for i, r := range d.Resources {
+	for _, r := range d.Resources {
+		declared[key{r.Type, r.ID}] = true
+	}
+	for i := 0; i < len(d.Resources); {
 		if stopped(stop) {
 			return rep, ErrStopped
 		}
 		e.pulse()
-		declared[key{r.Type, r.ID}] = true
-		if err := e.applyOne(ctx, &rep, r, byKey); err != nil {
-			return rep, &stepError{text: cut(fmt.Sprintf("resources[%d] %s %q: %v", i, r.Type, cut(r.ID, maxIDBytes), err), maxErrorBytes), err: err}
+		// A run of resources whose applier batches them shares its durability (batch.go).
+		n, failed, err := e.runLength(d.Resources[i:]), 0, error(nil)
+		if n > 1 {
+			failed, err = e.applyRun(ctx, &rep, d.Resources[i:i+n], byKey)
+		} else {
+			err = e.applyOne(ctx, &rep, d.Resources[i], byKey)
 		}
+		if err != nil {
+			r := d.Resources[i+failed]
+			return rep, &stepError{text: cut(fmt.Sprintf("resources[%d] %s %q: %v", i+failed, r.Type, cut(r.ID, maxIDBytes), err), maxErrorBytes), err: err}
+		}
+		i += n
 	}
 	for i := len(owned) - 1; i >= 0; i-- {
 		o := owned[i]

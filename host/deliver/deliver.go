@@ -22,8 +22,10 @@
 //   - a refused release is not fetched again while the manifest under its version holds the
 //     same bytes (a new manifest, another digest or signature, is tried), and failures that may
 //     pass are retried with exponential backoff and jitter, never in a loop;
-//   - a fetch that stalls (no bytes for FetchStall) or runs past its bound (FetchStall +
-//     size/FetchMinRate) fails as a bus failure and is retried; it has no hidden deadline;
+//   - every request of an attempt is asked again after RequestTry without an answer (a server
+//     lost holding it costs a try); a fetch that stalls (no bytes for FetchStall, from opening
+//     the store on) or runs past its bound (FetchStall + size/FetchMinRate) fails as a bus
+//     failure and is retried; it has no hidden deadline;
 //   - free space is checked for what the release needs — before fetching for the archive and
 //     a binary at least as large, before extracting for the binary's size — and a full disk
 //     or other write failure is the machine's, retried, never a refusal of the release;
@@ -92,22 +94,79 @@ type Config struct {
 	// environment, with MESH_HOST_ROOT=Root.
 	PreflightArgs    []string
 	PreflightEnv     []string
-	PreflightTimeout time.Duration // default 30 s
+	PreflightTimeout time.Duration // default DefaultPreflightTimeout
 
-	MaxArchive  int64   // largest archive fetched; default 128 MiB
+	MaxArchive  int64   // largest archive fetched; default DefaultMaxArchive
 	MaxBinary   int64   // largest binary extracted; default archive.DefaultMaxBinary (256 MiB), as a build accepts
-	SpaceMargin int64   // free space left after staging (archive + binary); default 4 MiB
+	SpaceMargin int64   // free space left after staging (archive + binary); default DefaultSpaceMargin
 	Backoff     Backoff // retry policy for failures that may pass
 
 	// A fetch fails, and is retried with the backoff, when no bytes arrive for FetchStall or
 	// when it takes longer than FetchStall + size/FetchMinRate in all.
-	FetchStall   time.Duration // default 30 s
-	FetchMinRate int64         // bytes per second; default 16 KiB/s, at most half MaxFetchRate
+	FetchStall   time.Duration // default DefaultFetchStall
+	FetchMinRate int64         // bytes per second; default DefaultFetchMinRate, at most half MaxFetchRate
+	// RequestTry is how long each request of an attempt (the manifest's bucket and key, the
+	// object store, the object's info, each chunk) waits for its answer before it is asked
+	// again; default objfetch.RequestTry (docs/wire.md).
+	RequestTry time.Duration
 
 	// MaxFetchRate caps the fetch of the archive or a delta, in bytes per second (host.json max_fetch_rate;
 	// internal/ratelimit); 0 is no cap. FetchClock is the cap's clock (nil: the machine's).
 	MaxFetchRate int64
 	FetchClock   ratelimit.Clock
+}
+
+// The defaults of Config's zero fields (withDefaults fills them).
+const (
+	// DefaultPreflightTimeout bounds `mesh-host preflight` (and `mesh-launcher version`) of a
+	// staged binary.
+	DefaultPreflightTimeout = 30 * time.Second
+	// DefaultMaxArchive is the largest archive a node fetches.
+	DefaultMaxArchive int64 = 128 << 20
+	// DefaultSpaceMargin is the free space staging leaves on the disk.
+	DefaultSpaceMargin int64 = 4 << 20
+	// DefaultFetchStall is how long a fetch may go without a byte: the blobs' fetch's too
+	// (host/blobs.DefaultStall).
+	DefaultFetchStall = 30 * time.Second
+	// DefaultFetchMinRate is the slowest a fetch may go in all, in bytes per second.
+	DefaultFetchMinRate int64 = 16 << 10
+)
+
+// withDefaults is cfg with every zero field given its default: the one place they are filled.
+func (cfg Config) withDefaults() Config {
+	if cfg.Names.Prefix == "" {
+		cfg.Names = wire.NamesFor("")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PreflightTimeout <= 0 {
+		cfg.PreflightTimeout = DefaultPreflightTimeout
+	}
+	if cfg.MaxArchive <= 0 {
+		cfg.MaxArchive = DefaultMaxArchive
+	}
+	if cfg.MaxBinary <= 0 {
+		cfg.MaxBinary = archive.DefaultMaxBinary
+	}
+	if cfg.SpaceMargin <= 0 {
+		cfg.SpaceMargin = DefaultSpaceMargin
+	}
+	if cfg.FetchStall <= 0 {
+		cfg.FetchStall = DefaultFetchStall
+	}
+	if cfg.FetchMinRate <= 0 {
+		cfg.FetchMinRate = DefaultFetchMinRate
+	}
+	if cfg.MaxFetchRate > 0 {
+		// A capped fetch must not be failed as too slow for keeping to its cap.
+		cfg.FetchMinRate = max(min(cfg.FetchMinRate, cfg.MaxFetchRate/2), 1)
+	}
+	if cfg.RequestTry <= 0 {
+		cfg.RequestTry = objfetch.RequestTry
+	}
+	cfg.Backoff = cfg.Backoff.withDefaults()
+	return cfg
 }
 
 // Deliverer stages host versions under one root. It is safe for concurrent use; stagings run
@@ -137,7 +196,7 @@ type attempt struct {
 	retryAt  time.Time // no new attempt before this
 }
 
-// New checks cfg and fills in its defaults.
+// New checks cfg and fills in its defaults (Config.withDefaults).
 func New(cfg Config) (*Deliverer, error) {
 	switch {
 	case cfg.Root == "":
@@ -149,35 +208,7 @@ func New(cfg Config) (*Deliverer, error) {
 	case len(cfg.TrustedKeys) == 0:
 		return nil, errors.New("deliver: no trusted_keys configured, so no release can be verified; add the content of release.pub to trusted_keys in host.json")
 	}
-	if cfg.Names.Prefix == "" {
-		cfg.Names = wire.NamesFor("")
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.PreflightTimeout <= 0 {
-		cfg.PreflightTimeout = 30 * time.Second
-	}
-	if cfg.MaxArchive <= 0 {
-		cfg.MaxArchive = 128 << 20
-	}
-	if cfg.MaxBinary <= 0 {
-		cfg.MaxBinary = archive.DefaultMaxBinary
-	}
-	if cfg.SpaceMargin <= 0 {
-		cfg.SpaceMargin = 4 << 20
-	}
-	if cfg.FetchStall <= 0 {
-		cfg.FetchStall = 30 * time.Second
-	}
-	if cfg.FetchMinRate <= 0 {
-		cfg.FetchMinRate = 16 << 10
-	}
-	if cfg.MaxFetchRate > 0 {
-		// A capped fetch must not be failed as too slow for keeping to its cap.
-		cfg.FetchMinRate = max(min(cfg.FetchMinRate, cfg.MaxFetchRate/2), 1)
-	}
-	cfg.Backoff = cfg.Backoff.withDefaults()
+	cfg = cfg.withDefaults()
 	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}, moved: map[string]int64{}}, nil
 }
 
@@ -272,11 +303,26 @@ func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, 
 	if bad {
 		return "", refuse(version, KindMarkedBad, "this node marked it bad (%s); it is never staged here again — publish a fixed version", reason)
 	}
-	kv, err := d.cfg.JS.KeyValue(ctx, d.cfg.Names.Releases())
+	// Each request asked again after RequestTry without an answer, as the fetch's are: a
+	// server lost holding one costs a try, not nats.go's timeout and then the backoff. A bus
+	// that answers neither within FetchStall fails the attempt, as a stalled fetch does.
+	kctx, cancel := context.WithTimeoutCause(ctx, d.cfg.FetchStall, fmt.Errorf("no answer for %s: the link to the bus stalled", d.cfg.FetchStall))
+	defer cancel()
+	kv, err := objfetch.Ask(kctx, d.ask(), func(ctx context.Context) (jetstream.KeyValue, error) {
+		return d.cfg.JS.KeyValue(ctx, d.cfg.Names.Releases())
+	})
 	if err != nil {
+		if kctx.Err() != nil && ctx.Err() == nil {
+			err = context.Cause(kctx)
+		}
 		return "", &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("open KV %s: %w", d.cfg.Names.Releases(), err)}
 	}
-	entry, err := kv.Get(ctx, version)
+	entry, err := objfetch.Ask(kctx, d.ask(), func(ctx context.Context) (jetstream.KeyValueEntry, error) {
+		return kv.Get(ctx, version)
+	})
+	if err != nil && kctx.Err() != nil && ctx.Err() == nil {
+		err = context.Cause(kctx)
+	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", refuse(version, KindNotPublished, "no manifest under %s in KV %s; publish it with `mesh-release publish`", version, d.cfg.Names.Releases())
 	}
@@ -495,34 +541,23 @@ func archiveOf(m wire.Manifest) object {
 }
 
 // fetch streams an object from the object store into staging/file, hashing it while it is
-// written, adding each byte to moved and reporting progress. The signed size is a hard cap.
+// written, adding each byte to moved and reporting progress. The signed size is a hard cap. The
+// watch bounds it all, from opening the store on: every request is asked again after
+// RequestTry without an answer (objfetch.Ask), so a server lost holding one costs a try, and
+// only a link that stays down reaches the stall.
 func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, moved *int64, progress func(Progress)) (*os.File, error) {
 	v := o.version
-	obs, err := d.cfg.JS.ObjectStore(ctx, d.cfg.Names.Archives())
+	w := d.watch(ctx, o.size)
+	defer w.close()
+	obs, info, err := d.objectInfo(w, o)
 	if err != nil {
-		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("open object store %s: %w", d.cfg.Names.Archives(), err)}
-	}
-	info, err := obs.GetInfo(ctx, o.name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, refuse(v, KindObjectMissing, "object %s is not in %s; republish the release", o.name, d.cfg.Names.Archives())
-	}
-	if err != nil {
-		return nil, &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("object %s: %w", o.name, err)}
-	}
-	if err := sizeCheck(o, int64(info.Size), "the object store holds"); err != nil {
 		return nil, err
-	}
-	if want, _ := wire.ObjectStoreDigest(o.digest); info.Digest != want {
-		return nil, refuse(v, KindDigestMismatch, "the object store's digest of %s is %s but the manifest signed %s (%s); republish the release",
-			o.name, info.Digest, o.digest, want)
 	}
 	f, err := os.OpenFile(filepath.Join(staging, file), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, writeErr(v, "creating the download", err)
 	}
 	meter := newMeter(v, o.size, o.delta, moved, progress)
-	w := d.watch(ctx, o.size)
-	defer w.close()
 	res, err := d.open(w.ctx, obs, info)
 	if err != nil {
 		f.Close()
@@ -544,6 +579,44 @@ func (d *Deliverer) fetch(ctx context.Context, o object, staging, file string, m
 	return f, nil
 }
 
+// objectInfo opens the archives store and reads o's info there under the watch, and checks it
+// against what the manifest signed.
+func (d *Deliverer) objectInfo(w *watch, o object) (jetstream.ObjectStore, *jetstream.ObjectInfo, error) {
+	v, store := o.version, d.cfg.Names.Archives()
+	busErr := func(what string, err error) error {
+		if why := w.failed(); why != nil {
+			err = why
+		}
+		return &Error{Version: v, Kind: KindBus, Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	obs, err := objfetch.Ask(w.ctx, d.ask(), func(ctx context.Context) (jetstream.ObjectStore, error) {
+		return d.cfg.JS.ObjectStore(ctx, store)
+	})
+	if err != nil {
+		return nil, nil, busErr("open object store "+store, err)
+	}
+	info, err := objfetch.Ask(w.ctx, d.ask(), func(ctx context.Context) (*jetstream.ObjectInfo, error) {
+		return obs.GetInfo(ctx, o.name)
+	})
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, nil, refuse(v, KindObjectMissing, "object %s is not in %s; republish the release", o.name, store)
+	}
+	if err != nil {
+		return nil, nil, busErr("object "+o.name, err)
+	}
+	if err := sizeCheck(o, int64(info.Size), "the object store holds"); err != nil {
+		return nil, nil, err
+	}
+	if want, _ := wire.ObjectStoreDigest(o.digest); info.Digest != want {
+		return nil, nil, refuse(v, KindDigestMismatch, "the object store's digest of %s is %s but the manifest signed %s (%s); republish the release",
+			o.name, info.Digest, o.digest, want)
+	}
+	return obs, info, nil
+}
+
+// ask is how each request of a delivery is asked (objfetch.Ask).
+func (d *Deliverer) ask() objfetch.Config { return objfetch.Config{Try: d.cfg.RequestTry} }
+
 // readCloser reads from one reader and closes another: a capped reader and the source below it.
 type readCloser struct {
 	io.Reader
@@ -557,7 +630,7 @@ func (d *Deliverer) open(ctx context.Context, obs jetstream.ObjectStore, info *j
 	if d.cfg.LegacyCredentials != nil && d.cfg.LegacyCredentials() {
 		return obs.Get(ctx, info.Name)
 	}
-	res, err := objfetch.Open(ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
+	res, err := d.ask().Open(ctx, d.cfg.JS, d.cfg.Names.Archives(), info)
 	if err != nil {
 		return nil, err
 	}

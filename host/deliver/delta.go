@@ -51,8 +51,8 @@ func (d *Deliverer) deltaFits(ctx context.Context, m wire.Manifest) bool {
 	if !ok || !rec.HasLaunchers() {
 		return true // launchers are not staged on this node at all
 	}
-	known, err := rec.HasLauncherDigest(ctx, m.Launcher.Digest)
-	return err == nil && known
+	why, err := launcherUnneeded(ctx, rec, m.Launcher)
+	return err == nil && why != ""
 }
 
 // launcherAfterDelta is the launcher note of a release that came as a delta: planLauncher's

@@ -77,6 +77,7 @@ func fakehost(t testing.TB, version, mode, goarch string) []byte {
 // harness is one node's root and a release side on a real embedded bus.
 type harness struct {
 	t       testing.TB
+	bus     *meshtest.Bus
 	js      jetstream.JetStream
 	url     string
 	root    string
@@ -96,7 +97,7 @@ func newHarness(t testing.TB, edit func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rec.Close() })
-	h := &harness{t: t, js: js, url: url, root: root, priv: priv, records: rec}
+	h := &harness{t: t, bus: b, js: js, url: url, root: root, priv: priv, records: rec}
 	cfg := Config{Root: root, JS: js, TrustedKeys: []ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}, Records: rec,
 		PreflightTimeout: 5 * time.Second, Backoff: Backoff{Initial: time.Hour}}
 	if edit != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/mod/semver"
 
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
@@ -20,7 +21,8 @@ import (
 // decision 0014). The node stages it under ROOT/launchers/<v> from the same fetch as the host
 // binary, before the host version is renamed into place — so that when the host stands aside
 // for the new version, the launcher that will take it is already on disk — and only when it
-// has no launcher of that digest, none of that version, and it is not marked bad. A launcher
+// has no launcher of that digest (delivered, or the floor), none of that version, it is newer
+// than both the floor and the launcher running, and it is not marked bad. A launcher
 // that cannot be staged is never a reason to refuse the host release: it is logged, and the
 // staged progress (the heartbeat's fetch) carries a bounded note saying why.
 
@@ -31,6 +33,9 @@ type LauncherRecords interface {
 	// launcher versions are left alone until one that knows them migrates it.
 	HasLaunchers() bool
 	HasLauncherDigest(ctx context.Context, d digest.Digest) (bool, error)
+	// CurrentLauncher says which launcher runs and which is the floor: a launcher not newer
+	// than either, or the floor's own build, is not staged.
+	CurrentLauncher(ctx context.Context) (rollback.CurrentLauncher, error)
 	IsLauncherBad(ctx context.Context, version string, d digest.Digest) (bool, string, error)
 	LookupLauncher(ctx context.Context, version string) (rollback.LauncherRecord, bool, error)
 	rollback.LauncherRecorder
@@ -71,10 +76,10 @@ func (d *Deliverer) planLauncher(ctx context.Context, m wire.Manifest) (*launche
 	} else if bad {
 		return nil, d.launcherNote(m, "not staged: it is marked bad on this node (%s)", reason)
 	}
-	if known, err := rec.HasLauncherDigest(ctx, l.Digest); err != nil {
+	if why, err := launcherUnneeded(ctx, rec, l); err != nil {
 		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
-	} else if known {
-		d.cfg.Log.Debug("the release's launcher is here already", "version", m.Version, "launcher_version", l.Version)
+	} else if why != "" {
+		d.cfg.Log.Debug("the release's launcher is not staged", "version", m.Version, "launcher_version", l.Version, "why", why)
 		return nil, ""
 	}
 	if r, ok, err := rec.LookupLauncher(ctx, l.Version); err != nil {
@@ -98,6 +103,44 @@ func (d *Deliverer) planLauncher(ctx context.Context, m wire.Manifest) (*launche
 	}
 	d.launcherStagings.Add(1)
 	return &launcherPlan{want: l, rec: rec, st: st}, ""
+}
+
+// launcherUnneeded says why this node needs no staging of l ("" when it does): it has a
+// launcher of l's digest, under launchers/ or as the floor, or l is not newer than the floor or
+// the launcher running — a launcher takes over only from an older one (rollback.ChooseLauncher),
+// so such a one would wait under launchers/, on trial, for ever.
+func launcherUnneeded(ctx context.Context, rec LauncherRecords, l wire.ReleaseLauncher) (string, error) {
+	if known, err := rec.HasLauncherDigest(ctx, l.Digest); err != nil || known {
+		return "this node has a launcher of its digest", err
+	}
+	cur, err := rec.CurrentLauncher(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case cur.FloorVersion != "" && semver.Compare(l.Version, cur.FloorVersion) <= 0:
+		return "it is not newer than the floor, " + cur.FloorVersion, nil
+	case cur.Version != "" && semver.Compare(l.Version, cur.Version) <= 0:
+		return "it is not newer than the launcher running, " + cur.Version, nil
+	}
+	// A floor of that digest under a lower version (the release stamped it otherwise) is the
+	// same program: not staged either. A floor that cannot be read is no reason to skip it.
+	if cur.FloorPath != "" {
+		if got, err := fileDigest(cur.FloorPath); err == nil && got == l.Digest {
+			return "the floor, " + cur.FloorPath + ", is that build", nil
+		}
+	}
+	return "", nil
+}
+
+// fileDigest is the sha256 digest of the file at path.
+func fileDigest(path string) (digest.Digest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return digest.SHA256.FromReader(f)
 }
 
 // want is what the extractor writes and verifies: nothing when no launcher is to be staged.

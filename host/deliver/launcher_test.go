@@ -312,3 +312,88 @@ func TestDeliverOfASchema1ReleaseStagesNoLauncher(t *testing.T) {
 		t.Fatal("launchers/ was made for a release without a launcher")
 	}
 }
+
+// floorIs makes a real floor launcher file of b, recorded as the unit's last start found it
+// (version, path) and running as the floor (rollback.Records.UnitStarted, SetCurrentLauncher).
+func floorIs(t *testing.T, h *harness, version string, b []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "usr-bin-mesh-launcher")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := h.records.UnitStarted(ctx, version, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.records.SetCurrentLauncher(ctx, version, true, false); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The floor launcher the package installed is what a release built from the same tree carries
+// (issue 27 §1.1): staging it again put launchers/<v> beside the floor, on trial for ever,
+// since no launcher takes one of its own version. Nothing is staged, and no note is given —
+// the node has that launcher, as when the digest is recorded — while the host version is.
+func TestDeliverStagesNoLauncherTheNodeRunsOrThatIsNotNewer(t *testing.T) {
+	ok := fakehost(t, lv, "ok", runtime.GOARCH)
+	cases := []struct {
+		name    string
+		floor   string // the floor's version
+		running string // a delivered launcher running above the floor ("" the floor runs)
+		carried string // the launcher version the release carries
+		bytes   []byte // its bytes (nil: the floor's)
+	}{
+		{name: "the floor is that build", floor: lv, carried: lv},
+		{name: "the floor's version with other bytes", floor: lv, carried: lv, bytes: fakehost(t, lv, "fail", runtime.GOARCH)},
+		{name: "older than the floor", floor: "v0.4.0", carried: lv, bytes: ok},
+		{name: "older than the delivered launcher running", floor: "v0.1.0", running: "v0.5.0", carried: lv, bytes: ok},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			floorIs(t, h, c.floor, ok)
+			if c.running != "" {
+				if err := h.records.SetCurrentLauncher(context.Background(), c.running, false, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			launcher := c.bytes
+			if launcher == nil {
+				launcher = ok
+			}
+			h.releaseWithLauncher(v1, fakehost(t, v1, "ok", runtime.GOARCH), launcher, launcherOf(c.carried, launcher), nil)
+			var log progressLog
+			if err := h.d.Deliver(context.Background(), v1, log.report); err != nil {
+				t.Fatal(err)
+			}
+			if !h.d.Have(v1) {
+				t.Fatal("the host version is not staged")
+			}
+			if ents := h.launcherEntries(); len(ents) != 0 || h.d.LauncherStagings() != 0 {
+				t.Fatalf("launchers/ holds %v after %d stagings, want nothing: the node runs %s", ents, h.d.LauncherStagings(), c.floor)
+			}
+			if note := staged(t, &log).Launcher; note != "" {
+				t.Fatalf("launcher note %q, want none", note)
+			}
+			if all, err := h.records.Launchers(context.Background(), h.root); err != nil || len(all) != 0 {
+				t.Fatalf("launcher records %+v, %v: want none", all, err)
+			}
+		})
+	}
+}
+
+// A launcher newer than the floor is staged as before, the floor's record notwithstanding.
+func TestDeliverStagesALauncherNewerThanTheFloor(t *testing.T) {
+	h := newHarness(t, nil)
+	floorIs(t, h, "v0.2.0", fakehost(t, "v0.2.0", "ok", runtime.GOARCH))
+	launcher := fakehost(t, lv, "ok", runtime.GOARCH)
+	h.releaseWithLauncher(v1, fakehost(t, v1, "ok", runtime.GOARCH), launcher, launcherOf(lv, launcher), nil)
+	var log progressLog
+	if err := h.d.Deliver(context.Background(), v1, log.report); err != nil {
+		t.Fatal(err)
+	}
+	if p := staged(t, &log); p.Launcher != "launcher "+lv+" staged" {
+		t.Fatalf("launcher note %q", p.Launcher)
+	}
+}

@@ -74,15 +74,56 @@ func (s *Store) Record(ctx context.Context, r wire.Resource, created bool, at ti
 	if len(spec) == 0 {
 		spec = []byte("{}")
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO owned (type, id, spec, created, seq, applied_at)
-		VALUES (?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM owned), ?)
-		ON CONFLICT (type, id) DO UPDATE SET spec = excluded.spec, applied_at = excluded.applied_at`,
-		r.Type, r.ID, []byte(spec), created, at.UnixMilli())
+	_, err := s.db.ExecContext(ctx, recordOwned, r.Type, r.ID, []byte(spec), created, at.UnixMilli())
 	if err != nil {
 		return s.wrap(fmt.Sprintf("record %s %q as owned", r.Type, text.Bound(r.ID)), err)
 	}
 	return nil
 }
+
+var _ apply.BatchLedger = (*Store)(nil)
+
+// RecordAll records each of rs as Record does, in one transaction: one commit (one sync of the
+// file) for a run of resources the engine applied together. On error none is recorded.
+func (s *Store) RecordAll(ctx context.Context, rs []apply.Applied) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap("record resources as owned", err)
+	}
+	defer tx.Rollback()
+	// The next seq read once for the run, not once per row (a scan of the table each): a new
+	// resource takes it and the ones after it in order, gaps left by the ones already owned.
+	var next int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM owned`).Scan(&next); err != nil {
+		return s.wrap("record resources as owned", err)
+	}
+	for i, a := range rs {
+		spec := a.Resource.Spec
+		if len(spec) == 0 {
+			spec = []byte("{}")
+		}
+		if _, err := tx.ExecContext(ctx, recordOwnedAt, a.Resource.Type, a.Resource.ID, []byte(spec), a.Created, next+int64(i), a.At.UnixMilli()); err != nil {
+			return s.wrap(fmt.Sprintf("record %s %q as owned", a.Resource.Type, text.Bound(a.Resource.ID)), err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return s.wrap("record resources as owned", err)
+	}
+	return nil
+}
+
+// recordOwned is Record's statement: a new resource gets the next seq and created; one already
+// owned keeps its seq and created flag and takes the new spec.
+const recordOwned = `INSERT INTO owned (type, id, spec, created, seq, applied_at)
+		VALUES (?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM owned), ?)
+		ON CONFLICT (type, id) DO UPDATE SET spec = excluded.spec, applied_at = excluded.applied_at`
+
+// recordOwnedAt is recordOwned with the seq a new resource gets given.
+const recordOwnedAt = `INSERT INTO owned (type, id, spec, created, seq, applied_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (type, id) DO UPDATE SET spec = excluded.spec, applied_at = excluded.applied_at`
 
 // Drop forgets an owned resource (removed or forgotten); one not owned is no error.
 func (s *Store) Drop(ctx context.Context, typ, id string) error {

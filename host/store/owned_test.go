@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/host/apply"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -146,5 +149,44 @@ func TestOpenReadOnlyOfAStoreWithoutTheOwnedTableOwnsNothing(t *testing.T) {
 	defer ro.Close()
 	if owned, err := ro.Owned(ctx); err != nil || len(owned) != 0 {
 		t.Errorf("owned %v, %v; want nothing", owned, err)
+	}
+}
+
+// RecordAll records a run as Record would each, in the run's order, in one transaction: one
+// already owned keeps its seq and created flag; a run that fails part way records none of it.
+func TestRecordAllRecordsARunInOrderOrNoneOfIt(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	at := time.UnixMilli(1_700_000_000_000)
+	if err := s.Record(ctx, res("directory", "/srv/a", `{}`), true, at); err != nil {
+		t.Fatal(err)
+	}
+	run := []apply.Applied{
+		{Resource: res("file", "/srv/a/1", `{"content":"1"}`), Created: true, At: at},
+		{Resource: res("directory", "/srv/a", `{"mode":"0700"}`), Created: false, At: at},
+		{Resource: res("file", "/srv/a/2", `{"content":"2"}`), Created: false, At: at},
+	}
+	if err := s.RecordAll(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	owned, err := s.Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range owned {
+		got = append(got, fmt.Sprintf("%s %v %s", o.ID, o.Created, o.Spec))
+	}
+	want := []string{`/srv/a true {"mode":"0700"}`, `/srv/a/1 true {"content":"1"}`, `/srv/a/2 false {"content":"2"}`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("owned %q, want %q", got, want)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.RecordAll(cancelled, []apply.Applied{{Resource: res("file", "/srv/a/3", `{}`), At: at}}); err == nil {
+		t.Fatal("a run recorded under a cancelled context")
+	}
+	if owned, _ := s.Owned(ctx); len(owned) != 3 {
+		t.Fatalf("%d owned after a failed run, want the 3 before it", len(owned))
 	}
 }

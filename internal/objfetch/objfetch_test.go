@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/internal/objfetch"
@@ -90,7 +91,7 @@ func TestAnObjectIsReadByDirectGetsAndCheckedAgainstTheStoresDigest(t *testing.T
 }
 
 // A chunk's get whose answer never comes — the server that would have answered it was lost,
-// as when a cluster's server is killed mid-fetch — is asked again after Reader.Try, and the
+// as when a cluster's server is killed mid-fetch — is asked again after Config.Try, and the
 // object reads back whole; before, the read waited for the answer until its context ended (the
 // host's stall timeout, 30 s).
 func TestAChunkWhoseAnswerIsLostIsAskedForAgain(t *testing.T) {
@@ -114,11 +115,10 @@ func TestAChunkWhoseAnswerIsLostIsAskedForAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := &losingJS{JetStream: b.Conn.JS, lose: map[int]bool{2: true}}
-	r, err := objfetch.Open(ctx, js, "objs", info)
+	r, err := objfetch.Config{Try: 200 * time.Millisecond}.Open(ctx, js, "objs", info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Try = 200 * time.Millisecond
 	got, err := io.ReadAll(r)
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("read %d bytes of %d, err %v; want the object whole", len(got), len(body), err)
@@ -156,4 +156,56 @@ func (s *losingStream) GetMsg(ctx context.Context, seq uint64, opts ...jetstream
 		return nil, ctx.Err()
 	}
 	return s.Stream.GetMsg(ctx, seq, opts...)
+}
+
+// Ask asks again while no answer comes within Try (a lost request) or nobody answers, and
+// returns any other outcome at once: each case's request fails as fails says, then answers.
+func TestAskAsksAgainOnlyWhileNoAnswerComes(t *testing.T) {
+	other := errors.New("permission denied")
+	for _, tc := range []struct {
+		name  string
+		fails []error // what the request does before it answers (nil: waits for its context)
+		asks  int     // requests made
+		want  error
+	}{
+		{name: "answered at once", asks: 1},
+		{name: "lost twice", fails: []error{nil, nil}, asks: 3},
+		{name: "nobody answered", fails: []error{nats.ErrNoResponders}, asks: 2},
+		{name: "a server's timeout", fails: []error{nats.ErrTimeout}, asks: 2},
+		{name: "another error ends it", fails: []error{other}, asks: 1, want: other},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asks := 0
+			got, err := objfetch.Ask(context.Background(), objfetch.Config{Try: 50 * time.Millisecond}, func(ctx context.Context) (string, error) {
+				asks++
+				if asks <= len(tc.fails) {
+					if e := tc.fails[asks-1]; e != nil {
+						return "", e
+					}
+					<-ctx.Done()
+					return "", ctx.Err()
+				}
+				return "answer", nil
+			})
+			if asks != tc.asks || !errors.Is(err, tc.want) || (tc.want == nil && got != "answer") {
+				t.Fatalf("%d asks, %q, %v; want %d asks, error %v", asks, got, err, tc.asks, tc.want)
+			}
+		})
+	}
+}
+
+// A request never answered ends with the caller's context, not before.
+func TestAskEndsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	asks := 0
+	_, err := objfetch.Ask(ctx, objfetch.Config{Try: 20 * time.Millisecond}, func(rctx context.Context) (int, error) {
+		if asks++; asks == 3 {
+			cancel()
+		}
+		<-rctx.Done()
+		return 0, rctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) || asks != 3 {
+		t.Fatalf("%d asks, %v; want 3 and the context's end", asks, err)
+	}
 }

@@ -74,24 +74,7 @@ func ReadTree(ctx context.Context, r io.Reader, lim TreeLimits, each func(e Entr
 		return nil, err
 	}
 	defer zr.Close()
-	var (
-		out   []Entry
-		kinds = map[string]bool{} // name → is a directory
-		left  = lim.MaxBytes
-	)
-	emit := func(e Entry, content io.Reader) error {
-		if len(out) >= lim.MaxEntries {
-			return fmt.Errorf("%w: it holds more than %d entries", ErrUnsafe, lim.MaxEntries)
-		}
-		kinds[e.Name] = e.Dir
-		if each != nil {
-			if err := each(e, content); err != nil {
-				return err
-			}
-		}
-		out = append(out, e)
-		return nil
-	}
+	t := &treeReader{lim: lim, each: each, kinds: map[string]bool{}, left: lim.MaxBytes}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -100,76 +83,120 @@ func ReadTree(ctx context.Context, r io.Reader, lim TreeLimits, each func(e Entr
 		if err != nil {
 			return nil, readErr(err)
 		}
-		refuse := func(format string, args ...any) error {
-			return fmt.Errorf("%w: entry %q %s; an archive resource holds only regular files and directories",
-				ErrUnsafe, hdr.Name, fmt.Sprintf(format, args...))
-		}
-		if p := kindProblem(hdr, true); p != "" {
-			return nil, refuse("%s", p)
-		}
-		if p := modeProblem(hdr); p != "" {
-			return nil, refuse("%s", p)
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if name == "." || name == "" {
-			if hdr.Typeflag != tar.TypeDir {
-				return nil, refuse("is a file named as the extraction directory itself")
-			}
-			continue
-		}
-		if strings.ContainsRune(name, 0) {
-			return nil, refuse("has a NUL in its name")
-		}
-		if _, seen := kinds[name]; seen {
-			return nil, refuse("appears twice")
-		}
-		// Parents first: a listed one must be a directory; a missing one is made one.
-		var parents []string
-		for p := path.Dir(name); p != "."; p = path.Dir(p) {
-			parents = append(parents, p)
-		}
-		for i := len(parents) - 1; i >= 0; i-- {
-			isDir, seen := kinds[parents[i]]
-			switch {
-			case seen && !isDir:
-				return nil, refuse("lies under %q, which the archive holds as a file", parents[i])
-			case !seen:
-				if err := emit(Entry{Name: parents[i], Dir: true, Mode: 0o755}, nil); err != nil {
-					return nil, err
-				}
-			}
-		}
-		e := Entry{Name: name, Mode: fs.FileMode(hdr.Mode) & fs.ModePerm}
-		if hdr.Typeflag == tar.TypeDir {
-			e.Dir = true
-			if err := emit(e, nil); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if hdr.Size < 0 || hdr.Size > left {
-			return nil, refuse("is %d bytes, over what is left of the %d-byte limit for the whole archive", hdr.Size, lim.MaxBytes)
-		}
-		left -= hdr.Size
-		h := sha256.New()
-		body := io.TeeReader(tr, h)
-		e.Size = hdr.Size
-		// The digest is known only once the content is read: emit fills it in afterwards.
-		if err := emit(e, &readErrReader{r: body}); err != nil {
+		if err := t.entry(hdr, tr); err != nil {
 			return nil, err
 		}
-		if _, err := io.Copy(io.Discard, body); err != nil {
-			return nil, readErr(err)
-		}
-		out[len(out)-1].Digest = digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))
 	}
-	if len(out) == 0 {
+	if len(t.out) == 0 {
 		return nil, fmt.Errorf("%w: the archive is empty", ErrUnsafe)
 	}
 	if err := drainZeros(capped); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return t.out, nil
+}
+
+// treeReader is ReadTree's state between entries: one handler per tar header (entry), which
+// checks it, gives its missing parents, then the directory or the file.
+type treeReader struct {
+	lim   TreeLimits
+	each  func(e Entry, content io.Reader) error
+	out   []Entry
+	kinds map[string]bool // name → is a directory
+	left  int64           // bytes of content the limit still allows
+}
+
+// emit gives e (and content, for a file) to each and adds it to what ReadTree returns.
+func (t *treeReader) emit(e Entry, content io.Reader) error {
+	if len(t.out) >= t.lim.MaxEntries {
+		return fmt.Errorf("%w: it holds more than %d entries", ErrUnsafe, t.lim.MaxEntries)
+	}
+	t.kinds[e.Name] = e.Dir
+	if t.each != nil {
+		if err := t.each(e, content); err != nil {
+			return err
+		}
+	}
+	t.out = append(t.out, e)
+	return nil
+}
+
+// entry handles one tar header: refused, skipped (".") or emitted after its parents, its
+// content (a file's) read from tr.
+func (t *treeReader) entry(hdr *tar.Header, tr io.Reader) error {
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w: entry %q %s; an archive resource holds only regular files and directories",
+			ErrUnsafe, hdr.Name, fmt.Sprintf(format, args...))
+	}
+	if p := kindProblem(hdr, true); p != "" {
+		return refuse("%s", p)
+	}
+	if p := modeProblem(hdr); p != "" {
+		return refuse("%s", p)
+	}
+	name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+	if name == "." || name == "" {
+		if hdr.Typeflag != tar.TypeDir {
+			return refuse("is a file named as the extraction directory itself")
+		}
+		return nil
+	}
+	if strings.ContainsRune(name, 0) {
+		return refuse("has a NUL in its name")
+	}
+	if _, seen := t.kinds[name]; seen {
+		return refuse("appears twice")
+	}
+	if err := t.parents(name, refuse); err != nil {
+		return err
+	}
+	e := Entry{Name: name, Mode: fs.FileMode(hdr.Mode) & fs.ModePerm}
+	if hdr.Typeflag == tar.TypeDir {
+		e.Dir = true
+		return t.emit(e, nil)
+	}
+	if hdr.Size < 0 || hdr.Size > t.left {
+		return refuse("is %d bytes, over what is left of the %d-byte limit for the whole archive", hdr.Size, t.lim.MaxBytes)
+	}
+	t.left -= hdr.Size
+	return t.file(e, hdr.Size, tr)
+}
+
+// parents emits name's parents the archive did not list, outermost first, as directories of
+// mode 0755; a listed one must be a directory.
+func (t *treeReader) parents(name string, refuse func(string, ...any) error) error {
+	var parents []string
+	for p := path.Dir(name); p != "."; p = path.Dir(p) {
+		parents = append(parents, p)
+	}
+	for i := len(parents) - 1; i >= 0; i-- {
+		isDir, seen := t.kinds[parents[i]]
+		switch {
+		case seen && !isDir:
+			return refuse("lies under %q, which the archive holds as a file", parents[i])
+		case !seen:
+			if err := t.emit(Entry{Name: parents[i], Dir: true, Mode: 0o755}, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// file emits a regular file of size bytes read from tr, hashing all of them (what each does not
+// read is read here): its digest is known, and filled in, only once they are.
+func (t *treeReader) file(e Entry, size int64, tr io.Reader) error {
+	h := sha256.New()
+	body := io.TeeReader(tr, h)
+	e.Size = size
+	if err := t.emit(e, &readErrReader{r: body}); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return readErr(err)
+	}
+	t.out[len(t.out)-1].Digest = digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil))
+	return nil
 }
 
 // readErrReader words a decoding error met while a caller reads an entry's content, so that a

@@ -355,28 +355,13 @@ func (a archiveApplier) swapIn(staging string, w archiveWant, ents []archive.Ent
 	return syncDir(filepath.Dir(w.path))
 }
 
-// placeEach moves into the existing path each staged entry that differs from what is there.
-// Every conflict is found before anything moves: a directory declared where a file, a symlink
-// or anything else is (a symlink there would lead the entries under it elsewhere), or a file
-// declared where a directory is.
+// placeEach moves into the existing path each staged entry that differs from what is there,
+// in three phases: every conflict found before anything moves (conflicts), each entry placed
+// (placeOne), then each directory that gained an entry synced once.
 func (a archiveApplier) placeEach(staging string, w archiveWant, ents []archive.Entry, old *manifest, m *manifest) error {
-	before := make([]stat, len(ents))
-	for i, e := range ents {
-		p := filepath.Join(w.path, filepath.FromSlash(e.Name))
-		s, err := lstat(p)
-		if err != nil {
-			return err
-		}
-		switch {
-		case !s.exists:
-		case e.Dir && s.kind != "directory":
-			return fmt.Errorf("%s is a %s where the archive holds a directory: refused, nothing placed", p, s.kind)
-		case !e.Dir && s.kind == "directory":
-			return fmt.Errorf("%s is a directory where the archive holds a file: refused, nothing placed", p)
-		case !e.Dir && s.kind != "regular file" && s.kind != "symlink":
-			return fmt.Errorf("%s is a %s where the archive holds a file: refused, nothing placed", p, s.kind)
-		}
-		before[i] = s
+	before, err := conflicts(w.path, ents)
+	if err != nil {
+		return err
 	}
 	wasCreated := map[string]bool{}
 	if old != nil {
@@ -386,51 +371,13 @@ func (a archiveApplier) placeEach(staging string, w archiveWant, ents []archive.
 	}
 	dirs := map[string]bool{w.path: true}
 	for i, e := range ents {
-		p := filepath.Join(w.path, filepath.FromSlash(e.Name))
-		from := filepath.Join(staging, filepath.FromSlash(e.Name))
-		s := before[i]
-		m.Entries = append(m.Entries, manifestEntry{Entry: e, Created: !s.exists || wasCreated[e.Name]})
-		mode := uint32(e.Mode)
-		switch {
-		case e.Dir && !s.exists:
-			if err := os.Mkdir(p, 0o700); err != nil {
-				return fmt.Errorf("extracting into %s: %w", w.path, err)
-			}
-			if err := fixAttrs(p, true, mode, w.id); err != nil {
-				return err
-			}
-			dirs[filepath.Dir(p)] = true
-		case e.Dir:
-			if len(attrDiffs("", s, mode, w.id)) > 0 {
-				if err := fixAttrs(p, true, mode, w.id); err != nil {
-					return err
-				}
-			}
-		default:
-			same := s.kind == "regular file" && s.size == e.Size
-			if same {
-				got, err := hashFile(p)
-				if err != nil {
-					return err
-				}
-				same = got == e.Digest
-			}
-			if same {
-				if len(attrDiffs("", s, mode, w.id)) > 0 {
-					if err := fixAttrs(p, false, mode, w.id); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			if err := fixAttrs(from, false, mode, w.id); err != nil {
-				return err
-			}
-			// rename replaces a file or a symlink at p itself, never what a link points to.
-			if err := os.Rename(from, p); err != nil {
-				return fmt.Errorf("placing %s: %w", p, err)
-			}
-			dirs[filepath.Dir(p)] = true
+		m.Entries = append(m.Entries, manifestEntry{Entry: e, Created: !before[i].exists || wasCreated[e.Name]})
+		placed, err := placeOne(staging, w, e, before[i])
+		if err != nil {
+			return err
+		}
+		if placed {
+			dirs[filepath.Dir(filepath.Join(w.path, filepath.FromSlash(e.Name)))] = true
 		}
 	}
 	for d := range dirs {
@@ -439,6 +386,74 @@ func (a archiveApplier) placeEach(staging string, w archiveWant, ents []archive.
 		}
 	}
 	return nil
+}
+
+// conflicts reads what is at each entry's place under path, refusing before anything moves a
+// directory declared where a file, a symlink or anything else is (a symlink there would lead
+// the entries under it elsewhere), or a file declared where a directory is.
+func conflicts(path string, ents []archive.Entry) ([]stat, error) {
+	before := make([]stat, len(ents))
+	for i, e := range ents {
+		p := filepath.Join(path, filepath.FromSlash(e.Name))
+		s, err := lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !s.exists:
+		case e.Dir && s.kind != "directory":
+			return nil, fmt.Errorf("%s is a %s where the archive holds a directory: refused, nothing placed", p, s.kind)
+		case !e.Dir && s.kind == "directory":
+			return nil, fmt.Errorf("%s is a directory where the archive holds a file: refused, nothing placed", p)
+		case !e.Dir && s.kind != "regular file" && s.kind != "symlink":
+			return nil, fmt.Errorf("%s is a %s where the archive holds a file: refused, nothing placed", p, s.kind)
+		}
+		before[i] = s
+	}
+	return before, nil
+}
+
+// placeOne brings one entry's place to what the archive holds, s being what was there: a
+// directory made or its attributes fixed, a file that differs renamed in from staging (placed:
+// its directory gained an entry), one with the same bytes only its attributes fixed.
+func placeOne(staging string, w archiveWant, e archive.Entry, s stat) (placed bool, err error) {
+	p := filepath.Join(w.path, filepath.FromSlash(e.Name))
+	mode := uint32(e.Mode)
+	switch {
+	case e.Dir && !s.exists:
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return false, fmt.Errorf("extracting into %s: %w", w.path, err)
+		}
+		return true, fixAttrs(p, true, mode, w.id)
+	case e.Dir:
+		if len(attrDiffs("", s, mode, w.id)) > 0 {
+			return false, fixAttrs(p, true, mode, w.id)
+		}
+		return false, nil
+	}
+	same := s.kind == "regular file" && s.size == e.Size
+	if same {
+		got, err := hashFile(p)
+		if err != nil {
+			return false, err
+		}
+		same = got == e.Digest
+	}
+	if same {
+		if len(attrDiffs("", s, mode, w.id)) > 0 {
+			return false, fixAttrs(p, false, mode, w.id)
+		}
+		return false, nil
+	}
+	from := filepath.Join(staging, filepath.FromSlash(e.Name))
+	if err := fixAttrs(from, false, mode, w.id); err != nil {
+		return false, err
+	}
+	// rename replaces a file or a symlink at p itself, never what a link points to.
+	if err := os.Rename(from, p); err != nil {
+		return false, fmt.Errorf("placing %s: %w", p, err)
+	}
+	return true, nil
 }
 
 // removeStale takes away what an earlier archive at the same path created and the new one no

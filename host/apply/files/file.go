@@ -20,11 +20,12 @@ import (
 // the id) holding content, or the blob source names (verified against its digest while it is
 // copied), with mode (default 0644) and, when declared, owner and group. Content is replaced
 // atomically; a symlink at path is replaced (never followed); a directory there is refused.
-func File(g apply.Guard, b apply.Blobs) apply.Applier { return file{g: g, b: b} }
+func File(g apply.Guard, b apply.Blobs) apply.Applier { return file{g: g, b: b, fs: osFS()} }
 
 type file struct {
-	g apply.Guard
-	b apply.Blobs
+	g  apply.Guard
+	b  apply.Blobs
+	fs fsOps
 }
 
 type fileWant struct {
@@ -176,7 +177,16 @@ func short(d digest.Digest) string {
 	return s
 }
 
+// Apply is a batch of one (batch.go): the content written to a temp file beside the path,
+// synced, renamed over it, and the directory synced.
 func (a file) Apply(ctx context.Context, r wire.Resource) (bool, error) {
+	created, err := a.ApplyBatch(ctx, []wire.Resource{r})
+	return len(created) == 1 && created[0], err
+}
+
+// applyTo changes what differs from r's spec, the content through b (in place once b is
+// committed); at is r's index in b's run.
+func (a file) applyTo(ctx context.Context, at int, r wire.Resource, b *batch) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -211,7 +221,7 @@ func (a file) Apply(ctx context.Context, r wire.Resource) (bool, error) {
 			id.gid = s.gid
 		}
 	}
-	err = writeAtomic(w.path, w.mode, id, func(out io.Writer) error {
+	err = b.write(at, w.path, w.mode, id, func(out io.Writer) error {
 		if w.source == "" {
 			_, err := io.WriteString(out, w.content)
 			return err
