@@ -221,8 +221,9 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	cut = strings.Index(wd, "mesh-release fleet")
 	run("withdraw", wd[:cut])
 	heard("back on v1.1.0 after the withdrawal", func(hb wire.Heartbeat) bool { return hb.Running == "v1.1.0" })
-	if out := run("withdraw (fleet)", wd[cut:]); !strings.Contains(out, "v1.3.0") || !strings.Contains(out, "withdrawn") {
-		t.Errorf("fleet does not show v1.3.0 withdrawn:\n%s", out)
+	if out := run("withdraw (fleet)", wd[cut:]); !strings.Contains(out, "v1.3.0") || !strings.Contains(out, "withdrawn") ||
+		!strings.Contains(out, "stepped down from v1.3.0") {
+		t.Errorf("fleet does not show v1.3.0 withdrawn and web-01 stepped down from it:\n%s", out)
 	}
 	rep, err := launcher.ReadStatus(ctx, root, rollback.DefaultPolicy)
 	if err != nil {
