@@ -603,13 +603,13 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 	}
 }
 
-// startSession starts the watches for one connected period, one per key (declaration, node
-// target, fleet target, withdrawal list, the node's and the fleet's windows), and returns a
+// startSession starts the watches for one connected period — the declaration, the withdrawal
+// list, the target's fold (the node's key and the fleet's) and the window's — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	n := l.opts.Names
-	keys := []watchedKey{
+	keys := []watchedKeys{
 		l.revisionWatcher(n.Declarations(), l.opts.Node, &l.declSeen, func(e *keyEntry) Event {
 			return DeclarationArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
 		}),
@@ -617,12 +617,12 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 			return WithdrawalsArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
 		}),
 	}
-	keys = append(keys, l.targetWatches(&keyFold{})...)
+	keys = append(keys, l.targetWatches(&keyFold{}))
 	// A user signed before decision 0022 predates maintenance windows too: it may create no
 	// consumer on the two window keys, so its link does not try (it keeps no window until its
 	// credentials are renewed; the reconnect that follows starts a session with them).
 	if !l.legacy.Load() {
-		keys = append(keys, l.windowWatches(&l.windows)...)
+		keys = append(keys, l.windowWatches(&l.windows))
 	}
 	var wg sync.WaitGroup
 	for _, k := range keys {
