@@ -143,6 +143,7 @@ type Link struct {
 	// user is the creds file's user JWT (nil for an nkey seed or no credentials); legacy says
 	// it predates decision 0022 until renewed credentials replace it (credentials.go).
 	user     *userCreds
+	held     *heldCreds // what it connects with (heldcreds.go)
 	legacy   atomic.Bool
 	renewSub *nats.Subscription
 	// version is the user's permissions' version (userVersion); stale says it is older than
@@ -308,25 +309,28 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		if err != nil {
 			return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
 		}
-		switch {
-		case bytes.Contains(b, []byte("BEGIN NATS USER JWT")):
-			// UserCredentials reads the file on every connect: renewed credentials written
-			// there are used from the next reconnect on.
-			opts = append(opts, nats.UserCredentials(o.Creds))
+		isJWT := bytes.Contains(b, []byte("BEGIN NATS USER JWT"))
+		if !isJWT && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")) {
+			return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
+		}
+		// Held from now on: the file is read again only to renew it (heldCreds).
+		held, err := readHeldCreds(o.Creds, b)
+		if err != nil {
+			return nil, err
+		}
+		opt, err := held.option()
+		if err != nil {
+			return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+		}
+		l.held = held
+		opts = append(opts, opt)
+		if isJWT {
 			if user, claims, err := readUserCreds(o.Creds, b); err == nil {
 				l.user = user
 				l.legacy.Store(legacyPermissions(claims))
 				l.version.Store(int64(user.version))
 				l.stale.Store(user.version > 1 && user.version < o.UserVersion)
 			}
-		case bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")):
-			opt, err := nats.NkeyOptionFromSeed(o.Creds)
-			if err != nil {
-				return nil, fmt.Errorf("link: nkey seed %s: %w", o.Creds, err)
-			}
-			opts = append(opts, opt)
-		default:
-			return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
 		}
 	}
 	if o.CA != "" {
