@@ -175,11 +175,43 @@ type Link struct {
 // Open starts the link: it dials the bus in the background and returns at once, even when the
 // server is unreachable. Read Events until Close.
 func Open(ctx context.Context, o Options) (*Link, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	servers := strings.Join(o.URLs, ",")
+	l := &Link{
+		opts: o,
+		// The URLs may carry a password or a token: they are logged and put in errors
+		// redacted, always (text.Redact).
+		log:    o.Logger.With("bus", text.Redact(servers)),
+		events: make(chan Event, 16),
+		kick:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	l.fail = newFailures(l.log)
+	l.windows.l = l
+	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
+		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
+			"plaintext", text.Redact(strings.Join(plain, ",")))
+	}
+	if err := l.connect(ctx, servers); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.poke()
+	go l.run(runCtx)
+	return l, nil
+}
+
+// withDefaults checks o and fills in the defaults its fields name; the one place they are set.
+func (o Options) withDefaults() (Options, error) {
 	if len(o.URLs) == 0 {
-		return nil, errors.New("link: no NATS URL; set nats_urls in host.json or MESH_HOST_NATS_URL, or run without a link")
+		return o, errors.New("link: no NATS URL; set nats_urls in host.json or MESH_HOST_NATS_URL, or run without a link")
 	}
 	if err := wire.ValidNode(o.Node); err != nil {
-		return nil, fmt.Errorf("link: %w", err)
+		return o, fmt.Errorf("link: %w", err)
 	}
 	if o.Names.Prefix == "" {
 		o.Names = wire.NamesFor("")
@@ -207,55 +239,41 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	}
 	o.URLs = withScheme(o.URLs)
 	if err := CheckPlaintext(o.URLs, o.CA, o.InsecurePlaintext); err != nil {
-		return nil, err
+		return o, err
 	}
-	servers := strings.Join(o.URLs, ",")
-	l := &Link{
-		opts: o,
-		// The URLs may carry a password or a token: they are logged and put in errors
-		// redacted, always (text.Redact).
-		log:    o.Logger.With("bus", text.Redact(servers)),
-		events: make(chan Event, 16),
-		kick:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
-	}
-	l.fail = newFailures(l.log)
-	l.windows.l = l
-	if plain := plaintextRemote(o.URLs, o.CA != ""); len(plain) > 0 {
-		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
-			"plaintext", text.Redact(strings.Join(plain, ",")))
-	}
+	return o, nil
+}
+
+// connect makes the connection (which dials in the background until it reaches a server) and
+// its JetStream context, and with legacy credentials listens for renewed ones.
+func (l *Link) connect(ctx context.Context, servers string) error {
 	nopts, err := l.natsOptions()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	nc, err := nats.Connect(servers, nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("link: connect to %s: %w", text.Redact(servers), text.RedactError(err))
+		return fmt.Errorf("link: connect to %s: %w", text.Redact(servers), text.RedactError(err))
 	}
-	js, err := newJetStream(nc, o.JSAPIPrefix)
+	js, err := newJetStream(nc, l.opts.JSAPIPrefix)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("link: jetstream: %w", err)
+		return fmt.Errorf("link: jetstream: %w", err)
 	}
 	l.nc, l.js = nc, js
 	l.conn.Store(nc)
 	if l.legacy.Load() {
 		l.log.Warn("link: this node's credentials were issued before decision 0022: it follows its keys with consumers and asks for renewed credentials with every heartbeat",
-			"creds", o.Creds)
+			"creds", l.opts.Creds)
 		if err := l.listenForCredentials(); err != nil {
 			nc.Close()
-			return nil, err
+			return err
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
-	l.poke()
-	go l.run(runCtx)
-	return l, nil
+	return nil
 }
 
 func (l *Link) natsOptions() ([]nats.Option, error) {
@@ -305,33 +323,11 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		}),
 	}
 	if o.Creds != "" {
-		b, err := os.ReadFile(o.Creds)
-		if err != nil {
-			return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
-		}
-		isJWT := bytes.Contains(b, []byte("BEGIN NATS USER JWT"))
-		if !isJWT && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")) {
-			return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
-		}
-		// Held from now on: the file is read again only to renew it (heldCreds).
-		held, err := readHeldCreds(o.Creds, b)
+		opt, err := l.credentialsOption()
 		if err != nil {
 			return nil, err
 		}
-		opt, err := held.option()
-		if err != nil {
-			return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
-		}
-		l.held = held
 		opts = append(opts, opt)
-		if isJWT {
-			if user, claims, err := readUserCreds(o.Creds, b); err == nil {
-				l.user = user
-				l.legacy.Store(legacyPermissions(claims))
-				l.version.Store(int64(user.version))
-				l.stale.Store(user.version > 1 && user.version < o.UserVersion)
-			}
-		}
 	}
 	if o.CA != "" {
 		if _, err := os.Stat(o.CA); err != nil {
@@ -340,6 +336,39 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.RootCAs(o.CA))
 	}
 	return opts, nil
+}
+
+// credentialsOption reads the creds file (or nkey seed file) once and holds what it says
+// (heldcreds.go); a .creds file's user JWT also says whether the credentials are legacy or
+// stale (credentials.go).
+func (l *Link) credentialsOption() (nats.Option, error) {
+	o := l.opts
+	b, err := os.ReadFile(o.Creds)
+	if err != nil {
+		return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+	}
+	isJWT := bytes.Contains(b, []byte("BEGIN NATS USER JWT"))
+	if !isJWT && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")) {
+		return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
+	}
+	held, err := readHeldCreds(o.Creds, b)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := held.option()
+	if err != nil {
+		return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+	}
+	l.held = held
+	if isJWT {
+		if user, claims, err := readUserCreds(o.Creds, b); err == nil {
+			l.user = user
+			l.legacy.Store(legacyPermissions(claims))
+			l.version.Store(int64(user.version))
+			l.stale.Store(user.version > 1 && user.version < o.UserVersion)
+		}
+	}
+	return opt, nil
 }
 
 // reconnectDelay is the pause before the next pass over the servers: ReconnectWait plus jitter,
