@@ -173,14 +173,14 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 // closeAll releases them in reverse; on an error, what was taken is released already.
 func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
 	var closers []func()
-	closeAll = func() {
+	release := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			closeAll()
+			release() // not closeAll: a return with an error has set it to nil
 		}
 	}()
 	lock, err := rollback.LockHost(ctx, h.root, 10*time.Second)
@@ -211,7 +211,7 @@ func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
 		}
 		h.mu.Unlock()
 	})
-	return closeAll, nil
+	return release, nil
 }
 
 // startLink opens the link, when a bus is configured, and starts reading its events and sending

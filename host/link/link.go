@@ -159,8 +159,8 @@ type Link struct {
 	once   sync.Once
 
 	// Owned by the session goroutines: each session is stopped and waited for before the next
-	// starts; within one, each key's watch owns its revSeen, and the target fold's lock guards
-	// the target's.
+	// starts; within one, each key's watch owns its revSeen, and the target fold's watch (its
+	// lock) the target's.
 	declSeen, withdrawalsSeen revSeen
 	// floors is the newest revision the link has seen of each key it follows (by subject), in
 	// any session: an answer behind it came from a replica that is behind (watch.go).
