@@ -122,38 +122,11 @@ func New(opts Options) (*Host, error) {
 func (h *Host) Run(ctx context.Context) (Result, error) {
 	h.started = time.Now()
 	h.pulse.beat()
-	lock, err := rollback.LockHost(ctx, h.root, 10*time.Second)
+	closeLocal, err := h.openLocal(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	defer lock.Unlock()
-	if h.records, err = rollback.OpenForHost(ctx, h.root); err != nil {
-		return Result{}, err
-	}
-	defer h.records.Close()
-	if h.store, err = h.openStore(ctx); err != nil {
-		return Result{}, err
-	}
-	defer h.store.Close()
-	if h.trusted, err = h.targetKeys(); err != nil {
-		return Result{}, err
-	}
-	// The withdrawal list accepted before is applied before the bus answers.
-	if err := h.loadWithdrawn(ctx); err != nil {
-		return Result{}, err
-	}
-	h.applyWithdrawals(ctx, 0, false)
-	// The window kept before is in force before the bus answers: a host started while cut off
-	// from the bus still keeps it.
-	h.loadWindow()
-	defer h.stopWindowTimer()
-	defer func() {
-		h.mu.Lock()
-		if h.expiry != nil {
-			h.expiry.Stop()
-		}
-		h.mu.Unlock()
-	}()
+	defer closeLocal()
 	if removed, err := rollback.CleanStaging(h.root); err != nil {
 		h.log.Error("could not remove leftover staging directories", "err", err)
 	} else if len(removed) > 0 {
@@ -170,25 +143,8 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 		}
 		h.wg.Wait()
 	}()
-	if cfg := h.opts.Config; len(cfg.NATSURLs) > 0 {
-		h.link, err = link.Open(bg, link.Options{
-			URLs: cfg.NATSURLs, Creds: cfg.NATSCreds, CA: cfg.NATSCA, Node: cfg.Node,
-			Names: wire.NamesFor(cfg.Prefix), Logger: h.log.With("component", "link"),
-			InsecurePlaintext: cfg.InsecurePlaintext, JSAPIPrefix: cfg.JSAPIPrefix,
-		})
-		if err != nil {
-			return Result{}, err
-		}
-		dl, err := h.newDelivery()
-		if err != nil {
-			return Result{}, err
-		}
-		h.delivery = dl
-		h.wg.Add(2)
-		go func() { defer h.wg.Done(); h.readEvents(bg) }()
-		go func() { defer h.wg.Done(); h.heartbeatLoop(bg) }()
-	} else {
-		h.log.Info("no NATS URL configured: running disconnected, reconciling from the store")
+	if err := h.startLink(bg); err != nil {
+		return Result{}, err
 	}
 
 	// The engine reads blobs over the link when there is one, so it is made once the link is.
@@ -203,6 +159,79 @@ func (h *Host) Run(ctx context.Context) (Result, error) {
 	}
 	h.sendHeartbeat(bg, state, res.StoodAsideFor)
 	return res, err
+}
+
+// openLocal takes what the host holds on this machine — the root's lock, the records, the
+// store, the trusted target keys — and puts in force what it kept from the bus (the withdrawal
+// list, the window) before the bus answers: a host started while cut off still keeps them.
+// closeAll releases them in reverse; on an error, what was taken is released already.
+func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
+	var closers []func()
+	release := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			release() // not closeAll: a return with an error has set it to nil
+		}
+	}()
+	lock, err := rollback.LockHost(ctx, h.root, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { lock.Unlock() })
+	if h.records, err = rollback.OpenForHost(ctx, h.root); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { h.records.Close() })
+	if h.store, err = h.openStore(ctx); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { h.store.Close() })
+	if h.trusted, err = h.targetKeys(); err != nil {
+		return nil, err
+	}
+	if err := h.loadWithdrawn(ctx); err != nil {
+		return nil, err
+	}
+	h.applyWithdrawals(ctx, 0, false)
+	h.loadWindow()
+	closers = append(closers, h.stopWindowTimer, func() {
+		h.mu.Lock()
+		if h.expiry != nil {
+			h.expiry.Stop()
+		}
+		h.mu.Unlock()
+	})
+	return release, nil
+}
+
+// startLink opens the link, when a bus is configured, and starts reading its events and sending
+// heartbeats under bg; without one the host runs disconnected, from the store.
+func (h *Host) startLink(bg context.Context) error {
+	cfg := h.opts.Config
+	if len(cfg.NATSURLs) == 0 {
+		h.log.Info("no NATS URL configured: running disconnected, reconciling from the store")
+		return nil
+	}
+	var err error
+	h.link, err = link.Open(bg, link.Options{
+		URLs: cfg.NATSURLs, Creds: cfg.NATSCreds, CA: cfg.NATSCA, Node: cfg.Node,
+		Names: wire.NamesFor(cfg.Prefix), Logger: h.log.With("component", "link"),
+		InsecurePlaintext: cfg.InsecurePlaintext, JSAPIPrefix: cfg.JSAPIPrefix,
+	})
+	if err != nil {
+		return err
+	}
+	if h.delivery, err = h.newDelivery(); err != nil {
+		return err
+	}
+	h.wg.Add(2)
+	go func() { defer h.wg.Done(); h.readEvents(bg) }()
+	go func() { defer h.wg.Done(); h.heartbeatLoop(bg) }()
+	return nil
 }
 
 // openStore opens ROOT/store.db. A store that is not a readable database is moved aside and a

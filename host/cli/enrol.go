@@ -19,16 +19,18 @@ from stdin). This makes the node's own key (its seed never leaves this machine),
 bus the token names over TLS pinned to the token's CA fingerprint, and asks the mesh's enrolment
 service to sign the key. Then it writes ROOT/node.creds (0600), ROOT/ca.pem and ROOT/host.json
 (0600), keeping the settings already in host.json. The node id is --node, else the token's,
-else MESH_HOST_NODE or host.json's "node", else the short hostname. A running host takes the new
-settings when it next starts (systemctl restart mesh-launcher).
+else MESH_HOST_NODE or host.json's "node", else the short hostname. A root enrolled as another
+node is refused without --replace. A running host takes the new settings and credentials when it
+next starts (systemctl restart mesh-launcher), never before.
 
-Exit status: 0 enrolled; 1 refused (the service's reason is printed) or failed; 2 usage.`
+Exit status: 0 enrolled; 1 refused (the service's reason is printed, or the root is another
+node's) or failed; 2 usage.`
 
 func enrolCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := prog.NewFlagSetWithOperands("enrol", "TOKEN", enrolAbout)
 	root := fs.String("root", "", "the root (MESH_HOST_ROOT; default "+rollback.DefaultRoot+")")
 	node := fs.String("node", "", "the node `ID` to enrol as")
-	replace := fs.Bool("replace", false, "this node id is enrolled already (a reinstalled machine): revoke that key and take its place")
+	replace := fs.Bool("replace", false, "this node id is enrolled already (a reinstalled machine): revoke that key and take its place;\nor this root is enrolled as another node: make it this one")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for each bus URL and the service")
 	ops, code, ok := prog.ParseOperands(fs, args, []string{"TOKEN"}, stdout, stderr)
 	if !ok {

@@ -44,20 +44,14 @@ type inventoryNotOwned struct {
 }
 
 func profileWith(args []string, stdout, stderr io.Writer, getenv func(string) string, m machineProbe) int {
-	fs := prog.NewFlagSet("profile", "Detect what this machine can do (its profile: architecture, OS, systemd, package manager,\ncontainer runtimes that answer) and what it is (its inventory: hostname, machine-id, CPUs,\nmemory, disks), as the host reports them in its heartbeat. Runs the probes now (a container\nruntime's `info` may take a few seconds); changes nothing. What the host owns: `mesh-host owned`.\nExit 0, 1 interrupted, 2 refused (no root there).")
+	fs := prog.NewFlagSet("profile", "Detect what this machine can do (its profile: architecture, OS, systemd, package manager,\ncontainer runtimes that answer) and what it is (its inventory: hostname, machine-id, CPUs,\nmemory, disks), as the host reports them in its heartbeat. Runs the probes now (a container\nruntime's `info` may take a few seconds); changes nothing and needs no root: the root's disk is\nreported when there is one. What the host owns: `mesh-host owned`.\nExit 0, 1 interrupted, 2 refused (a --root or MESH_HOST_ROOT that is not there).")
 	asJSON := fs.Bool("json", false, "print {\"profile\": …, \"inventory\": …} as JSON")
-	rootFlag := fs.String("root", "", "the root whose disk is reported (MESH_HOST_ROOT; default "+rollback.DefaultRoot+")")
+	rootFlag := fs.String("root", "", "the root whose disk is reported besides /'s (MESH_HOST_ROOT; default "+rollback.DefaultRoot+" when it is there)")
 	if code, ok := prog.Parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	root := *rootFlag
-	if root == "" {
-		root = getenv(rollback.EnvRoot)
-	}
-	if root == "" {
-		root = rollback.DefaultRoot
-	}
-	if err := rollback.CheckRoot(root); err != nil {
+	root, err := profileRoot(*rootFlag, getenv)
+	if err != nil {
 		fmt.Fprintf(stderr, "mesh-host profile: %v\n", err)
 		return exitRefused
 	}
@@ -88,6 +82,23 @@ func profileWith(args []string, stdout, stderr io.Writer, getenv func(string) st
 	}
 	writeProfile(stdout, doc)
 	return 0
+}
+
+// profileRoot is the root whose disk the profile reports: the one named (--root, else
+// MESH_HOST_ROOT), which must be there, else the default where there is one, else none ("").
+// The profile describes the machine; a root only adds its disk.
+func profileRoot(flag string, getenv func(string) string) (string, error) {
+	root := flag
+	if root == "" {
+		root = getenv(rollback.EnvRoot)
+	}
+	if root != "" {
+		return root, rollback.CheckRoot(root)
+	}
+	if rollback.CheckRoot(rollback.DefaultRoot) != nil {
+		return "", nil
+	}
+	return rollback.DefaultRoot, nil
 }
 
 // writeProfile prints one `key value` line per fact, values aligned; every text from the

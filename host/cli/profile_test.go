@@ -72,21 +72,55 @@ func TestProfilePrintsOneAlignedLinePerFact(t *testing.T) {
 	}
 }
 
-// With no --root nor MESH_HOST_ROOT, profile reports the default root's disk, and refuses when
-// there is none.
-func TestProfileReadsTheDefaultRootOrSaysItIsNotThere(t *testing.T) {
-	var roots []string
-	var out, errOut bytes.Buffer
-	code := profileWith(nil, &out, &errOut, func(string) string { return "" }, fakeMachine(&roots))
+// The profile describes the machine, which needs no root: with none given and none at the
+// default place, it reports the machine and the disk of /; a root that is there has its disk
+// asked about too; a root named by --root or MESH_HOST_ROOT that is not there is refused, naming it.
+func TestProfileNeedsNoRootButRefusesOneNamedThatIsNotThere(t *testing.T) {
+	present := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "nowhere")
+	defaultRoot := ""
 	if _, err := os.Stat(rollback.DefaultRoot); err == nil {
-		if code != 0 || len(roots) != 2 || roots[0] != rollback.DefaultRoot {
-			t.Errorf("exit %d, asked about roots %q; want the default root", code, roots)
-		}
-		return
+		defaultRoot = rollback.DefaultRoot
 	}
-	want := "mesh-host profile: no mesh-host root at " + rollback.DefaultRoot + " (--root or MESH_HOST_ROOT)\n"
-	if code != 2 || errOut.String() != want || len(roots) != 0 {
-		t.Errorf("exit %d, stderr %q, asked about %q; want exit 2, %q, nothing detected", code, errOut.String(), roots, want)
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		env       string // MESH_HOST_ROOT
+		code      int
+		root      string // the root asked about; "" for none
+		errPrefix string
+	}{
+		{name: "none given", code: 0, root: defaultRoot},
+		{name: "flag", args: []string{"--root", present}, code: 0, root: present},
+		{name: "variable", env: present, code: 0, root: present},
+		{name: "flag not there", args: []string{"--root", missing}, code: 2,
+			errPrefix: "mesh-host profile: no mesh-host root at " + missing + " (--root or MESH_HOST_ROOT)"},
+		{name: "variable not there", env: missing, code: 2,
+			errPrefix: "mesh-host profile: no mesh-host root at " + missing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var roots []string
+			var out, errOut bytes.Buffer
+			env := func(k string) string {
+				if k == rollback.EnvRoot {
+					return tc.env
+				}
+				return ""
+			}
+			code := profileWith(tc.args, &out, &errOut, env, fakeMachine(&roots))
+			if code != tc.code || !strings.HasPrefix(errOut.String(), tc.errPrefix) {
+				t.Fatalf("exit %d, stderr %q; want exit %d, %q", code, errOut.String(), tc.code, tc.errPrefix)
+			}
+			if code != 0 {
+				if len(roots) != 0 {
+					t.Errorf("detected with roots %q after refusing", roots)
+				}
+				return
+			}
+			if len(roots) != 2 || roots[0] != tc.root || !strings.HasPrefix(out.String(), "arch ") {
+				t.Errorf("asked about roots %q, want %q; printed:\n%s", roots, tc.root, out.String())
+			}
+		})
 	}
 }
 
@@ -166,4 +200,25 @@ func TestProfileBinaryOnThisMachine(t *testing.T) {
 	if err := cmd.Run(); err != nil || !strings.HasPrefix(out.String(), "arch ") {
 		t.Fatalf("mesh-host profile: %v\n%s%s", err, out.String(), errOut.String())
 	}
+	// No root at all: neither --root nor MESH_HOST_ROOT, and (on a machine that is not a node)
+	// none at the default place. The machine is described all the same.
+	out.Reset()
+	errOut.Reset()
+	cmd = exec.CommandContext(ctx, bin, "profile")
+	cmd.Env = withoutEnv(os.Environ(), rollback.EnvRoot)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil || !strings.HasPrefix(out.String(), "arch ") || !strings.Contains(out.String(), "\ndisk ") {
+		t.Fatalf("mesh-host profile with no root: %v\nstdout:\n%sstderr:\n%s", err, out.String(), errOut.String())
+	}
+}
+
+// withoutEnv is env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

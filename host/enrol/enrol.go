@@ -102,6 +102,25 @@ func (e *PinError) Error() string {
 		e.URL, e.Want, strings.Join(e.Presented, ", "))
 }
 
+// OtherNodeError is a root enrolled as another node than the one an enrolment is for, refused
+// without Replace: its host.json and creds may be a running host's, which would be rewritten
+// under it.
+type OtherNodeError struct {
+	Root     string
+	Enrolled string // the node the root is enrolled as (host.json's "node")
+	Node     string // the node this enrolment is for
+	ByToken  bool   // the token names Node (else --node, MESH_HOST_NODE or the hostname chose it)
+}
+
+func (e *OtherNodeError) Error() string {
+	this := "this enrols node " + e.Node
+	if e.ByToken {
+		this = "the token is for node " + e.Node
+	}
+	return fmt.Sprintf("enrol: the root %s is enrolled as node %s, and %s: enrolling would rewrite %s's host.json and %s under the host running as it; enrol %s with its own root (--root), or give --replace to make this root node %s",
+		e.Root, e.Enrolled, this, e.Enrolled, CredsFile, e.Node, e.Node)
+}
+
 // maxChainShown bounds how many presented certificates an error lists.
 const maxChainShown = 4
 
@@ -153,34 +172,12 @@ func ConfiguredNode(root string) (string, error) {
 // through the token's URLs in turn (the first that connects answers), checks the answer, and
 // writes ROOT/node.creds (0600), ROOT/ca.pem and ROOT/host.json (0600, merged into what is
 // there), host.json last. A refusal is a *RefusedError, a server that fails the pin a
-// *PinError.
+// *PinError, a root enrolled as another node (without Replace) an *OtherNodeError.
 func Enrol(ctx context.Context, o Options) (Result, error) {
-	tok, err := wire.ParseToken(o.Token)
+	tok, err := prepare(&o)
 	if err != nil {
 		return Result{}, err
 	}
-	if o.Root == "" {
-		return Result{}, errors.New("enrol: no root directory")
-	}
-	if err := wire.ValidNode(o.Node); err != nil {
-		return Result{}, fmt.Errorf("enrol: %w", err)
-	}
-	if tok.Node != "" && tok.Node != o.Node {
-		return Result{}, fmt.Errorf("enrol: the token is for node %s, not %s", tok.Node, o.Node)
-	}
-	o = o.withDefaults()
-	// Expiry is the server's and the service's to judge, by their clocks: a node's clock may be
-	// wrong before it has ever synchronised, so an expiry past by this clock alone refuses
-	// nothing; it only names why the server refused the token user.
-	// Check the root and its host.json before anything is spent.
-	if err := rollback.MakeRoot(o.Root); err != nil {
-		return Result{}, fmt.Errorf("enrol: %w", err)
-	}
-	cfgPath := filepath.Join(o.Root, ConfigFile)
-	if _, err := readConfig(cfgPath); err != nil {
-		return Result{}, err
-	}
-
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return Result{}, fmt.Errorf("enrol: make the node's key: %w", err)
@@ -188,55 +185,117 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	pub, _ := kp.PublicKey()
 	seed, _ := kp.Seed()
 	req, _ := json.Marshal(wire.EnrolRequest{Token: strings.TrimSpace(o.Token), Node: o.Node, PublicKey: pub, Replace: o.Replace})
-
-	tokenJWT, err := jwt.ParseDecoratedJWT([]byte(tok.Creds))
+	reply, used, err := askAny(ctx, tok, o, req)
 	if err != nil {
-		return Result{}, fmt.Errorf("enrol: the token's creds: %w", err)
-	}
-	tokenKey, err := jwt.ParseDecoratedUserNKey([]byte(tok.Creds))
-	if err != nil {
-		return Result{}, fmt.Errorf("enrol: the token's creds: %w", err)
-	}
-	tokenPub, _ := tokenKey.PublicKey()
-	tokenSeed, _ := tokenKey.Seed()
-
-	var reply wire.EnrolReply
-	var used string
-	var errs []error
-	for _, u := range tok.URLs {
-		reply, err = ask(ctx, u, tok, o, req, tokenJWT, string(tokenSeed), tokenPub)
-		if err == nil {
-			used = text.Redact(u)
-			break
-		}
-		var refused *RefusedError
-		if errors.As(err, &refused) {
-			return Result{}, err // the service answered: another URL reaches the same service
-		}
-		if authRefused(err) && !o.Now().Before(tok.Expires) {
-			return Result{}, &ExpiredError{Expires: tok.Expires, Node: tok.Node, TTL: tokenTTL(tokenJWT)}
-		}
-		errs = append(errs, err)
-	}
-	if used == "" {
-		return Result{}, fmt.Errorf("enrol: no bus URL of the token answered: %w", errors.Join(errs...))
+		return Result{}, err
 	}
 	if err := checkReply(reply, tok, pub); err != nil {
 		return Result{}, err
 	}
+	return write(o, reply, used, pub, seed)
+}
+
+// prepare checks o and the root before anything is spent, and fills in o's defaults: the token
+// parses and allows o.Node, the root is there (made if missing), its host.json is a JSON object,
+// and the root is not enrolled as another node unless o.Replace.
+func prepare(o *Options) (wire.EnrolToken, error) {
+	tok, err := wire.ParseToken(o.Token)
+	if err != nil {
+		return tok, err
+	}
+	if o.Root == "" {
+		return tok, errors.New("enrol: no root directory")
+	}
+	if err := wire.ValidNode(o.Node); err != nil {
+		return tok, fmt.Errorf("enrol: %w", err)
+	}
+	if tok.Node != "" && tok.Node != o.Node {
+		return tok, fmt.Errorf("enrol: the token is for node %s, not %s", tok.Node, o.Node)
+	}
+	o = o.withDefaults()
+	// Expiry is the server's and the service's to judge, by their clocks: a node's clock may be
+	// wrong before it has ever synchronised, so an expiry past by this clock alone refuses
+	// nothing; it only names why the server refused the token user.
+	if err := rollback.MakeRoot(o.Root); err != nil {
+		return tok, fmt.Errorf("enrol: %w", err)
+	}
+	cfg, err := readConfig(filepath.Join(o.Root, ConfigFile))
+	if err != nil {
+		return tok, err
+	}
+	if enrolled := enrolledAs(o.Root, cfg); enrolled != "" && enrolled != o.Node && !o.Replace {
+		return tok, &OtherNodeError{Root: o.Root, Enrolled: enrolled, Node: o.Node, ByToken: tok.Node == o.Node}
+	}
+	return tok, nil
+}
+
+// enrolledAs is the node a root is enrolled as: host.json's "node" while the credentials it names
+// (or ROOT/node.creds) are there; "" when it is not enrolled. A host.json that names a node with
+// no credentials (written by hand or by a package) is a setting enrolment may change.
+func enrolledAs(root string, cfg map[string]json.RawMessage) string {
+	var node, creds string
+	json.Unmarshal(cfg["node"], &node)
+	json.Unmarshal(cfg["nats_creds"], &creds)
+	if creds == "" {
+		creds = filepath.Join(root, CredsFile)
+	}
+	if node == "" {
+		return ""
+	}
+	if _, err := os.Stat(creds); err != nil {
+		return ""
+	}
+	return node
+}
+
+// askAny asks through each of the token's URLs in turn until one connects and the service
+// answers, and returns the answer and the URL (redacted) that gave it. A refusal by the service
+// ends it: another URL reaches the same service.
+func askAny(ctx context.Context, tok wire.EnrolToken, o Options, req []byte) (wire.EnrolReply, string, error) {
+	tokenJWT, err := jwt.ParseDecoratedJWT([]byte(tok.Creds))
+	if err != nil {
+		return wire.EnrolReply{}, "", fmt.Errorf("enrol: the token's creds: %w", err)
+	}
+	tokenKey, err := jwt.ParseDecoratedUserNKey([]byte(tok.Creds))
+	if err != nil {
+		return wire.EnrolReply{}, "", fmt.Errorf("enrol: the token's creds: %w", err)
+	}
+	tokenPub, _ := tokenKey.PublicKey()
+	tokenSeed, _ := tokenKey.Seed()
+	var errs []error
+	for _, u := range tok.URLs {
+		reply, err := ask(ctx, u, tok, o, req, tokenJWT, string(tokenSeed), tokenPub)
+		if err == nil {
+			return reply, text.Redact(u), nil
+		}
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			return wire.EnrolReply{}, "", err
+		}
+		if authRefused(err) && !o.Now().Before(tok.Expires) {
+			return wire.EnrolReply{}, "", &ExpiredError{Expires: tok.Expires, Node: tok.Node, TTL: tokenTTL(tokenJWT)}
+		}
+		errs = append(errs, err)
+	}
+	return wire.EnrolReply{}, "", fmt.Errorf("enrol: no bus URL of the token answered: %w", errors.Join(errs...))
+}
+
+// write writes what the node runs with: ROOT/node.creds (0600) and ROOT/ca.pem, then host.json
+// (0600, merged into what is there) last.
+func write(o Options, reply wire.EnrolReply, used, pub string, seed []byte) (Result, error) {
 	creds, err := jwt.FormatUserConfig(reply.JWT, seed)
 	if err != nil {
 		return Result{}, fmt.Errorf("enrol: %w", err)
 	}
 	res := Result{Node: o.Node, PublicKey: pub, URL: used,
-		Creds: filepath.Join(o.Root, CredsFile), CA: filepath.Join(o.Root, CAFile), Config: cfgPath}
+		Creds: filepath.Join(o.Root, CredsFile), CA: filepath.Join(o.Root, CAFile), Config: filepath.Join(o.Root, ConfigFile)}
 	if err := atomicfile.WriteFile(res.Creds, creds, 0o600); err != nil {
 		return Result{}, fmt.Errorf("enrol: write %s: %w", res.Creds, err)
 	}
 	if err := atomicfile.WriteFile(res.CA, []byte(reply.CAPEM), 0o644); err != nil {
 		return Result{}, fmt.Errorf("enrol: write %s: %w", res.CA, err)
 	}
-	if err := writeConfig(cfgPath, o.Node, reply, res); err != nil {
+	if err := writeConfig(res.Config, o.Node, reply, res); err != nil {
 		return Result{}, err
 	}
 	return res, nil

@@ -361,3 +361,62 @@ func TestChooseNode(t *testing.T) {
 		}
 	}
 }
+
+// A root enrolled as one node is not enrolled as another over it unless --replace says so: the
+// refusal names the node the root is and the one the token is for, and leaves host.json and
+// node.creds as they were (a host may be running with them) without asking the service.
+func TestEnrolRefusesARootEnrolledAsAnotherNodeUnlessReplace(t *testing.T) {
+	p := newPKI(t, "127.0.0.1", "localhost")
+	port := startTLSBus(t, p.leaf)
+	n := service(t, p, port, sign(p, port))
+	root := t.TempDir()
+	if _, err := Enrol(context.Background(), Options{Token: tokenFor(t, port, p.pinned, "web-01"), Root: root, Node: "web-01"}); err != nil {
+		t.Fatal(err)
+	}
+	files := func() string {
+		var b strings.Builder
+		for _, f := range []string{ConfigFile, CredsFile, CAFile} {
+			data, _ := os.ReadFile(filepath.Join(root, f))
+			b.Write(data)
+		}
+		return b.String()
+	}
+	before := files()
+	for _, tc := range []struct {
+		name    string
+		token   string
+		node    string
+		replace bool
+		want    string // the error; "" enrols
+	}{
+		{name: "a token for another node", token: "web-02", node: "web-02",
+			want: "the root " + root + " is enrolled as node web-01, and the token is for node web-02"},
+		{name: "a token for any node, enrolled as another", node: "web-03",
+			want: "the root " + root + " is enrolled as node web-01, and this enrols node web-03"},
+		{name: "with --replace", token: "web-02", node: "web-02", replace: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := n.Load()
+			_, err := Enrol(context.Background(), Options{Token: tokenFor(t, port, p.pinned, tc.token), Root: root, Node: tc.node, Replace: tc.replace})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if node, _ := ConfiguredNode(root); node != tc.node {
+					t.Fatalf("host.json names %q after --replace, want %q", node, tc.node)
+				}
+				return
+			}
+			var other *OtherNodeError
+			if !errors.As(err, &other) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--replace") {
+				t.Fatalf("got %v, want an OtherNodeError saying %q and --replace", err, tc.want)
+			}
+			if n.Load() != asked {
+				t.Errorf("the service was asked")
+			}
+			if files() != before {
+				t.Errorf("host.json, node.creds or ca.pem changed")
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,14 +24,72 @@ const (
 	watchHeartbeat = 5 * time.Second
 )
 
-// watchOnceByConsumer follows k on one consumer until ctx ends or the watch fails: the key's
-// current value (none, a value, or a delete marker), the end-of-initial-values mark, then every
-// change.
-func (l *Link) watchOnceByConsumer(ctx context.Context, k watchedKey, healthy func()) error {
-	cons, err := l.js.CreatePushConsumer(ctx, kvStream(k.bucket), jetstream.ConsumerConfig{
+// watchOnceByConsumer follows k's keys, each on its own consumer, until ctx ends or the watch
+// fails: the keys' current values (none, a value, or a delete marker), the end-of-initial-values
+// mark, then every change. Two keys' changes arrive on two consumers, in no order between them:
+// a fold followed so may report the gap between a fleet key put and a node key deleted after it
+// (keyFold), until the node's renewed credentials bring the watch without consumers.
+func (l *Link) watchOnceByConsumer(ctx context.Context, k watchedKeys, healthy func()) error {
+	done := make(chan struct{})
+	defer close(done)
+	msgs := make(chan jetstream.Msg, 16)
+	failed := make(chan error, 1)
+	// initial are the keys whose initial values are still arriving; delivered, each key's
+	// consumer's last delivery.
+	initial := map[string]bool{}
+	delivered := map[string]uint64{}
+	for _, key := range k.keys {
+		r := keyRef{k.bucket, key}
+		pending, cc, err := l.consumeKey(ctx, r, msgs, failed, done)
+		if err != nil {
+			return err
+		}
+		defer cc.Stop() // unsubscribes only; the server removes the consumer consumerIdle later
+		if pending {
+			initial[key] = true
+		}
+	}
+	healthy()
+	if k.start != nil {
+		k.start()
+	}
+	if len(initial) == 0 && !k.handle(ctx, nil) {
+		return ctx.Err()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-failed:
+			return fmt.Errorf("the watch of %s ended: %w", k, err)
+		case m := <-msgs:
+			e, md, err := consumedEntry(k, m, delivered)
+			if err != nil {
+				return err
+			}
+			if !l.take(ctx, k, e) {
+				return ctx.Err()
+			}
+			if md.NumPending == 0 {
+				delete(initial, e.Key)
+			}
+			if len(initial) > 0 {
+				continue // the keys' initial values are handed on together
+			}
+			if !k.handle(ctx, nil) {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// consumeKey creates r's consumer and starts receiving from it onto msgs; pending says the key
+// has an initial value to deliver.
+func (l *Link) consumeKey(ctx context.Context, r keyRef, msgs chan<- jetstream.Msg, failed chan<- error, done <-chan struct{}) (bool, jetstream.ConsumeContext, error) {
+	cons, err := l.js.CreatePushConsumer(ctx, kvStream(r.bucket), jetstream.ConsumerConfig{
 		DeliverSubject:    l.nc.NewInbox(), // below the node's inbox prefix, the only place it may receive
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		FilterSubject:     kvSubject(k.bucket, k.key),
+		FilterSubject:     r.subject(),
 		AckPolicy:         jetstream.AckNonePolicy,
 		FlowControl:       true,
 		IdleHeartbeat:     watchHeartbeat,
@@ -40,14 +99,10 @@ func (l *Link) watchOnceByConsumer(ctx context.Context, k watchedKey, healthy fu
 	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", k.bucket, err)
+			return false, nil, fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", r.bucket, err)
 		}
-		return fmt.Errorf("create a consumer on %s: %w", kvSubject(k.bucket, k.key), err)
+		return false, nil, fmt.Errorf("create a consumer on %s: %w", r.subject(), err)
 	}
-	done := make(chan struct{})
-	defer close(done)
-	msgs := make(chan jetstream.Msg, 16)
-	failed := make(chan error, 1)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
 		case msgs <- m:
@@ -62,47 +117,26 @@ func (l *Link) watchOnceByConsumer(ctx context.Context, k watchedKey, healthy fu
 		}
 	}))
 	if err != nil {
-		return fmt.Errorf("receive from the consumer on %s: %w", kvSubject(k.bucket, k.key), err)
+		return false, nil, fmt.Errorf("receive from the consumer on %s: %w", r.subject(), err)
 	}
-	defer cc.Stop() // unsubscribes only; the server removes the consumer consumerIdle later
-	healthy()
-	if k.start != nil {
-		k.start()
+	return cons.CachedInfo().NumPending > 0, cc, nil
+}
+
+// consumedEntry is the key value m carries; a delivery out of sequence on its key's consumer (a
+// slow consumer dropped one) ends the watch, which starts again from the keys' latest values.
+func consumedEntry(k watchedKeys, m jetstream.Msg, delivered map[string]uint64) (*keyEntry, *jetstream.MsgMetadata, error) {
+	key := strings.TrimPrefix(m.Subject(), kvSubject(k.bucket, ""))
+	md, err := m.Metadata()
+	if err != nil {
+		return nil, nil, fmt.Errorf("a message on %s without JetStream metadata: %w", kvSubject(k.bucket, key), err)
 	}
-	initial := cons.CachedInfo().NumPending > 0
-	if !initial && !k.handle(ctx, nil) {
-		return ctx.Err()
+	if md.Sequence.Consumer != delivered[key]+1 {
+		return nil, nil, fmt.Errorf("the watch of %s missed a change (delivery %d after %d); watching it again", kvSubject(k.bucket, key), md.Sequence.Consumer, delivered[key])
 	}
-	var delivered uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-failed:
-			return fmt.Errorf("the watch of %s ended: %w", kvSubject(k.bucket, k.key), err)
-		case m := <-msgs:
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("a message on %s without JetStream metadata: %w", kvSubject(k.bucket, k.key), err)
-			}
-			if md.Sequence.Consumer != delivered+1 {
-				// A slow consumer dropped a message: start again from the key's latest value.
-				return fmt.Errorf("the watch of %s missed a change (delivery %d after %d); watching it again", kvSubject(k.bucket, k.key), md.Sequence.Consumer, delivered)
-			}
-			delivered = md.Sequence.Consumer
-			e := &keyEntry{Key: k.key, Revision: md.Sequence.Stream, Deleted: isDeleteMarker(m.Headers())}
-			if !e.Deleted {
-				e.Value = m.Data()
-			}
-			if !l.take(ctx, k, e) {
-				return ctx.Err()
-			}
-			if initial && md.NumPending == 0 {
-				initial = false
-				if !k.handle(ctx, nil) {
-					return ctx.Err()
-				}
-			}
-		}
+	delivered[key] = md.Sequence.Consumer
+	e := &keyEntry{Key: key, Revision: md.Sequence.Stream, Deleted: isDeleteMarker(m.Headers())}
+	if !e.Deleted {
+		e.Value = m.Data()
 	}
+	return e, md, nil
 }

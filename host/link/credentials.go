@@ -163,9 +163,10 @@ func (l *Link) takeCredentials(data []byte, from, then string) bool {
 	l.version.Store(int64(userVersion(uc)))
 	l.legacy.Store(false)
 	l.stale.Store(userVersion(uc) < l.opts.UserVersion)
+	l.held.renewed(token)
 	l.log.Info("link: credentials renewed with today's permissions (decision 0024); reconnecting with them",
 		"creds", l.user.path, "version", userVersion(uc))
-	// nats.UserCredentials reads the file on every connect: the next session is the new user's.
+	// The next connect presents the held JWT: the next session is the renewed user's.
 	if err := l.nc.ForceReconnect(); err != nil {
 		l.log.Warn("link: could not reconnect with the renewed credentials; the next reconnect uses them", "err", err)
 	}
@@ -222,8 +223,9 @@ func (l *Link) acceptCredentials(data []byte, now time.Time) (string, error) {
 // terminal.
 func quoted(s string) string { return text.Printable(text.Bound(s)) }
 
-// storeCredentials writes the creds file again with token and the seed already in it, atomically
-// (temporary file, fsync, rename, directory fsync) and with the file's mode.
+// storeCredentials writes the creds file again with token and the link's own seed, atomically
+// (temporary file, fsync, rename, directory fsync) and with the file's mode — unless the file
+// now holds another user's seed: another enrolment wrote it, and it is not the link's to undo.
 func (l *Link) storeCredentials(token string) error {
 	path := l.user.path
 	fi, err := os.Stat(path)
@@ -239,17 +241,14 @@ func (l *Link) storeCredentials(token string) error {
 		return fmt.Errorf("credentials %s: the user seed: %w", path, err)
 	}
 	pub, err := kp.PublicKey()
+	kp.Wipe()
 	if err != nil {
 		return fmt.Errorf("credentials %s: the user seed: %w", path, err)
 	}
 	if pub != l.user.subject {
 		return fmt.Errorf("credentials %s: its seed is now of user %s, not %s: the file was replaced meanwhile", path, pub, l.user.subject)
 	}
-	seed, err := kp.Seed()
-	if err != nil {
-		return fmt.Errorf("credentials %s: the user seed: %w", path, err)
-	}
-	out, err := jwt.FormatUserConfig(token, seed)
+	out, err := jwt.FormatUserConfig(token, l.held.seed)
 	if err != nil {
 		return fmt.Errorf("credentials %s: %w", path, err)
 	}
@@ -272,21 +271,10 @@ var renewHeaderBytes = len("NATS/1.0\r\n") + len(wire.RenewCredentialsHeader) + 
 // tryCredentials connects once, with token and this node's seed, to the server the link is on,
 // and reports whether the server took them.
 func (l *Link) tryCredentials(token string) error {
-	b, err := os.ReadFile(l.user.path)
-	if err != nil {
-		return err
-	}
-	kp, err := jwt.ParseDecoratedUserNKey(b)
-	if err != nil {
-		return fmt.Errorf("the seed in %s: %w", l.user.path, err)
-	}
-	seed, err := kp.Seed()
-	if err != nil {
-		return fmt.Errorf("the seed in %s: %w", l.user.path, err)
-	}
+	seed := string(l.held.seed)
 	opts := []nats.Option{
 		nats.Name(l.opts.Name + " (renewed credentials check)"),
-		nats.UserJWTAndSeed(token, string(seed)),
+		nats.UserJWTAndSeed(token, seed),
 		nats.CustomInboxPrefix(wire.NodeInboxPrefix(l.opts.Node)),
 		nats.Timeout(10 * time.Second),
 		nats.NoReconnect(),

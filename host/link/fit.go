@@ -32,98 +32,106 @@ type fitStep func(hb *wire.Heartbeat) (again bool)
 // fitSteps are the steps in the order docs/wire.md lists them.
 func fitSteps() []fitStep {
 	return []fitStep{
-		// cut drift whats to 64 bytes
-		func(hb *wire.Heartbeat) bool {
-			for i := range hb.Drift {
-				hb.Drift[i].What = text.Cut(hb.Drift[i].What, fitDriftWhat)
-			}
-			return false
-		},
-		// drop the oldest drifted resource
-		func(hb *wire.Heartbeat) bool {
-			if len(hb.Drift) > 0 {
-				hb.Drift = hb.Drift[1:] // oldest first
-			}
-			return len(hb.Drift) > 0
-		},
-		// drop the last disk
-		func(hb *wire.Heartbeat) bool {
-			if hb.Inventory == nil || len(hb.Inventory.Disks) == 0 {
-				return false
-			}
-			hb.Inventory.Disks = hb.Inventory.Disks[:len(hb.Inventory.Disks)-1]
-			return len(hb.Inventory.Disks) > 0
-		},
-		// cut rollback outputs to 512 bytes
-		func(hb *wire.Heartbeat) bool {
-			for i := range hb.Rollbacks {
-				hb.Rollbacks[i].Output = text.Cut(hb.Rollbacks[i].Output, fitOutputBytes)
-			}
-			return false
-		},
-		// empty rollback outputs
-		func(hb *wire.Heartbeat) bool {
-			for i := range hb.Rollbacks {
-				hb.Rollbacks[i].Output = ""
-			}
-			return false
-		},
-		// cut rollback reasons, and the launcher's, to 256 bytes
-		func(hb *wire.Heartbeat) bool {
-			for i := range hb.Rollbacks {
-				hb.Rollbacks[i].Reason = text.Cut(hb.Rollbacks[i].Reason, fitReasonBytes)
-			}
-			if hb.Launcher != nil {
-				hb.Launcher.RollbackReason = text.Cut(hb.Launcher.RollbackReason, fitReasonBytes)
-			}
-			return false
-		},
-		// drop the oldest rollback
-		func(hb *wire.Heartbeat) bool {
-			if len(hb.Rollbacks) > 0 {
-				hb.Rollbacks = hb.Rollbacks[:len(hb.Rollbacks)-1] // newest first
-			}
-			return len(hb.Rollbacks) > 0
-		},
-		// cut errors to 512 bytes
+		cutDriftWhats, dropOldestDrift, dropLastDisk,
+		cutRollbackOutputs, emptyRollbackOutputs, cutRollbackReasons, dropOldestRollback,
 		func(hb *wire.Heartbeat) bool { cutErrors(hb, fitErrorBytes); return false },
-		// cut errors to 64 bytes
 		func(hb *wire.Heartbeat) bool { cutErrors(hb, fitErrorLast); return false },
-		// drop the oldest staged version
-		func(hb *wire.Heartbeat) bool {
-			if len(hb.Staged) > 0 {
-				hb.Staged = hb.Staged[:len(hb.Staged)-1] // newest first
-			}
-			return len(hb.Staged) > 0
-		},
-		// drop fetch
+		dropOldestStaged,
 		func(hb *wire.Heartbeat) bool { hb.Fetch = nil; return false },
-		// drop refused
 		func(hb *wire.Heartbeat) bool { hb.Refused = nil; return false },
-		// empty last_reconcile.error
-		func(hb *wire.Heartbeat) bool {
-			if hb.LastReconcile != nil {
-				hb.LastReconcile.Error = ""
-			}
-			return false
-		},
-		// empty target
+		emptyReconcileError,
 		func(hb *wire.Heartbeat) bool { hb.Target = ""; return false },
-		// empty the profile's errors
-		func(hb *wire.Heartbeat) bool {
-			if hb.Profile != nil {
-				hb.Profile.SystemdError = ""
-				for i := range hb.Profile.ContainerRuntimes {
-					hb.Profile.ContainerRuntimes[i].Error = ""
-				}
-			}
-			return false
-		},
-		// drop inventory
+		emptyProfileErrors,
 		func(hb *wire.Heartbeat) bool { hb.Inventory = nil; return false },
-		// drop profile
 		func(hb *wire.Heartbeat) bool { hb.Profile = nil; return false },
 	}
+}
+
+// cutDriftWhats cuts each drifted resource's what to 64 bytes.
+func cutDriftWhats(hb *wire.Heartbeat) bool {
+	for i := range hb.Drift {
+		hb.Drift[i].What = text.Cut(hb.Drift[i].What, fitDriftWhat)
+	}
+	return false
+}
+
+// dropOldestDrift drops the oldest drifted resource (the list is oldest first).
+func dropOldestDrift(hb *wire.Heartbeat) bool {
+	if len(hb.Drift) > 0 {
+		hb.Drift = hb.Drift[1:]
+	}
+	return len(hb.Drift) > 0
+}
+
+// dropLastDisk drops the inventory's last disk.
+func dropLastDisk(hb *wire.Heartbeat) bool {
+	if hb.Inventory == nil || len(hb.Inventory.Disks) == 0 {
+		return false
+	}
+	hb.Inventory.Disks = hb.Inventory.Disks[:len(hb.Inventory.Disks)-1]
+	return len(hb.Inventory.Disks) > 0
+}
+
+// cutRollbackOutputs cuts each rollback's output to 512 bytes.
+func cutRollbackOutputs(hb *wire.Heartbeat) bool {
+	for i := range hb.Rollbacks {
+		hb.Rollbacks[i].Output = text.Cut(hb.Rollbacks[i].Output, fitOutputBytes)
+	}
+	return false
+}
+
+// emptyRollbackOutputs empties each rollback's output.
+func emptyRollbackOutputs(hb *wire.Heartbeat) bool {
+	for i := range hb.Rollbacks {
+		hb.Rollbacks[i].Output = ""
+	}
+	return false
+}
+
+// cutRollbackReasons cuts each rollback's reason, and the launcher's, to 256 bytes.
+func cutRollbackReasons(hb *wire.Heartbeat) bool {
+	for i := range hb.Rollbacks {
+		hb.Rollbacks[i].Reason = text.Cut(hb.Rollbacks[i].Reason, fitReasonBytes)
+	}
+	if hb.Launcher != nil {
+		hb.Launcher.RollbackReason = text.Cut(hb.Launcher.RollbackReason, fitReasonBytes)
+	}
+	return false
+}
+
+// dropOldestRollback drops the oldest rollback (the list is newest first).
+func dropOldestRollback(hb *wire.Heartbeat) bool {
+	if len(hb.Rollbacks) > 0 {
+		hb.Rollbacks = hb.Rollbacks[:len(hb.Rollbacks)-1]
+	}
+	return len(hb.Rollbacks) > 0
+}
+
+// dropOldestStaged drops the oldest staged version (the list is newest first).
+func dropOldestStaged(hb *wire.Heartbeat) bool {
+	if len(hb.Staged) > 0 {
+		hb.Staged = hb.Staged[:len(hb.Staged)-1]
+	}
+	return len(hb.Staged) > 0
+}
+
+// emptyReconcileError empties last_reconcile.error.
+func emptyReconcileError(hb *wire.Heartbeat) bool {
+	if hb.LastReconcile != nil {
+		hb.LastReconcile.Error = ""
+	}
+	return false
+}
+
+// emptyProfileErrors empties the profile's errors: systemd's and each container runtime's.
+func emptyProfileErrors(hb *wire.Heartbeat) bool {
+	if hb.Profile != nil {
+		hb.Profile.SystemdError = ""
+		for i := range hb.Profile.ContainerRuntimes {
+			hb.Profile.ContainerRuntimes[i].Error = ""
+		}
+	}
+	return false
 }
 
 func cutErrors(hb *wire.Heartbeat, max int) {

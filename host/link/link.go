@@ -143,6 +143,7 @@ type Link struct {
 	// user is the creds file's user JWT (nil for an nkey seed or no credentials); legacy says
 	// it predates decision 0022 until renewed credentials replace it (credentials.go).
 	user     *userCreds
+	held     *heldCreds // what it connects with (heldcreds.go)
 	legacy   atomic.Bool
 	renewSub *nats.Subscription
 	// version is the user's permissions' version (userVersion); stale says it is older than
@@ -158,8 +159,8 @@ type Link struct {
 	once   sync.Once
 
 	// Owned by the session goroutines: each session is stopped and waited for before the next
-	// starts; within one, each key's watch owns its revSeen, and the target fold's lock guards
-	// the target's.
+	// starts; within one, each key's watch owns its revSeen, and the target fold's watch (its
+	// lock) the target's.
 	declSeen, withdrawalsSeen revSeen
 	// floors is the newest revision the link has seen of each key it follows (by subject), in
 	// any session: an answer behind it came from a replica that is behind (watch.go).
@@ -174,15 +175,8 @@ type Link struct {
 // Open starts the link: it dials the bus in the background and returns at once, even when the
 // server is unreachable. Read Events until Close.
 func Open(ctx context.Context, o Options) (*Link, error) {
-	if len(o.URLs) == 0 {
-		return nil, errors.New("link: no NATS URL; set nats_urls in host.json or MESH_HOST_NATS_URL, or run without a link")
-	}
-	if err := wire.ValidNode(o.Node); err != nil {
-		return nil, fmt.Errorf("link: %w", err)
-	}
-	o = o.withDefaults()
-	o.URLs = withScheme(o.URLs)
-	if err := CheckPlaintext(o.URLs, o.CA, o.InsecurePlaintext); err != nil {
+	o, err := o.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	servers := strings.Join(o.URLs, ",")
@@ -201,37 +195,62 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 		l.log.Warn("link: the bus URL is plaintext to a machine that is not this one, allowed by insecure_plaintext: the node's credentials, declarations and heartbeats cross the network unencrypted unless the server demands TLS; use tls:// URLs (and nats_ca)",
 			"plaintext", text.Redact(strings.Join(plain, ",")))
 	}
-	nopts, err := l.natsOptions()
-	if err != nil {
+	if err := l.connect(ctx, servers); err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	nc, err := nats.Connect(servers, nopts...)
-	if err != nil {
-		return nil, fmt.Errorf("link: connect to %s: %w", text.Redact(servers), text.RedactError(err))
-	}
-	js, err := newJetStream(nc, o.JSAPIPrefix)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("link: jetstream: %w", err)
-	}
-	l.nc, l.js = nc, js
-	l.conn.Store(nc)
-	if l.legacy.Load() {
-		l.log.Warn("link: this node's credentials were issued before decision 0022: it follows its keys with consumers and asks for renewed credentials with every heartbeat",
-			"creds", o.Creds)
-		if err := l.listenForCredentials(); err != nil {
-			nc.Close()
-			return nil, err
-		}
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	l.poke()
 	go l.run(runCtx)
 	return l, nil
+}
+
+// withDefaults checks o and fills in the defaults its fields name; the one place they are set.
+func (o Options) withDefaults() (Options, error) {
+	if len(o.URLs) == 0 {
+		return o, errors.New("link: no NATS URL; set nats_urls in host.json or MESH_HOST_NATS_URL, or run without a link")
+	}
+	if err := wire.ValidNode(o.Node); err != nil {
+		return o, fmt.Errorf("link: %w", err)
+	}
+	o = o.withDefaults()
+	o.URLs = withScheme(o.URLs)
+	if err := CheckPlaintext(o.URLs, o.CA, o.InsecurePlaintext); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// connect makes the connection (which dials in the background until it reaches a server) and
+// its JetStream context, and with legacy credentials listens for renewed ones.
+func (l *Link) connect(ctx context.Context, servers string) error {
+	nopts, err := l.natsOptions()
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	nc, err := nats.Connect(servers, nopts...)
+	if err != nil {
+		return fmt.Errorf("link: connect to %s: %w", text.Redact(servers), text.RedactError(err))
+	}
+	js, err := newJetStream(nc, l.opts.JSAPIPrefix)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("link: jetstream: %w", err)
+	}
+	l.nc, l.js = nc, js
+	l.conn.Store(nc)
+	if l.legacy.Load() {
+		l.log.Warn("link: this node's credentials were issued before decision 0022: it follows its keys with consumers and asks for renewed credentials with every heartbeat",
+			"creds", l.opts.Creds)
+		if err := l.listenForCredentials(); err != nil {
+			nc.Close()
+			return err
+		}
+	}
+	return nil
 }
 
 func (l *Link) natsOptions() ([]nats.Option, error) {
@@ -281,30 +300,11 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		}),
 	}
 	if o.Creds != "" {
-		b, err := os.ReadFile(o.Creds)
+		opt, err := l.credentialsOption()
 		if err != nil {
-			return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+			return nil, err
 		}
-		switch {
-		case bytes.Contains(b, []byte("BEGIN NATS USER JWT")):
-			// UserCredentials reads the file on every connect: renewed credentials written
-			// there are used from the next reconnect on.
-			opts = append(opts, nats.UserCredentials(o.Creds))
-			if user, claims, err := readUserCreds(o.Creds, b); err == nil {
-				l.user = user
-				l.legacy.Store(legacyPermissions(claims))
-				l.version.Store(int64(user.version))
-				l.stale.Store(user.version > 1 && user.version < o.UserVersion)
-			}
-		case bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")):
-			opt, err := nats.NkeyOptionFromSeed(o.Creds)
-			if err != nil {
-				return nil, fmt.Errorf("link: nkey seed %s: %w", o.Creds, err)
-			}
-			opts = append(opts, opt)
-		default:
-			return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
-		}
+		opts = append(opts, opt)
 	}
 	if o.CA != "" {
 		if _, err := os.Stat(o.CA); err != nil {
@@ -313,6 +313,39 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.RootCAs(o.CA))
 	}
 	return opts, nil
+}
+
+// credentialsOption reads the creds file (or nkey seed file) once and holds what it says
+// (heldcreds.go); a .creds file's user JWT also says whether the credentials are legacy or
+// stale (credentials.go).
+func (l *Link) credentialsOption() (nats.Option, error) {
+	o := l.opts
+	b, err := os.ReadFile(o.Creds)
+	if err != nil {
+		return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+	}
+	isJWT := bytes.Contains(b, []byte("BEGIN NATS USER JWT"))
+	if !isJWT && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")) {
+		return nil, fmt.Errorf("link: credentials %s is neither a .creds file nor an nkey user seed (SU…)", o.Creds)
+	}
+	held, err := readHeldCreds(o.Creds, b)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := held.option()
+	if err != nil {
+		return nil, fmt.Errorf("link: credentials %s: %w", o.Creds, err)
+	}
+	l.held = held
+	if isJWT {
+		if user, claims, err := readUserCreds(o.Creds, b); err == nil {
+			l.user = user
+			l.legacy.Store(legacyPermissions(claims))
+			l.version.Store(int64(user.version))
+			l.stale.Store(user.version > 1 && user.version < o.UserVersion)
+		}
+	}
+	return opt, nil
 }
 
 // reconnectDelay is the pause before the next pass over the servers: ReconnectWait plus jitter,
@@ -580,13 +613,13 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 	}
 }
 
-// startSession starts the watches for one connected period, one per key (declaration, node
-// target, fleet target, withdrawal list, the node's and the fleet's windows), and returns a
+// startSession starts the watches for one connected period — the declaration, the withdrawal
+// list, the target's fold (the node's key and the fleet's) and the window's — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	n := l.opts.Names
-	keys := []watchedKey{
+	keys := []watchedKeys{
 		l.revisionWatcher(n.Declarations(), l.opts.Node, &l.declSeen, func(e *keyEntry) Event {
 			return DeclarationArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
 		}),
@@ -594,12 +627,12 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 			return WithdrawalsArrived{Value: e.Value, Revision: e.Revision, Deleted: e.Deleted}
 		}),
 	}
-	keys = append(keys, l.targetWatches(&keyFold{})...)
+	keys = append(keys, l.targetWatches(&keyFold{}))
 	// A user signed before decision 0022 predates maintenance windows too: it may create no
 	// consumer on the two window keys, so its link does not try (it keeps no window until its
 	// credentials are renewed; the reconnect that follows starts a session with them).
 	if !l.legacy.Load() {
-		keys = append(keys, l.windowWatches(&l.windows)...)
+		keys = append(keys, l.windowWatches(&l.windows))
 	}
 	var wg sync.WaitGroup
 	for _, k := range keys {

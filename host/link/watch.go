@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,18 +44,31 @@ type keyEntry struct {
 	Deleted  bool
 }
 
-// watchedKey is one key the link follows and what it does with each entry. A nil entry marks
-// the end of the key's initial value (which may be none); handle returns false when the session
-// is over. start is called before the first entry of every watch of the key.
-type watchedKey struct {
-	bucket, key string
-	start       func()
-	handle      func(ctx context.Context, e *keyEntry) bool
+// keyRef names one key of a bucket.
+type keyRef struct{ bucket, key string }
+
+func (r keyRef) subject() string { return kvSubject(r.bucket, r.key) }
+
+// watchedKeys is what one watch follows — one key, or the two a keyFold folds — and what it does
+// with their values. The keys of one watch are read in the order the server noticed their
+// writes, by one goroutine: a fold sees the fleet key put before it sees the node key deleted
+// after it (a rollout's completion), and never reports the gap between the two.
+type watchedKeys struct {
+	bucket string
+	keys   []string
+	// start is called before the first entry of every watch of the keys.
+	start func()
+	// handle takes each new value of a key. A nil entry says the values handed so far are all
+	// the watch knows for now — the keys' initial values (which may be none), then each batch
+	// of changes — so a fold reports then. It returns false when the session is over.
+	handle func(ctx context.Context, e *keyEntry) bool
 }
+
+func (k watchedKeys) String() string { return kvSubject(k.bucket, strings.Join(k.keys, ",")) }
 
 // watch keeps a watch on k open until ctx ends, retrying with backoff while the bucket is
 // missing or the watch fails.
-func (l *Link) watch(ctx context.Context, k watchedKey) {
+func (l *Link) watch(ctx context.Context, k watchedKeys) {
 	backoff := l.opts.RetryMin
 	warned := false
 	for ctx.Err() == nil {
@@ -69,10 +83,10 @@ func (l *Link) watch(ctx context.Context, k watchedKey) {
 			return
 		}
 		if !warned {
-			l.log.Warn("link: cannot watch; retrying", "bucket", k.bucket, "key", k.key, "err", err)
+			l.log.Warn("link: cannot watch; retrying", "bucket", k.bucket, "key", strings.Join(k.keys, ","), "err", err)
 			warned = true
 		} else {
-			l.log.Debug("link: cannot watch; retrying", "bucket", k.bucket, "key", k.key, "err", err, "in", backoff)
+			l.log.Debug("link: cannot watch; retrying", "bucket", k.bucket, "key", strings.Join(k.keys, ","), "err", err, "in", backoff)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -89,93 +103,203 @@ func (l *Link) watch(ctx context.Context, k watchedKey) {
 func kvStream(bucket string) string       { return "KV_" + bucket }
 func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
-// watchOnce follows k until ctx ends or the watch fails: the key's current value (none, a value,
-// or a delete marker), the end-of-initial-values mark, then every change.
-func (l *Link) watchOnce(ctx context.Context, k watchedKey, healthy func()) error {
-	subject := kvSubject(k.bucket, k.key)
-	notices := make(chan *nats.Msg, maxNotices)
-	sub, err := l.nc.ChanSubscribe(subject, notices)
-	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", subject, err)
-	}
-	defer sub.Unsubscribe()
-	// The subscription is on the server before the first get: a write after the get is noticed.
-	fctx, cancel := context.WithTimeout(ctx, l.opts.PublishTimeout)
-	err = l.nc.FlushWithContext(fctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", subject, err)
-	}
-	st, err := l.js.Stream(ctx, kvStream(k.bucket))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", k.bucket, err)
-	}
-	if err != nil {
-		return fmt.Errorf("open KV bucket %s: %w", k.bucket, err)
-	}
-	if !st.CachedInfo().Config.AllowDirect {
-		return fmt.Errorf("KV bucket %s does not allow direct gets (its stream's allow_direct), which a node reads its keys with; recreate it with `mesh-release init`", k.bucket)
-	}
-	e, err := l.entryNotBehind(ctx, st, k)
+// watchOnce follows k until ctx ends or the watch fails: the keys' current values (none, a
+// value, or a delete marker), the end-of-initial-values mark, then every change, a batch at a
+// time.
+func (l *Link) watchOnce(ctx context.Context, k watchedKeys, healthy func()) error {
+	n, err := l.subscribeNotices(ctx, k)
 	if err != nil {
 		return err
+	}
+	defer n.stop()
+	st, err := l.directStream(ctx, k.bucket)
+	if err != nil {
+		return err
+	}
+	if err := l.takeInitial(ctx, st, k, healthy); err != nil {
+		return err
+	}
+	for {
+		if err := n.wait(ctx); err != nil {
+			return err
+		}
+		// Every key noticed is read before the batch is handed on, in k's order.
+		for _, key := range n.take(k.keys) {
+			if err := l.catchUp(ctx, st, k, key, n); err != nil {
+				return err
+			}
+		}
+		if !k.handle(ctx, nil) {
+			return ctx.Err()
+		}
+	}
+}
+
+// notices are the write notices of one watch's keys, on one channel in the order the server
+// sent them; pending are the keys noticed and not yet read.
+type notices struct {
+	ch      chan *nats.Msg
+	subs    []*nats.Subscription
+	prefix  string // the bucket's subjects' "$KV.<bucket>."
+	pending map[string]bool
+	dropped int
+}
+
+// subscribeNotices subscribes to each of k's keys, and waits until the server has the
+// subscriptions: a write after the first get is noticed.
+func (l *Link) subscribeNotices(ctx context.Context, k watchedKeys) (*notices, error) {
+	n := &notices{ch: make(chan *nats.Msg, maxNotices), prefix: kvSubject(k.bucket, ""), pending: map[string]bool{}}
+	for _, key := range k.keys {
+		sub, err := l.nc.ChanSubscribe(kvSubject(k.bucket, key), n.ch)
+		if err != nil {
+			n.stop()
+			return nil, fmt.Errorf("subscribe to %s: %w", kvSubject(k.bucket, key), err)
+		}
+		n.subs = append(n.subs, sub)
+	}
+	fctx, cancel := context.WithTimeout(ctx, l.opts.PublishTimeout)
+	defer cancel()
+	if err := l.nc.FlushWithContext(fctx); err != nil {
+		n.stop()
+		return nil, fmt.Errorf("subscribe to %s: %w", k, err)
+	}
+	return n, nil
+}
+
+func (n *notices) stop() {
+	for _, s := range n.subs {
+		s.Unsubscribe()
+	}
+}
+
+func (n *notices) note(m *nats.Msg) { n.pending[strings.TrimPrefix(m.Subject, n.prefix)] = true }
+
+// wait returns once a key is noticed (at once if one is pending), with every notice waiting
+// taken in: one get answers them all.
+func (n *notices) wait(ctx context.Context) error {
+	if len(n.pending) == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-n.ch:
+			n.note(m)
+		}
+	}
+	for {
+		select {
+		case m := <-n.ch:
+			n.note(m)
+		default:
+			// A notice dropped for a full channel may have been any key's: all are read.
+			dropped := 0
+			for _, s := range n.subs {
+				d, _ := s.Dropped()
+				dropped += d
+			}
+			if dropped != n.dropped {
+				n.dropped = dropped
+				for _, s := range n.subs {
+					n.pending[strings.TrimPrefix(s.Subject, n.prefix)] = true
+				}
+			}
+			return nil
+		}
+	}
+}
+
+// take returns the keys pending, in keys' order, and clears them.
+func (n *notices) take(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if n.pending[k] {
+			out = append(out, k)
+			delete(n.pending, k)
+		}
+	}
+	return out
+}
+
+// directStream is bucket's stream, which must allow direct gets.
+func (l *Link) directStream(ctx context.Context, bucket string) (jetstream.Stream, error) {
+	st, err := l.js.Stream(ctx, kvStream(bucket))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("KV bucket %s does not exist yet (mesh-release init creates it): %w", bucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", bucket, err)
+	}
+	if !st.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("KV bucket %s does not allow direct gets (its stream's allow_direct), which a node reads its keys with; recreate it with `mesh-release init`", bucket)
+	}
+	return st, nil
+}
+
+// takeInitial reads each of k's keys (never behind what the link has seen of it), hands on those
+// that have a value, then the end-of-initial-values mark.
+func (l *Link) takeInitial(ctx context.Context, st jetstream.Stream, k watchedKeys, healthy func()) error {
+	entries := make([]*keyEntry, len(k.keys))
+	for i, key := range k.keys {
+		e, err := l.entryNotBehind(ctx, st, keyRef{k.bucket, key})
+		if err != nil {
+			return err
+		}
+		entries[i] = e
 	}
 	healthy()
 	if k.start != nil {
 		k.start()
 	}
-	if e != nil && !l.take(ctx, k, e) {
-		return ctx.Err()
+	for _, e := range entries {
+		if e != nil && !l.take(ctx, k, e) {
+			return ctx.Err()
+		}
 	}
 	if !k.handle(ctx, nil) {
 		return ctx.Err()
 	}
-	seen := l.floor(k)
-	for {
+	return nil
+}
+
+// catchUp reads key after a notice until the answer is past the revision the link has seen: on
+// a cluster a direct get may be answered by a replica that has not stored the write yet. The
+// pauses are staleRetries, cut short by a notice; after the last, the next write or reconnect
+// catches up. A notice that the link had already read the write of is asked again the same
+// way, holding the watch's other key up to the sum of the pauses: rare (two writes of one key
+// within a get), and the price of never reading a fold's keys out of order.
+func (l *Link) catchUp(ctx context.Context, st jetstream.Stream, k watchedKeys, key string, n *notices) error {
+	r := keyRef{k.bucket, key}
+	seen := l.floor(r)
+	for try := 0; ; try++ {
+		e, err := l.lastEntry(ctx, st, r)
+		if err != nil {
+			return err
+		}
+		if e != nil && e.Revision > seen {
+			if !l.take(ctx, k, e) {
+				return ctx.Err()
+			}
+			return nil
+		}
+		// The same revision (the write is not on the replica that answered yet), an older
+		// one or none (a replica behind, a server catching up): asked again.
+		if try == len(staleRetries) {
+			if e == nil || e.Revision < seen {
+				// Still behind: the watch starts again, which waits longer for the bus to
+				// catch up, and takes what it then says (entryNotBehind).
+				return fmt.Errorf("%s: the bus answers with %s, behind revision %d this node has seen", r.subject(), revisionText(e), seen)
+			}
+			return nil
+		}
+		t := time.NewTimer(staleRetries[try])
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
-		case <-notices:
-		}
-		// One get answers every notice waiting.
-		for drained := false; !drained; {
-			select {
-			case <-notices:
-			default:
-				drained = true
-			}
-		}
-		for try := 0; ; try++ {
-			e, err := l.lastEntry(ctx, st, k)
-			if err != nil {
-				return err
-			}
-			if e != nil && e.Revision > seen {
-				seen = e.Revision
-				if !l.take(ctx, k, e) {
-					return ctx.Err()
-				}
-				break
-			}
-			// The same revision (the write is not on the replica that answered yet), an older
-			// one or none (a replica behind, a server catching up): asked again.
-			if try == len(staleRetries) {
-				if e == nil || e.Revision < seen {
-					// Still behind: the watch starts again, which waits longer for the bus to
-					// catch up, and takes what it then says (entryNotBehind).
-					return fmt.Errorf("%s: the bus answers with %s, behind revision %d this node has seen", subject, revisionText(e), seen)
-				}
-				break
-			}
-			t := time.NewTimer(staleRetries[try])
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-notices:
-				t.Stop()
-			case <-t.C:
-			}
+		case m := <-n.ch:
+			t.Stop()
+			n.note(m)
+			delete(n.pending, key) // this get answers it
+		case <-t.C:
 		}
 	}
 }
@@ -188,12 +312,12 @@ var behindRetries = append(append([]time.Duration{}, staleRetries...),
 	5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second,
 	5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second, 5*time.Second)
 
-// entryNotBehind is k's last value, asked again while it is behind the newest revision of k
-// the link has seen (behindRetries).
-func (l *Link) entryNotBehind(ctx context.Context, st jetstream.Stream, k watchedKey) (*keyEntry, error) {
-	floor := l.floor(k)
+// entryNotBehind is r's last value, asked again while it is behind the newest revision of r the
+// link has seen (behindRetries).
+func (l *Link) entryNotBehind(ctx context.Context, st jetstream.Stream, r keyRef) (*keyEntry, error) {
+	floor := l.floor(r)
 	for try := 0; ; try++ {
-		e, err := l.lastEntry(ctx, st, k)
+		e, err := l.lastEntry(ctx, st, r)
 		if err != nil {
 			return nil, err
 		}
@@ -202,11 +326,11 @@ func (l *Link) entryNotBehind(ctx context.Context, st jetstream.Stream, k watche
 		}
 		if try == len(behindRetries) {
 			l.log.Warn("link: the bus still answers with an older value of a key than this node saw; taking it (was the bucket made again?)",
-				"key", kvSubject(k.bucket, k.key), "answer", revisionText(e), "seen", floor)
-			l.setFloor(k, 0)
+				"key", r.subject(), "answer", revisionText(e), "seen", floor)
+			l.setFloor(r, 0)
 			if e == nil {
 				// Gone, as far as the bus now says.
-				e = &keyEntry{Key: k.key, Deleted: true}
+				e = &keyEntry{Key: r.key, Deleted: true}
 			}
 			return e, nil
 		}
@@ -227,48 +351,49 @@ func revisionText(e *keyEntry) string {
 	return fmt.Sprintf("revision %d", e.Revision)
 }
 
-// take hands e to k and remembers its revision as the newest the link has seen of k.
-func (l *Link) take(ctx context.Context, k watchedKey, e *keyEntry) bool {
-	if e.Revision > l.floor(k) {
-		l.setFloor(k, e.Revision)
+// take hands e to k and remembers its revision as the newest the link has seen of its key.
+func (l *Link) take(ctx context.Context, k watchedKeys, e *keyEntry) bool {
+	r := keyRef{k.bucket, e.Key}
+	if e.Revision > l.floor(r) {
+		l.setFloor(r, e.Revision)
 	}
 	return k.handle(ctx, e)
 }
 
-// floor is the newest revision of k the link has seen, in any session; 0 when none.
-func (l *Link) floor(k watchedKey) uint64 {
+// floor is the newest revision of r the link has seen, in any session; 0 when none.
+func (l *Link) floor(r keyRef) uint64 {
 	l.floorsMu.Lock()
 	defer l.floorsMu.Unlock()
-	return l.floors[kvSubject(k.bucket, k.key)]
+	return l.floors[r.subject()]
 }
 
-func (l *Link) setFloor(k watchedKey, rev uint64) {
+func (l *Link) setFloor(r keyRef, rev uint64) {
 	l.floorsMu.Lock()
 	defer l.floorsMu.Unlock()
 	if l.floors == nil {
 		l.floors = map[string]uint64{}
 	}
-	l.floors[kvSubject(k.bucket, k.key)] = rev
+	l.floors[r.subject()] = rev
 }
 
-// lastEntry is k's last value on the bus, by a direct get of the last message on its subject;
+// lastEntry is r's last value on the bus, by a direct get of the last message on its subject;
 // nil when the key was never written (or its history is gone).
-func (l *Link) lastEntry(ctx context.Context, st jetstream.Stream, k watchedKey) (*keyEntry, error) {
-	m, err := st.GetLastMsgForSubject(ctx, kvSubject(k.bucket, k.key))
+func (l *Link) lastEntry(ctx context.Context, st jetstream.Stream, r keyRef) (*keyEntry, error) {
+	m, err := st.GetLastMsgForSubject(ctx, r.subject())
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
 		// The server drops a request the user may not make and answers nothing.
-		return nil, fmt.Errorf("get %s: no answer; if the link is up, this node's user may not get its keys directly — a node enrolled while nodes followed their keys with consumers must enrol again (`mesh-host enrol --replace TOKEN`): %w", kvSubject(k.bucket, k.key), err)
+		return nil, fmt.Errorf("get %s: no answer; if the link is up, this node's user may not get its keys directly — a node enrolled while nodes followed their keys with consumers must enrol again (`mesh-host enrol --replace TOKEN`): %w", r.subject(), err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", kvSubject(k.bucket, k.key), err)
+		return nil, fmt.Errorf("get %s: %w", r.subject(), err)
 	}
-	if m.Subject != kvSubject(k.bucket, k.key) || m.Sequence == 0 {
-		return nil, fmt.Errorf("get %s: the server answered with %s #%d", kvSubject(k.bucket, k.key), m.Subject, m.Sequence)
+	if m.Subject != r.subject() || m.Sequence == 0 {
+		return nil, fmt.Errorf("get %s: the server answered with %s #%d", r.subject(), m.Subject, m.Sequence)
 	}
-	e := &keyEntry{Key: k.key, Revision: m.Sequence, Deleted: isDeleteMarker(m.Header)}
+	e := &keyEntry{Key: r.key, Revision: m.Sequence, Deleted: isDeleteMarker(m.Header)}
 	if !e.Deleted {
 		e.Value = m.Data
 	}
@@ -294,8 +419,8 @@ func isDeleteMarker(h nats.Header) bool {
 
 // revisionWatcher reports each new revision of one key once, across sessions: seen keeps the
 // last revision reported.
-func (l *Link) revisionWatcher(bucket, key string, seen *revSeen, event func(*keyEntry) Event) watchedKey {
-	return watchedKey{bucket: bucket, key: key, handle: func(ctx context.Context, e *keyEntry) bool {
+func (l *Link) revisionWatcher(bucket, key string, seen *revSeen, event func(*keyEntry) Event) watchedKeys {
+	return watchedKeys{bucket: bucket, keys: []string{key}, handle: func(ctx context.Context, e *keyEntry) bool {
 		if e == nil || (seen.ok && e.Revision == seen.rev) {
 			return true
 		}
@@ -313,48 +438,49 @@ type revSeen struct {
 	rev uint64
 }
 
-// keyFold folds a node's own key and the fleet's, each on its own watch, into the one in force
-// (the node's while present): report is called once both keys' initial values are in and on
-// every change after, with the fold's lock held, so the two watches report one at a time.
+// keyFold folds a node's own key and the fleet's, followed by one watch, into the one in force
+// (the node's while present): report is called once both keys' initial values are in and after
+// every batch of changes, so a rollout's completion (the fleet key put, then the node's
+// deleted) is reported as one change when both writes are in one batch, and as the node's value
+// then the fleet's when they are not — never as the gap between them. The lock keeps a
+// session's reports from overlapping a stopped one's.
 type keyFold struct {
 	mu    sync.Mutex
+	keys  [2]string
 	entry [2]*keyEntry // node, fleet; nil while absent or deleted
-	ready [2]bool
 }
 
-func (f *keyFold) watches(bucket string, keys [2]string, report func(ctx context.Context, node, fleet *keyEntry) bool) []watchedKey {
-	out := make([]watchedKey, 2)
-	for i, key := range keys {
-		out[i] = watchedKey{bucket: bucket, key: key,
-			// A watch started again forgets what the last one said: its key is unknown until
-			// the initial value is in, and nothing is reported meanwhile.
-			start: func() {
-				f.mu.Lock()
-				f.entry[i], f.ready[i] = nil, false
-				f.mu.Unlock()
-			},
-			handle: func(ctx context.Context, e *keyEntry) bool {
-				f.mu.Lock()
-				defer f.mu.Unlock()
-				switch {
-				case e == nil:
-					f.ready[i] = true
-				case e.Deleted:
-					f.entry[i] = nil
-				default:
-					f.entry[i] = e
-				}
-				if !f.ready[0] || !f.ready[1] {
-					return true
-				}
+func (f *keyFold) watches(bucket string, keys [2]string, report func(ctx context.Context, node, fleet *keyEntry) bool) watchedKeys {
+	f.keys = keys
+	return watchedKeys{bucket: bucket, keys: keys[:],
+		// A watch started again forgets what the last one said: the keys are unknown until
+		// their initial values are in, and nothing is reported meanwhile.
+		start: func() {
+			f.mu.Lock()
+			f.entry = [2]*keyEntry{}
+			f.mu.Unlock()
+		},
+		handle: func(ctx context.Context, e *keyEntry) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if e == nil {
 				return report(ctx, f.entry[0], f.entry[1])
-			}}
-	}
-	return out
+			}
+			i := 0
+			if e.Key == f.keys[1] {
+				i = 1
+			}
+			if e.Deleted {
+				f.entry[i] = nil
+			} else {
+				f.entry[i] = e
+			}
+			return true
+		}}
 }
 
 // targetWatches follow the node's target key and the fleet's, folded into the effective target.
-func (l *Link) targetWatches(f *keyFold) []watchedKey {
+func (l *Link) targetWatches(f *keyFold) watchedKeys {
 	return f.watches(l.opts.Names.Targets(), [2]string{wire.NodeTargetKey(l.opts.Node), wire.FleetTargetKey}, l.reportTarget)
 }
 

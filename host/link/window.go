@@ -31,7 +31,7 @@ type windowFold struct {
 	revision uint64
 }
 
-func (l *Link) windowWatches(f *windowFold) []watchedKey {
+func (l *Link) windowWatches(f *windowFold) watchedKeys {
 	return f.watches(l.opts.Names.Targets(), [2]string{wire.NodeWindowKey(l.opts.Node), wire.FleetWindowKey},
 		func(ctx context.Context, _, _ *keyEntry) bool { return f.report(ctx) })
 }
