@@ -212,7 +212,7 @@ func prepare(o *Options) (wire.EnrolToken, error) {
 	if tok.Node != "" && tok.Node != o.Node {
 		return tok, fmt.Errorf("enrol: the token is for node %s, not %s", tok.Node, o.Node)
 	}
-	o = o.withDefaults()
+	*o = o.withDefaults()
 	// Expiry is the server's and the service's to judge, by their clocks: a node's clock may be
 	// wrong before it has ever synchronised, so an expiry past by this clock alone refuses
 	// nothing; it only names why the server refused the token user.

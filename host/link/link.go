@@ -175,7 +175,7 @@ type Link struct {
 // Open starts the link: it dials the bus in the background and returns at once, even when the
 // server is unreachable. Read Events until Close.
 func Open(ctx context.Context, o Options) (*Link, error) {
-	o, err := o.withDefaults()
+	o, err := o.checked()
 	if err != nil {
 		return nil, err
 	}
@@ -205,8 +205,8 @@ func Open(ctx context.Context, o Options) (*Link, error) {
 	return l, nil
 }
 
-// withDefaults checks o and fills in the defaults its fields name; the one place they are set.
-func (o Options) withDefaults() (Options, error) {
+// checked checks o and returns it with its defaults filled (withDefaults) and its URLs given a scheme.
+func (o Options) checked() (Options, error) {
 	if len(o.URLs) == 0 {
 		return o, errors.New("link: no NATS URL; set nats_urls in host.json or MESH_HOST_NATS_URL, or run without a link")
 	}
