@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/base64"
 	"io"
-	"net"
-	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -23,86 +21,31 @@ import (
 // HPUB) whose subject is lose's is not passed on, and the connection is cut both ways. The
 // client reconnects through it; what follows passes. It counts every request by subject.
 type loser struct {
+	*tcpProxy
 	t    testing.TB
-	ln   net.Listener
-	to   string
 	lose string // the subject of the request lost
 	nth  int    // which one of them (1 is the first)
 	// onLose, when set, runs (in its own goroutine) once the request was lost: a server
 	// killed with it.
 	onLose func()
 
-	mu    sync.Mutex
-	seen  map[string]int
-	lost  chan struct{} // closed once the request was lost
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu   sync.Mutex
+	seen map[string]int
+	lost chan struct{} // closed once the request was lost
 }
 
 func startLoser(t testing.TB, busURL, subject string, nth int) *loser {
 	t.Helper()
-	u, err := url.Parse(busURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &loser{t: t, ln: ln, to: u.Host, lose: subject, nth: nth, seen: map[string]int{}, lost: make(chan struct{})}
-	l.wg.Add(1)
-	go l.accept()
-	t.Cleanup(l.stop)
+	l := &loser{t: t, lose: subject, nth: nth, seen: map[string]int{}, lost: make(chan struct{})}
+	l.tcpProxy = startTCPProxy(t, busURL, l.forward, copyAll)
 	return l
 }
-
-func (l *loser) URL() string { return "nats://" + l.ln.Addr().String() }
 
 // asked is how many requests on subject passed through or were lost.
 func (l *loser) asked(subject string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.seen[subject]
-}
-
-func (l *loser) stop() {
-	l.ln.Close()
-	l.mu.Lock()
-	for _, c := range l.conns {
-		c.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-}
-
-func (l *loser) accept() {
-	defer l.wg.Done()
-	for {
-		client, err := l.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", l.to)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		l.mu.Lock()
-		l.conns = append(l.conns, client, server)
-		l.mu.Unlock()
-		l.wg.Add(2)
-		go func() {
-			defer l.wg.Done()
-			l.forward(server, client)
-			server.Close()
-			client.Close()
-		}()
-		go func() {
-			defer l.wg.Done()
-			io.Copy(client, server)
-			client.Close()
-		}()
-	}
 }
 
 // forward passes the client's protocol on, op by op, until it loses the request.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -14,37 +13,23 @@ import (
 // client→server direction as it comes and the server→client direction at rate bytes a second,
 // and hold makes it stop forwarding that direction (a stalled link) until release.
 type relay struct {
+	*tcpProxy
 	t    testing.TB
-	ln   net.Listener
-	to   string
 	rate int
 
-	mu    sync.Mutex
-	open  chan struct{} // closed while forwarding
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu   sync.Mutex
+	open chan struct{} // closed while forwarding
 }
 
 // startRelay relays to the bus at busURL (nats://host:port); URL is where clients connect.
 func startRelay(t testing.TB, busURL string, rate int) *relay {
 	t.Helper()
-	u, err := url.Parse(busURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{t: t, ln: ln, to: u.Host, rate: rate, open: make(chan struct{})}
+	r := &relay{t: t, rate: rate, open: make(chan struct{})}
 	close(r.open)
-	r.wg.Add(1)
-	go r.accept()
-	t.Cleanup(r.stop)
+	r.tcpProxy = startTCPProxy(t, busURL, copyAll, r.paced)
+	t.Cleanup(r.release) // before the proxy stops (cleanups run last first): a held copy ends
 	return r
 }
-
-func (r *relay) URL() string { return "nats://" + r.ln.Addr().String() }
 
 // hold stops forwarding server→client bytes; connections stay open.
 func (r *relay) hold() {
@@ -72,46 +57,6 @@ func (r *relay) gate() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.open
-}
-
-func (r *relay) stop() {
-	r.ln.Close()
-	r.release()
-	r.mu.Lock()
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
-}
-
-func (r *relay) accept() {
-	defer r.wg.Done()
-	for {
-		client, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", r.to)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		r.mu.Lock()
-		r.conns = append(r.conns, client, server)
-		r.mu.Unlock()
-		r.wg.Add(2)
-		go func() {
-			defer r.wg.Done()
-			io.Copy(server, client)
-			server.Close()
-		}()
-		go func() {
-			defer r.wg.Done()
-			r.paced(client, server)
-			client.Close()
-		}()
-	}
 }
 
 // paced copies src to dst at r.rate bytes a second, waiting while the relay is held.
