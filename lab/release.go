@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
@@ -19,6 +20,8 @@ type Release struct {
 	// Launcher is the mesh-launcher each release carries (the one the lab's nodes run); ""
 	// builds releases without one (--no-launcher, schema 1), as for hosts older than schema 2.
 	Launcher string
+	// Launchers are the launchers a release for several platforms carries, by GOARCH.
+	Launchers map[string]string
 	// Env is more environment (KEY=VALUE) for every command: the bus's credentials and CA
 	// (MESH_NATS_CREDS, MESH_NATS_CA) when it is a cluster of stock servers.
 	Env []string
@@ -70,6 +73,16 @@ func (r *Release) Build(ctx context.Context, version, binary string) (string, er
 	}
 	_, err := r.Run(ctx, args...)
 	return dir, err
+}
+
+// BuildPlatforms packs and signs one release of version for several platforms, each GOARCH's
+// host binary (hosts) with its launcher (Launchers) beside it, into Out/<version>, and returns
+// that directory. A release for this machine's platform alone is Build's.
+func (r *Release) BuildPlatforms(ctx context.Context, version string, hosts map[string]string) (string, error) {
+	if len(hosts) == 1 && hosts[runtime.GOARCH] != "" {
+		return r.Build(ctx, version, hosts[runtime.GOARCH])
+	}
+	return "", fmt.Errorf("build %s for %d platforms: not yet", version, len(hosts))
 }
 
 // Publish publishes a release directory Build made.
