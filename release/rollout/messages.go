@@ -114,7 +114,7 @@ func leftOutMessage(st State, i int, node string, since time.Time, now time.Time
 func haltedMessage(st State, i, troubled, nodes int) string {
 	what := fmt.Sprintf("%d of %s showed trouble", troubled, count(nodes, "node"))
 	if h := st.Halt; h != nil && len(h.Platforms) > 0 {
-		what = outcomesText(h.Platforms, st.Batches[i].Name == "canary")
+		what = outcomesText(h.Platforms, isCanary(st, i))
 	}
 	return fmt.Sprintf("HALTED in %s: %s; %s was not set as the fleet target and the batch's targets are set back",
 		batchLabel(st, i), what, st.Version)

@@ -102,33 +102,44 @@ type PlatformError struct {
 }
 
 func (e *PlatformError) Error() string {
-	var parts []string
-	for i, m := range e.Missing {
-		if i == maxPlatformsNamed {
-			parts = append(parts, fmt.Sprintf("and %d more platforms without a build", len(e.Missing)-maxPlatformsNamed))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s has no %s build; %s %s", e.Version, m.Platform, count(m.Nodes, "node"), runs(m.Nodes, m.Platform)))
-	}
-	var remedies []string
+	var says []string
 	if len(e.Missing) > 0 {
-		var flags []string
-		for _, m := range e.Missing[:min(len(e.Missing), maxPlatformsNamed)] {
+		var parts, flags []string
+		for i, m := range e.Missing {
+			if i == maxPlatformsNamed {
+				parts = append(parts, fmt.Sprintf("and %d more platforms without a build", len(e.Missing)-maxPlatformsNamed))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s has no %s build; %s %s", e.Version, m.Platform, count(m.Nodes, "node"), runs(m.Nodes, m.Platform)))
 			flags = append(flags, "--skip-platform "+m.Platform)
 		}
-		remedies = append(remedies, fmt.Sprintf("publish a version with builds for them (it has %s), or leave those nodes out with %s",
-			strings.Join(e.Has, ", "), strings.Join(flags, " ")))
+		says = append(says, fmt.Sprintf("%s. Publish a version with %s (%s has %s), or leave %s out with %s",
+			strings.Join(parts, "; "), thoseBuilds(len(parts)), e.Version, strings.Join(e.Has, ", "), them(len(parts)), strings.Join(flags, " ")))
 	}
 	if len(e.Old) > 0 {
 		n := 0
 		for _, o := range e.Old {
 			n += o.Nodes
 		}
-		parts = append(parts, fmt.Sprintf("%s's manifest is schema %d, which the hosts of %s cannot read (their heartbeats say no manifest_schema %d or more: hosts from before it): %s",
-			e.Version, e.Schema, count(n, "node"), e.Schema, countsText(e.Old)))
-		remedies = append(remedies, "publish the release for them with `mesh-release publish --manifest-schema 3`, or leave them out with --skip-old-hosts")
+		says = append(says, fmt.Sprintf("%s's manifest is schema %d, which the hosts of %s cannot read (%s): their heartbeats say no manifest_schema of %d or more. "+
+			"Publish it for them as schema 3 with `mesh-release publish --manifest-schema 3`, or leave them out with --skip-old-hosts",
+			e.Version, e.Schema, count(n, "node"), countsText(e.Old), e.Schema))
 	}
-	return strings.Join(parts, "; ") + ". To go on: " + strings.Join(remedies, "; ")
+	return strings.Join(says, ". ")
+}
+
+func thoseBuilds(n int) string {
+	if n == 1 {
+		return "that build"
+	}
+	return "those builds"
+}
+
+func them(n int) string {
+	if n == 1 {
+		return "its nodes"
+	}
+	return "their nodes"
 }
 
 func runs(n int, p string) string {

@@ -302,8 +302,7 @@ func writeStatusHalt(b *strings.Builder, st State, now time.Time) {
 	n := len(h.Nodes) + h.More
 	fmt.Fprintf(b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
 	if len(h.Platforms) > 0 {
-		canary := h.Batch >= 0 && h.Batch < len(st.Batches) && st.Batches[h.Batch].Name == "canary"
-		fmt.Fprintf(b, "  by platform: %s\n", outcomesText(h.Platforms, canary))
+		fmt.Fprintf(b, "  by platform: %s\n", outcomesText(h.Platforms, isCanary(st, h.Batch)))
 	}
 	for _, r := range h.Nodes {
 		writeReason(b, r, now, "  ")
@@ -341,8 +340,8 @@ func summary(st State, now time.Time) string {
 		if h := st.Halt; h != nil {
 			s += fmt.Sprintf(" in batch %s at %s", batchOf(st, h.Batch), minuteAt(h.At, now))
 			switch n := len(h.Nodes) + h.More; {
-			case troubledPlatforms(h) != "":
-				s += " — " + troubledPlatforms(h)
+			case troubledPlatforms(st, h) != "":
+				s += " — " + troubledPlatforms(st, h)
 			case n == 1 && len(h.Nodes) == 1:
 				s += fmt.Sprintf(" — %s %s", oneLine(h.Nodes[0].Node, maxIDText), whyText(NodeReason{Why: h.Nodes[0].Why}, now))
 			case n > 0:
@@ -378,15 +377,20 @@ func summary(st State, now time.Time) string {
 }
 
 // troubledPlatforms is the platforms of a halt that showed trouble, said as outcomesText does:
-// "2 of 2 linux/arm64 nodes rolled back"; "" when the halt says none by platform.
-func troubledPlatforms(h *Halt) string {
+// "2 of 2 linux/arm64 canaries rolled back"; "" when the halt says none by platform.
+func troubledPlatforms(st State, h *Halt) string {
 	var bad []PlatformOutcome
 	for _, o := range h.Platforms {
 		if o.Troubled > 0 {
 			bad = append(bad, o)
 		}
 	}
-	return outcomesText(bad, false)
+	return outcomesText(bad, isCanary(st, h.Batch))
+}
+
+// isCanary reports whether batch i is the canaries.
+func isCanary(st State, i int) bool {
+	return i >= 0 && i < len(st.Batches) && st.Batches[i].Name == "canary"
 }
 
 func policyWords(st State) string {
