@@ -549,3 +549,37 @@ func FleetGate(ctx context.Context, js jetstream.JetStream, n wire.Names, o Opti
 func SkippedText(skipped []SkippedPlatform) string {
 	return strings.TrimPrefix(skippedWords(State{Skipped: skipped}), "; left out by platform: ")
 }
+
+// PlatformLabel is a node's platform as its heartbeat says it, for a count or a label: its
+// profile's (wire.ProfilePlatform), printable and bounded, or UnknownPlatform.
+func PlatformLabel(hb wire.Heartbeat) string {
+	_, p := platformOf(hb)
+	return platformLabel(p)
+}
+
+// Platforms are the platforms st names — of its batches, of the nodes it left out by
+// platform, of its halt — sorted: a bounded set (a planned platform passed the gate, so the
+// version has a build for it), what per-platform counts of it are labelled with.
+func (st State) Platforms() []string {
+	seen := map[string]bool{}
+	for _, b := range st.Batches {
+		for _, c := range b.Platforms {
+			seen[c.Platform] = true
+		}
+	}
+	for _, s := range st.Skipped {
+		seen[s.Platform] = true
+	}
+	if st.Halt != nil {
+		for _, o := range st.Halt.Platforms {
+			seen[o.Platform] = true
+		}
+	}
+	return slices.Sorted(func(yield func(string) bool) {
+		for p := range seen {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+}
