@@ -583,3 +583,15 @@ func (st State) Platforms() []string {
 		}
 	})
 }
+
+// HaltByPlatform says how each platform of st's halted batch fared ("2 of 2 linux/arm64
+// canaries rolled back; linux/amd64 canaries confirmed"); "" when the halt says none by platform.
+func (st State) HaltByPlatform() string {
+	if st.Halt == nil {
+		return ""
+	}
+	return outcomesText(st.Halt.Platforms, isCanary(st, st.Halt.Batch))
+}
+
+// SkippedWhy says why a platform's nodes were left out of st, for a person.
+func (st State) SkippedWhy(s SkippedPlatform) string { return skippedWhy(st, s) }
