@@ -45,7 +45,7 @@ type plannedFleet struct {
 // the batches cut, each counting its nodes by platform.
 func planFleet(o Options, rel release, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
 	all, why := fleetMembers(o, entries, now)
-	members, skipped, err := gate(o, rel, all)
+	members, skipped, err := gate(o, rel, all, why)
 	if err != nil {
 		return plannedFleet{}, err
 	}

@@ -167,7 +167,8 @@ func countsText(cs []PlatformCount) string {
 // names it, and — for a manifest of schema wire.ManifestSchemaPlatforms or newer — a member
 // whose host cannot read it, unless --skip-old-hosts. A member of no known platform is kept:
 // nothing says what it runs, and its host refuses a version it cannot take by name.
-func gate(o Options, rel release, members []planMember) ([]planMember, []SkippedPlatform, error) {
+// why (when not nil) gets why each member left out is, for --canary-nodes.
+func gate(o Options, rel release, members []planMember, why map[string]string) ([]planMember, []SkippedPlatform, error) {
 	skip := make(map[string]bool, len(o.SkipPlatforms))
 	for _, p := range o.SkipPlatforms {
 		if pp, err := wire.ParsePlatform(p); err == nil {
@@ -183,12 +184,18 @@ func gate(o Options, rel release, members []planMember) ([]planMember, []Skipped
 		switch {
 		case m.platform != "" && skip[m.platform]:
 			asked[m.platform]++
+			if why != nil {
+				why[m.node] = fmt.Sprintf("its platform %s is left out by --skip-platform", m.platform)
+			}
 			continue
 		case m.platform != "" && !servedBy(rel, m, served):
 			missing[m.platform]++
 			continue
 		case rel.schema >= wire.ManifestSchemaPlatforms && m.reads < rel.schema:
 			old[platformLabel(m.platform)]++
+			if why != nil {
+				why[m.node] = fmt.Sprintf("its host cannot read %s's manifest schema %d (--skip-old-hosts)", rel.version, rel.schema)
+			}
 			continue
 		}
 		kept = append(kept, m)
@@ -302,7 +309,9 @@ func chooseCanaries(members []planMember, want int, given bool, named []string, 
 		if i < 0 {
 			i = firstOf(members, chosen, func(m planMember) bool { return m.platform == p })
 		}
-		take(i)
+		if i >= 0 {
+			take(i)
+		}
 	}
 	if len(named) == 0 {
 		spread(members, chosen, &n, want, isMetered)
@@ -540,7 +549,7 @@ func FleetGate(ctx context.Context, js jetstream.JetStream, n wire.Names, o Opti
 			members = append(members, memberOf(o.Version, e))
 		}
 	}
-	_, skipped, err := gate(o, releaseOf(m), members)
+	_, skipped, err := gate(o, releaseOf(m), members, nil)
 	return skipped, err
 }
 

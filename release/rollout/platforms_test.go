@@ -143,6 +143,11 @@ func TestTheCanaryBatchHoldsANodeOfEveryPlatform(t *testing.T) {
 			o: func(o *Options) { o.Canary = 3 }, canaries: 3, must: []string{"trixie", "new-kernel"}},
 		{name: "a platform of metered nodes only gets its metered canary", es: meteredArm, canaries: 2,
 			platforms: map[string]int{"linux/amd64": 1, "linux/arm64": 1}, must: []string{"linux-arm64-00"}},
+		{name: "a named canary of a platform left out is refused, saying so", es: three,
+			o: func(o *Options) {
+				o.CanaryNodes, o.SkipPlatforms = []string{"linux-arm-v7-00"}, []string{"linux/arm/v7"}
+			},
+			refuse: "--canary-nodes: linux-arm-v7-00 is not in the fleet of this rollout: its platform linux/arm/v7 is left out by --skip-platform"},
 		{name: "named canaries get one of each platform they miss", es: three,
 			o: func(o *Options) { o.CanaryNodes = []string{"linux-amd64-03"} }, canaries: 3,
 			platforms: map[string]int{"linux/amd64": 1, "linux/arm64": 1, "linux/arm/v7": 1}, must: []string{"linux-amd64-03"}},

@@ -91,9 +91,10 @@ process is gone is taken over at once. A halted or aborted rollout whose targets
 set back is set back.` + driveAbout + "\n" + exitsAbout
 
 const statusAbout = `Shows the current rollout, or the one named ID (like 20261129T131200Z-v1.2.0, as its events
-print it): its status and controller, what it was asked, each batch and its nodes, the nodes
-left out, and for a halt each node and why, with the last lines of a rolled-back version's
-output. --json writes the stored state. Exits 1 when no rollout was ever started on the bus.`
+print it): its status and controller, what it was asked, each batch and its nodes (by
+platform), the nodes left out (silent, or by platform), and for a halt how each platform fared
+and each node and why, with the last lines of a rolled-back version's output. --json writes the
+stored state. Exits 1 when no rollout was ever started on the bus.`
 
 const abortAbout = `Marks the current rollout aborted (by "<user>@<host>") and sets the targets of its batch in
 progress back to what each node ran, signed with --key; the controller driving it stops at its
