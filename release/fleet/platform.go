@@ -50,23 +50,46 @@ func platformStory(p *wire.Profile) string {
 	return cell(pl, maxIDCell) + why
 }
 
-// PlatformCount is how many nodes run one platform; Platform "" is the nodes whose heartbeat
-// says none.
+// PlatformCount is how many nodes run one platform, and of them how many of each STATE kind;
+// Platform "" is the nodes whose heartbeat says none.
 type PlatformCount struct {
-	Platform string `json:"platform"`
-	Nodes    int    `json:"nodes"`
+	Platform string
+	Nodes    int
+	Kinds    map[Kind]int
+}
+
+// Trouble is what the platform's nodes are in, besides ok and the ordinary kinds, as the
+// summary line words it (`1 silent, 2 rolled back`); "" when nothing is. A release that fails
+// on one platform only shows there.
+func (c PlatformCount) Trouble() string {
+	var parts []string
+	if n := c.Kinds[KindSilent]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d silent", n))
+	}
+	for _, k := range summaryKinds {
+		if n := c.Kinds[k.kind]; n > 0 && (k.kind.Trouble() || k.kind == KindUnreadable) {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k.word))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // PlatformsOf counts rs by platform, most nodes first (ties by name), the nodes of no known
 // platform last.
 func PlatformsOf(rs []Row) []PlatformCount {
-	m := make(map[string]int)
+	m := make(map[string]*PlatformCount)
 	for _, r := range rs {
-		m[r.Platform]++
+		c := m[r.Platform]
+		if c == nil {
+			c = &PlatformCount{Platform: r.Platform, Kinds: make(map[Kind]int)}
+			m[r.Platform] = c
+		}
+		c.Nodes++
+		c.Kinds[r.StatusKind]++
 	}
 	out := make([]PlatformCount, 0, len(m))
-	for p, n := range m {
-		out = append(out, PlatformCount{p, n})
+	for _, c := range m {
+		out = append(out, *c)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -84,8 +107,9 @@ func PlatformsOf(rs []Row) []PlatformCount {
 // shownPlatforms is how many platforms the line under the table names.
 const shownPlatforms = 8
 
-// platformsLine is `by platform: 4 linux/amd64, 2 linux/arm64, 1 unknown`, said when the fleet
-// runs more than one platform (or some nodes say none); "" otherwise, where the column says it.
+// platformsLine is `by platform: 4 linux/amd64, 2 linux/arm64 (1 rolled back), 1 unknown`, said
+// when the fleet runs more than one platform (or some nodes say none); "" otherwise, where the
+// column says it.
 // A platform is the node's word: bounded, and at most shownPlatforms named.
 func platformsLine(rs []Row) string {
 	counts := PlatformsOf(rs)
@@ -102,7 +126,11 @@ func platformsLine(rs []Row) string {
 		if name == "" {
 			name = "unknown"
 		}
-		parts = append(parts, fmt.Sprintf("%d %s", c.Nodes, name))
+		part := fmt.Sprintf("%d %s", c.Nodes, name)
+		if t := c.Trouble(); t != "" {
+			part += " (" + t + ")"
+		}
+		parts = append(parts, part)
 	}
 	return cell("by platform: "+strings.Join(parts, ", "), maxHeaderCell)
 }

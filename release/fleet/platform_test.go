@@ -92,24 +92,31 @@ func TestFleetSaysEachNodesPlatformFromItsHeartbeat(t *testing.T) {
 }
 
 // A mixed fleet's table ends with its nodes counted by platform, the most first, the nodes that
-// say none last; a fleet of one platform does not repeat what its column says.
+// say none last, each platform's troubled nodes said (a release failing on one platform shows
+// there); a fleet of one platform does not repeat what its column says.
 func TestFleetTableCountsAMixedFleetByPlatform(t *testing.T) {
 	amd := `{"os":"linux","arch":"amd64","platform":"linux/amd64"}`
 	arm := `{"os":"linux","arch":"arm64","platform":"linux/arm64"}`
 	for _, tc := range []struct {
 		name     string
 		profiles []string
+		troubled int    // the index of a node rolled back, -1 for none
 		want     string // the last line; "" for none
 	}{
-		{"one platform", []string{amd, amd}, ""},
-		{"mixed", []string{arm, amd, amd, amd, amd, arm}, "by platform: 4 linux/amd64, 2 linux/arm64"},
-		{"some say none", []string{amd, "", arm, `{"os":"linux","arch":"arm"}`}, "by platform: 1 linux/amd64, 1 linux/arm, 1 linux/arm64, 1 unknown"},
+		{"one platform", []string{amd, amd}, 1, ""},
+		{"mixed", []string{arm, amd, amd, amd, amd, arm}, -1, "by platform: 4 linux/amd64, 2 linux/arm64"},
+		{"mixed, an arm64 node rolled back", []string{arm, amd, amd, amd, amd, arm}, 5, "by platform: 4 linux/amd64, 2 linux/arm64 (1 rolled back)"},
+		{"some say none", []string{amd, "", arm, `{"os":"linux","arch":"arm"}`}, -1, "by platform: 1 linux/amd64, 1 linux/arm, 1 linux/arm64, 1 unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var es []Entry
 			for i, p := range tc.profiles {
 				node := string(rune('a'+i)) + "-node"
-				es = append(es, Entry{Node: node, Heard: now, Heartbeat: heartbeatWithProfile(t, node, p)})
+				hb := heartbeatWithProfile(t, node, p)
+				if i == tc.troubled {
+					rolledBackFromV120(&hb)
+				}
+				es = append(es, Entry{Node: node, Heard: now, Heartbeat: hb})
 			}
 			var buf bytes.Buffer
 			if err := WriteText(&buf, Rows(es, now, 0), 0); err != nil {

@@ -74,9 +74,12 @@ func platformsOf(rows []fleet.Row) []fleet.PlatformCount {
 		}
 	}
 	if len(counts) > maxPlatformCounts {
-		other := fleet.PlatformCount{Platform: "other"}
+		other := fleet.PlatformCount{Platform: "other", Kinds: map[fleet.Kind]int{}}
 		for _, c := range counts[maxPlatformCounts-1:] {
 			other.Nodes += c.Nodes
+			for k, n := range c.Kinds {
+				other.Kinds[k] += n
+			}
 		}
 		counts = append(counts[:maxPlatformCounts-1], other)
 	}
