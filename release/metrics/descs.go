@@ -38,7 +38,7 @@ var (
 		"Time since the least recently heard node's last heartbeat was stored.", nil, nil)
 
 	descNodeInfo = prometheus.NewDesc("mesh_node_info",
-		"One node's versions and STATE (--node-metrics), always 1.", []string{"node", "running", "known_good", "state", "launcher"}, nil)
+		"One node's versions, STATE and platform (--node-metrics), always 1.", []string{"node", "running", "known_good", "state", "launcher", "platform"}, nil)
 	descNodeAge = prometheus.NewDesc("mesh_node_heartbeat_age_seconds",
 		"Time since one node's last heartbeat was stored (--node-metrics).", []string{"node"}, nil)
 	descNodeFailing = prometheus.NewDesc("mesh_node_reconcile_failing",
@@ -95,6 +95,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	descSourceUp, descNodes, descNodesState, descNodesRunning, descNodesKnownGood, descNodesLauncher,
+	descNodesPlatform,
 	descFailing, descDriftedNodes, descDriftedResources, descFetchBytes, descFetchSize, descAge, descOldestAge,
 	descNodeInfo, descNodeAge, descNodeFailing, descNodeDrifted, descNodeFetchBytes,
 	descRolloutInfo, descRolloutBatch, descRolloutBatches, descRolloutCreated, descRolloutHalted, descRolloutPaused,

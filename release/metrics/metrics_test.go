@@ -164,10 +164,10 @@ func TestNodeMetricsLabelEachNode(t *testing.T) {
 	e.MarkReady()
 	s := gather(t, e)
 	for name, want := range map[string]float64{
-		`mesh_node_info{known_good="v1.2.0",launcher="v0.3.0",node="web-1",running="v1.2.0",state="ok"}`: 1,
-		`mesh_node_drifted_resources{node="web-2"}`:                                                      3,
-		`mesh_node_reconcile_failing{node="web-2"}`:                                                      0,
-		`mesh_fleet_nodes`: 2,
+		`mesh_node_info{known_good="v1.2.0",launcher="v0.3.0",node="web-1",platform="unknown",running="v1.2.0",state="ok"}`: 1,
+		`mesh_node_drifted_resources{node="web-2"}`: 3,
+		`mesh_node_reconcile_failing{node="web-2"}`: 0,
+		`mesh_fleet_nodes`:                          2,
 	} {
 		if got, ok := s[name]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
