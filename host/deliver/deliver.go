@@ -65,6 +65,10 @@ import (
 	"github.com/novox/mesh-host/wire/archive"
 )
 
+// ManifestSchema is the newest manifest schema a node delivers from (the heartbeat's
+// manifest_schema): checkManifest reads schemas 1 to 4 through wire.Manifest.For.
+const ManifestSchema = wire.ManifestSchemaPlatforms
+
 // downloadName is the archive's name in the staging directory while it is fetched.
 const downloadName = "download.tar.zst"
 
@@ -392,7 +396,7 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	if err != nil {
 		return release{}, refuse(version, KindBadManifest, "%w", err)
 	}
-	r := release{Build: b, schema: m.Schema, keyID: m.KeyID}
+	r := release{Build: b, keyID: m.KeyID}
 	if r.Size > d.cfg.MaxArchive {
 		return r, refuse(version, KindTooLarge, "the archive is %d bytes, over this host's %d-byte limit", r.Size, d.cfg.MaxArchive)
 	}
@@ -402,8 +406,7 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 // release is what a delivery works on: this node's platform's build of a verified manifest.
 type release struct {
 	wire.Build
-	schema int    // the manifest's
-	keyID  string // of the key that signed the manifest
+	keyID string // of the key that signed the manifest
 }
 
 // launcher is the launcher binary the release names (zero when it names none): its version,
@@ -415,7 +418,7 @@ func (r release) launcher() wire.ReleaseLauncher {
 }
 
 // hasLauncher reports whether the release names a launcher.
-func (r release) hasLauncher() bool { return r.Build.Launcher.Version != "" }
+func (r release) hasLauncher() bool { return !r.Build.Launcher.IsZero() }
 
 // launcherObject reports whether the release's launcher is its own object (schema 4).
 func (r release) launcherObject() bool { return r.hasLauncher() && !r.LauncherInArchive }

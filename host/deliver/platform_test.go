@@ -52,14 +52,14 @@ func compress(t testing.TB, b []byte) []byte {
 func (h *harness) platformBuild(version string, p wire.Platform, bin []byte, l *launcherSpec) (wire.PlatformBuild, map[string][]byte) {
 	h.t.Helper()
 	a := pack(h.t, bin)
-	pb := wire.PlatformBuild{Platform: p, Object: wire.PlatformObjectName(version, p), Size: int64(len(a)),
+	pb := wire.PlatformBuild{Platform: p.String(), Object: wire.PlatformObjectName(version, p), Size: int64(len(a)),
 		Digest: digest.FromBytes(a), BinaryDigest: digest.FromBytes(bin)}
 	objects := map[string][]byte{pb.Object: a}
 	if l == nil {
 		return pb, objects
 	}
 	obj := compress(h.t, l.bin)
-	lo := &wire.LauncherObject{Version: l.version, Object: wire.LauncherObjectName(l.version, p), Size: int64(len(obj)),
+	lo := wire.LauncherObject{Version: l.version, Object: wire.LauncherObjectName(l.version, p), Size: int64(len(obj)),
 		Digest: digest.FromBytes(obj), BinaryDigest: digest.FromBytes(l.bin), BinarySize: int64(len(l.bin))}
 	if !l.noObject {
 		objects[lo.Object] = obj
@@ -110,10 +110,10 @@ func TestDeliverOfASchema4Release(t *testing.T) {
 		name     string
 		before   func(*testing.T, *harness) // the node's launchers
 		launcher *launcherSpec
-		schema3  bool   // publish schema 3 (the launcher in the archive) instead
+		schema3  bool                              // publish schema 3 (the launcher in the archive) instead
 		moved    func(pb wire.PlatformBuild) int64 // every byte the delivery must move
-		note     string // the staged progress's launcher note ("": none)
-		staged   bool   // launchers/<lv> holds the launcher afterwards
+		note     string                            // the staged progress's launcher note ("": none)
+		staged   bool                              // launchers/<lv> holds the launcher afterwards
 	}{
 		{name: "without a launcher moves the host archive alone",
 			moved: func(wire.PlatformBuild) int64 { return archiveSize }},
@@ -168,7 +168,7 @@ func TestDeliverOfASchema4Release(t *testing.T) {
 					objects[k] = v
 				}
 				builds := []wire.PlatformBuild{pb, other}
-				if other.Platform.String() < pb.Platform.String() {
+				if other.Platform < pb.Platform {
 					builds = []wire.PlatformBuild{other, pb}
 				}
 				h.releaseSchema4(v1, builds, objects)
@@ -242,7 +242,7 @@ func TestDeliverRefusesAVersionWithoutThisPlatformThenTakesItRepublished(t *test
 		objects[k] = v
 	}
 	builds := []wire.PlatformBuild{pb, other}
-	if other.Platform.String() < pb.Platform.String() {
+	if other.Platform < pb.Platform {
 		builds = []wire.PlatformBuild{other, pb}
 	}
 	h.releaseSchema4(v1, builds, objects)
