@@ -50,6 +50,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -391,7 +392,10 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	}
 	b, err := m.For(d.platform)
 	if errors.Is(err, wire.ErrNoPlatformBuild) {
-		return release{}, refuse(version, KindNoPlatform, "%w; publish the version with a %s build (mesh-release build --platforms)", err, d.platform)
+		// For's sentence names both sides; the sentinel's own words after it add nothing.
+		said := strings.TrimSuffix(err.Error(), ": "+wire.ErrNoPlatformBuild.Error())
+		return release{}, &Error{Version: version, Kind: KindNoPlatform, Err: worded{
+			text: fmt.Sprintf("%s; publish the version with a %s build (mesh-release build --platforms)", said, d.platform), err: err}}
 	}
 	if err != nil {
 		return release{}, refuse(version, KindBadManifest, "%w", err)
@@ -402,6 +406,15 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	}
 	return r, nil
 }
+
+// worded is err said in other words for the operator: errors.Is and As still see err.
+type worded struct {
+	text string
+	err  error
+}
+
+func (w worded) Error() string { return w.text }
+func (w worded) Unwrap() error { return w.err }
 
 // release is what a delivery works on: this node's platform's build of a verified manifest.
 type release struct {

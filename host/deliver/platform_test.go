@@ -227,7 +227,7 @@ func TestDeliverRefusesAVersionWithoutThisPlatformThenTakesItRepublished(t *test
 		var log progressLog
 		err := h.d.Deliver(context.Background(), v1, log.report)
 		var e *Error
-		if !errors.As(err, &e) || e.Kind != KindNoPlatform || !strings.Contains(err.Error(), want) {
+		if !errors.As(err, &e) || e.Kind != KindNoPlatform || !strings.Contains(err.Error(), want+"; publish") || !errors.Is(err, wire.ErrNoPlatformBuild) {
 			t.Fatalf("attempt %d: got %v, want a %s refusal saying %q", i+1, err, KindNoPlatform, want)
 		}
 		if len(log.p) != 0 {
