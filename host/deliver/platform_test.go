@@ -36,6 +36,8 @@ type launcherSpec struct {
 	bases   []base
 	// noObject and noDeltas leave the launcher's object, or its deltas, out of the store.
 	noObject, noDeltas bool
+	// edit, if not nil, changes the launcher's listing before the manifest is signed.
+	edit func(*wire.LauncherObject)
 }
 
 // compress is b zstd-compressed, as a launcher object holds it.
@@ -75,6 +77,9 @@ func (h *harness) platformBuild(version string, p wire.Platform, bin []byte, l *
 		if !l.noDeltas {
 			objects[rd.Object] = buf.Bytes()
 		}
+	}
+	if l.edit != nil {
+		l.edit(&lo)
 	}
 	pb.Launcher = lo
 	return pb, objects
@@ -148,6 +153,10 @@ func TestDeliverOfASchema4Release(t *testing.T) {
 			launcher: &launcherSpec{version: lv, bin: launcher, noObject: true},
 			moved:    func(wire.PlatformBuild) int64 { return archiveSize },
 			note:     "launcher " + lv + " not staged: object " + wire.LauncherObjectName(lv, this) + " is not in"},
+		{name: "with a launcher object larger than its signed binary_size stages the host and says why",
+			launcher: &launcherSpec{version: lv, bin: launcher, edit: func(l *wire.LauncherObject) { l.BinarySize-- }},
+			moved:    func(pb wire.PlatformBuild) int64 { return archiveSize + pb.Launcher.Size },
+			note:     "launcher " + lv + " not staged: " + wire.LauncherObjectName(lv, this) + " decompresses to more than"},
 		{name: "of schema 3 with the launcher in its archive is delivered as before",
 			schema3: true, note: "launcher " + lv + " staged", staged: true},
 	}
