@@ -179,7 +179,7 @@ func gate(o Options, rel release, members []planMember, why map[string]string) (
 	missing := map[string]int{}
 	old := map[string]int{}
 	served := map[string]bool{}
-	var kept []planMember
+	kept := make([]planMember, 0, len(members))
 	for _, m := range members {
 		switch {
 		case m.platform != "" && skip[m.platform]:

@@ -310,3 +310,22 @@ func TestProgressIsSaidByPlatformWhenABatchHoldsSeveral(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPlanHundredThousandMixedNodes plans a rollout of 100,000 nodes of three platforms,
+// four OS versions and six kernels, with 10 canaries: the gate, the canaries spread over them,
+// the batches counted by platform.
+func BenchmarkPlanHundredThousandMixedNodes(b *testing.B) {
+	platforms := []string{"linux/amd64", "linux/arm64", "linux/arm/v7"}
+	var es []fleet.Entry
+	for i := range 100_000 {
+		es = append(es, on(fmt.Sprintf("web-%06d.eu-west-1", i), platforms[i%3], fmt.Sprint(10+i%4), fmt.Sprintf("6.%d.0", i%6)))
+	}
+	o := Options{Version: "v1.4.0", Canary: 10, Steps: []int{1, 10, 50, 100}}.WithDefaults()
+	rel := releaseOf(manifestOf(b, "v1.4.0", platforms...))
+	for b.Loop() {
+		p, err := planFleet(o, rel, es, planNow)
+		if err != nil || len(p.nodes) != 100_000 || p.canaries != 10 {
+			b.Fatalf("%d nodes, %d canaries, %v", len(p.nodes), p.canaries, err)
+		}
+	}
+}
