@@ -329,3 +329,28 @@ func BenchmarkPlanHundredThousandMixedNodes(b *testing.B) {
 		}
 	}
 }
+
+// A fleet of one platform reads as before issue 28: no text says anything by platform.
+func TestARolloutOfOnePlatformSaysNothingByPlatform(t *testing.T) {
+	st := sampleHalted()
+	one := []PlatformCount{{Platform: "linux/amd64", Nodes: 2}}
+	st.Batches[0].Platforms, st.Batches[2].Platforms = one, []PlatformCount{{Platform: "linux/amd64", Nodes: 3}}
+	st.Halt.Platforms = platformOutcomes([]judgedNode{{platform: "linux/amd64", why: WhyRolledBack}, {platform: "linux/amd64", why: WhySilent}})
+	var status strings.Builder
+	if err := WriteStatus(&status, st, at(13, 16, 0)); err != nil {
+		t.Fatal(err)
+	}
+	running := st
+	running.Status, running.Halt = StatusRunning, nil
+	for what, got := range map[string]string{
+		"halted": haltedMessage(st, 0, 2, 2), "status": status.String(), "summary": Summary(st, at(13, 16, 0)),
+		"started": startedMessage(running), "batch": batchMessage(running, 0, []string{"node-a", "node-b"}, nil, 0),
+	} {
+		if strings.Contains(got, "linux/") {
+			t.Errorf("%s speaks of platforms: %s", what, got)
+		}
+	}
+	if want := "HALTED in batch 1/3 (canary): 2 of 2 nodes showed trouble;"; !strings.Contains(haltedMessage(st, 0, 2, 2), want) {
+		t.Errorf("halted: %q, want %q", haltedMessage(st, 0, 2, 2), want)
+	}
+}
