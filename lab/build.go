@@ -174,9 +174,11 @@ func (b *Builder) BuildX(ctx context.Context, pkg, name string, x ...string) (st
 const LauncherVersionX = LauncherVersionVar + "="
 
 // BuildStory builds what the demo and `mesh-lab up` run: mesh-release, and for each of arches
-// (GOARCH names; none is this machine's) the launcher, the host as v1.0.0 (installed) and v1.1.0
-// (a good release), and broken as v1.2.0 (a broken one: PkgCrashRun, or PkgCrashArm64).
-func (b *Builder) BuildStory(ctx context.Context, arches []string, broken string) error {
+// (GOARCH names; none is this machine's) the launcher and the host as v1.0.0 (installed); with
+// releases, also the host as v1.1.0 (a good release) and broken as v1.2.0 (a broken one:
+// PkgCrashRun, or PkgCrashArm64) — what a fleet of one platform ships (a mixed fleet's releases
+// are built from the tree by mesh-release itself, Release.BuildTree).
+func (b *Builder) BuildStory(ctx context.Context, arches []string, broken string, releases bool) error {
 	if _, err := b.Build(ctx, PkgRelease, ToolVersion); err != nil {
 		return err
 	}
@@ -184,9 +186,11 @@ func (b *Builder) BuildStory(ctx context.Context, arches []string, broken string
 		arches = []string{runtime.GOARCH}
 	}
 	for _, a := range arches {
-		for _, x := range []struct{ pkg, version string }{
-			{PkgLauncher, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {broken, "v1.2.0"},
-		} {
+		bins := []struct{ pkg, version string }{{PkgLauncher, ToolVersion}, {PkgHost, "v1.0.0"}}
+		if releases {
+			bins = append(bins, struct{ pkg, version string }{PkgHost, "v1.1.0"}, struct{ pkg, version string }{broken, "v1.2.0"})
+		}
+		for _, x := range bins {
 			if _, err := b.BuildFor(ctx, x.pkg, x.version, a); err != nil {
 				return err
 			}

@@ -112,7 +112,8 @@ func runDemo(ctx context.Context, w io.Writer, src string, p demoPlan) (err erro
 	}
 	b.Progress = d.w
 	// Everything is built before the clocks start: a cold build takes minutes.
-	if err := b.BuildStory(ctx, FleetOptions{Nodes: len(p.arches), Arches: p.arches}.Platforms(), p.broken); err != nil {
+	platforms := FleetOptions{Nodes: len(p.arches), Arches: p.arches}.Platforms()
+	if err := b.BuildStory(ctx, platforms, p.broken, len(platforms) == 1 && platforms[0] == runtime.GOARCH); err != nil {
 		return err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -189,7 +190,7 @@ func runDemo(ctx context.Context, w io.Writer, src string, p demoPlan) (err erro
 
 	// v1.2.0: halted after the canaries.
 	d.say("mesh-release build + publish v1.2.0 — broken %s", p.brokenWords())
-	bad, err := d.publish(ctx, "v1.2.0", PkgCrashRun)
+	bad, err := d.publish(ctx, "v1.2.0", p.broken)
 	if err != nil {
 		return err
 	}
@@ -212,41 +213,51 @@ func runDemo(ctx context.Context, w io.Writer, src string, p demoPlan) (err erro
 	if err := d.halted(st, canaries); err != nil {
 		return err
 	}
+	// The halt set the canary batch's targets back to v1.1.0. A canary that staged v1.2.0 where it
+	// crashes rolled back by itself; one where it runs well (another platform) keeps running it,
+	// confirmed: a node runs the newest good version it has, whatever its target.
+	var crashed, kept []string
+	for _, n := range canaries {
+		if p.breaks(d.f.Node(n).Arch) {
+			crashed = append(crashed, n)
+		} else {
+			kept = append(kept, n)
+		}
+	}
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	// The halt set the canaries' targets back to v1.1.0: a canary that staged v1.2.0 and crashed
-	// rolled back by itself; one where it runs well (another platform) goes back with its target.
-	if err := f.Beats.WaitAll(wctx, canaries, "v1.1.0 again, rolled back from v1.2.0 if it crashed there", func(b Beat) bool {
-		n := d.f.Node(b.Node)
-		return RunningConfirmed("v1.1.0")(b) && b.Target == "v1.1.0" && (!p.breaks(n.Arch) || rolledBackFrom(b, "v1.2.0") || n.Staged("v1.2.0") == 0)
+	if err := f.Beats.WaitAll(wctx, crashed, "v1.1.0 again, rolled back from v1.2.0 if it ran it", func(b Beat) bool {
+		// A canary that staged v1.2.0 ran it; one the halt reached first never did.
+		return RunningConfirmed("v1.1.0")(b) && b.Target == "v1.1.0" && (rolledBackFrom(b, "v1.2.0") || d.f.Node(b.Node).Staged("v1.2.0") == 0)
 	}); err != nil {
 		return err
 	}
-	var back, went []string
+	if err := f.Beats.WaitAll(wctx, kept, "its target set back to v1.1.0", func(b Beat) bool { return b.Target == "v1.1.0" }); err != nil {
+		return err
+	}
+	var back []string
 	why := ""
-	for _, n := range canaries {
+	for _, n := range crashed {
 		b, _ := f.Beats.Last(n)
 		for _, rb := range b.Rollbacks {
 			if rb.From == "v1.2.0" {
-				back = append(back, d.named(n))
+				back = append(back, n)
 				why, _, _ = strings.Cut(rb.Reason, " (last:")
 				break
 			}
-		}
-		if !p.breaks(d.f.Node(n).Arch) {
-			went = append(went, d.named(n))
 		}
 	}
 	if len(back) == 0 {
 		return fmt.Errorf("no canary rolled back from v1.2.0, yet the rollout halted")
 	}
-	if len(went) == 0 {
+	if len(kept) == 0 {
 		d.ok("the canaries run v1.1.0 again: %s rolled back from v1.2.0 by themselves, their launchers' judgement: %s", strings.Join(back, " and "), oneLine(why))
 	} else {
-		d.ok("the canaries run v1.1.0 again: %s rolled back from v1.2.0 by itself, its launcher's judgement: %s; %s, where v1.2.0 runs well, went back with the halt, which set the canary batch's targets back",
-			strings.Join(back, " and "), oneLine(why), strings.Join(went, " and "))
+		d.ok("%s rolled back from v1.2.0 by itself, its launcher's judgement: %s", d.namedAll(back), oneLine(why))
+		d.ok("%s, where v1.2.0 runs well, keeps what it runs (%s): the halt set its target back to v1.1.0, and a node runs the newest good version it has; `mesh-release withdraw v1.2.0` would step it down",
+			d.namedAll(kept), d.running(kept))
 	}
-	d.status(ctx, canaries[0])
+	d.status(ctx, back[0])
 	if err := d.table(ctx); err != nil {
 		return err
 	}
@@ -369,6 +380,20 @@ func kernelMachine(goarch string) string {
 	return goarch
 }
 
+// running says what each node last heartbeat it runs: "node-2 v1.2.0, confirmed".
+func (d *demo) running(nodes []string) string {
+	var parts []string
+	for _, n := range nodes {
+		b, _ := d.f.Beats.Last(n)
+		confirmed := ""
+		if RunningConfirmed(b.Running)(b) {
+			confirmed = ", confirmed"
+		}
+		parts = append(parts, n+" "+cmp.Or(b.Running, "nothing")+confirmed)
+	}
+	return strings.Join(parts, "; ")
+}
+
 // named is a node's name with its platform when the fleet is mixed: "node-5 (linux/arm64)".
 func (d *demo) named(node string) string {
 	if d.plan.brokenOn == "" {
@@ -455,7 +480,7 @@ func (d *demo) table(ctx context.Context) error {
 
 func (d *demo) status(ctx context.Context, node string) {
 	n := d.f.Node(node)
-	d.say("mesh-launcher status --root %s   (%s, a canary)", n.Root, node)
+	d.say("mesh-launcher status --root %s   (%s, a canary)", n.Root, d.named(node))
 	d.indent(n.StatusText(ctx))
 }
 

@@ -45,13 +45,14 @@ func TestDemoTellsTheStoryAsItHappens(t *testing.T) {
 	if planDemo(ctx, runtime.GOARCH, emulator.Runs).brokenOn != "" {
 		want = append(want,
 			"a mixed fleet: node-1 … node-4 run linux/amd64, node-5 and node-6 linux/arm64",
-			"go build ./host/cmd/mesh-host as v1.1.0 for linux/arm64 …",
-			"go build ./lab/fixtures/crasharm64 as v1.2.0 for linux/arm64 …", // what it builds, as it builds
+			"go build ./host/cmd/mesh-host as v1.0.0 for linux/arm64 …", // what it builds, as it builds
+			"mesh-release build + publish v1.1.0 (signed; one release for linux/amd64 and linux/arm64)",
+			"v1.2.0 — broken on linux/arm64 only",
 			"✓ node-5 and node-6 heartbeat machine arch arm64",
 			"confirmed (four linux/amd64, two linux/arm64)",
 			"because that batch held a linux/arm64 node",
 			"rolled back from v1.2.0 by itself",
-			"where v1.2.0 runs well, went back with the halt",
+			"where v1.2.0 runs well, keeps what it runs",
 		)
 	} else {
 		want = append(want, "go build ./lab/fixtures/crashrun as v1.2.0 …", "rolled back from v1.2.0 by themselves")

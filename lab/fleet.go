@@ -155,7 +155,7 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 		return f, err
 	}
 	f.Release = &Release{Bin: releaseBin, KeyDir: filepath.Join(o.Dir, "keys"), Out: filepath.Join(o.Dir, "releases"), NATS: f.Bus.URL(),
-		Launcher: launcherBin[runtime.GOARCH], Launchers: launcherBin}
+		Launcher: launcherBin[runtime.GOARCH]}
 	if f.Key, err = f.Release.Keygen(ctx); err != nil {
 		return f, err
 	}
@@ -212,19 +212,18 @@ func (f *Fleet) Node(name string) *Node {
 	return nil
 }
 
-// BuildRelease builds pkg stamped version for each of the fleet's architectures and packs and
-// signs them with mesh-release build, one release for every platform; it returns the release's
-// directory, ready to publish.
+// BuildRelease builds pkg stamped version and packs and signs it with mesh-release build, ready to
+// publish; it returns the release's directory. A fleet of several architectures gets one release
+// for all of them, built from the tree (Release.BuildTree).
 func (f *Fleet) BuildRelease(ctx context.Context, version, pkg string) (string, error) {
-	hosts := map[string]string{}
-	for _, a := range f.Opts.Platforms() {
-		bin, err := f.Opts.Builder.BuildFor(ctx, pkg, version, a)
-		if err != nil {
-			return "", err
-		}
-		hosts[a] = bin
+	if ps := f.Opts.Platforms(); len(ps) > 1 || ps[0] != runtime.GOARCH {
+		return f.Release.BuildTree(ctx, f.Opts.Builder.Src, version, pkg, ps)
 	}
-	return f.Release.BuildPlatforms(ctx, version, hosts)
+	bin, err := f.Opts.Builder.Build(ctx, pkg, version)
+	if err != nil {
+		return "", err
+	}
+	return f.Release.Build(ctx, version, bin)
 }
 
 // Ship builds pkg as version and publishes it (mesh-release build, then publish).

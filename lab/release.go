@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
+
+	relbuild "github.com/novox/mesh-host/release/build"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Release drives the real mesh-release binary against the lab's bus, as an operator would.
@@ -20,8 +22,6 @@ type Release struct {
 	// Launcher is the mesh-launcher each release carries (the one the lab's nodes run); ""
 	// builds releases without one (--no-launcher, schema 1), as for hosts older than schema 2.
 	Launcher string
-	// Launchers are the launchers a release for several platforms carries, by GOARCH.
-	Launchers map[string]string
 	// Env is more environment (KEY=VALUE) for every command: the bus's credentials and CA
 	// (MESH_NATS_CREDS, MESH_NATS_CA) when it is a cluster of stock servers.
 	Env []string
@@ -75,14 +75,38 @@ func (r *Release) Build(ctx context.Context, version, binary string) (string, er
 	return dir, err
 }
 
-// BuildPlatforms packs and signs one release of version for several platforms, each GOARCH's
-// host binary (hosts) with its launcher (Launchers) beside it, into Out/<version>, and returns
-// that directory. A release for this machine's platform alone is Build's.
-func (r *Release) BuildPlatforms(ctx context.Context, version string, hosts map[string]string) (string, error) {
-	if len(hosts) == 1 && hosts[runtime.GOARCH] != "" {
-		return r.Build(ctx, version, hosts[runtime.GOARCH])
+// BuildTree builds pkg as version for linux/<each of arches> from the source tree src, each with
+// the launcher built from the same tree, and signs it: one release for every platform, in
+// Out/<version>, whose directory it returns. The host is built by `mesh-release build
+// --platforms`, as an operator builds a release; a fixture standing in for the host (a release
+// broken on one platform) by the same code, release/build with Options.HostPackage, as the
+// command builds only the host's package.
+func (r *Release) BuildTree(ctx context.Context, src, version, pkg string, arches []string) (string, error) {
+	dir := filepath.Join(r.Out, version)
+	var ps []wire.Platform
+	for _, a := range arches {
+		ps = append(ps, wire.Platform{OS: "linux", Arch: a})
 	}
-	return "", fmt.Errorf("build %s for %d platforms: not yet", version, len(hosts))
+	if pkg == PkgHost {
+		var names []string
+		for _, p := range ps {
+			names = append(names, p.String())
+		}
+		cmd := exec.CommandContext(ctx, r.Bin, "build", "--version", version, "--platforms", strings.Join(names, ","), "--key", r.KeyPath(), "-o", dir)
+		cmd.Dir, cmd.Env = src, append(os.Environ(), r.Env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return dir, fmt.Errorf("mesh-release build %s --platforms %s: %w\n%s", version, strings.Join(names, ","), err, out)
+		}
+		return dir, nil
+	}
+	key, err := relbuild.LoadKey(r.KeyPath())
+	if err != nil {
+		return dir, err
+	}
+	if _, err := relbuild.Build(ctx, relbuild.Options{Version: version, Key: key, OutDir: dir, Platforms: ps, SourceDir: src, HostPackage: pkg}); err != nil {
+		return dir, fmt.Errorf("build %s of %s for %d platforms: %w", version, pkg, len(ps), err)
+	}
+	return dir, nil
 }
 
 // Publish publishes a release directory Build made.
