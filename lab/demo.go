@@ -104,8 +104,13 @@ func runDemo(ctx context.Context, w io.Writer, src string, p demoPlan) (err erro
 	d := &demo{w: &syncWriter{w: w}, began: began, plan: p}
 
 	d.say("%s", p.note)
-	d.say("building the launcher, mesh-release and three host versions from this tree, for %s (v1.2.0 is broken %s)",
-		strings.Join(platformNames(FleetOptions{Nodes: len(p.arches), Arches: p.arches}.Platforms()), " and "), p.brokenWords())
+	if p.brokenOn == "" {
+		d.say("building the launcher, mesh-release and three host versions from this tree, for %s (v1.2.0 is broken %s)",
+			strings.Join(platformNames(FleetOptions{Nodes: len(p.arches), Arches: p.arches}.Platforms()), " and "), p.brokenWords())
+	} else {
+		d.say("building mesh-release, and the launcher and host v1.0.0 for %s, from this tree; v1.1.0 and v1.2.0 are built for both by `mesh-release build --platforms` as they are published (v1.2.0 is broken %s)",
+			strings.Join(platformNames(FleetOptions{Nodes: len(p.arches), Arches: p.arches}.Platforms()), " and "), p.brokenWords())
+	}
 	b, err := NewBuilder(ctx, src, filepath.Join(work, "bin"))
 	if err != nil {
 		return err
