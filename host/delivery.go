@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/deliver"
 	"github.com/novox/mesh-host/wire"
 )
@@ -18,6 +20,13 @@ type delivery struct {
 	version string             // what is being delivered, or was last
 	run     uint64             // numbers deliveries: one that ends clears only its own cancel
 	refused refusal            // the last refusal a delivery recorded
+	// recheck is the version whose manifest is to be read again and the newest revision of its
+	// target (recheckPlatform); version "" when none is pending. One is pending at a time,
+	// however often the target arrives.
+	recheck struct {
+		version  string
+		revision uint64
+	}
 }
 
 // refusal is a delivery's refusal as recorded: the same one for the same target (it arrives
@@ -118,6 +127,9 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 			h.recheckSoon()
 		case errors.Is(err, context.Canceled):
 		default:
+			if e := (*deliver.Error)(nil); errors.As(err, &e) && e.Kind == deliver.KindNoPlatform {
+				h.recheckPlatform(ctx, version, revision)
+			}
 			r := refusal{version: version, revision: revision, reason: err.Error()}
 			h.mu.Lock()
 			again := dl.refused == r
@@ -128,6 +140,49 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 				return
 			}
 			h.refuse(rctx, "target", revision, r.reason)
+		}
+	}()
+}
+
+// recheckPlatform delivers version again one heartbeat interval later while it is still the
+// target in force: a version refused for having no build for this node's platform is taken once
+// its manifest is republished with one. A node creates no consumer, so it cannot watch the
+// releases bucket; this costs one read of the manifest an interval, the same bytes refused again
+// unfetched and not recorded twice.
+func (h *Host) recheckPlatform(ctx context.Context, version string, revision uint64) {
+	h.mu.Lock()
+	dl := h.delivery
+	pending := dl.recheck.version == version
+	if !pending || revision > dl.recheck.revision {
+		dl.recheck.version, dl.recheck.revision = version, revision
+	}
+	h.mu.Unlock()
+	if pending {
+		return
+	}
+	every := h.opts.Config.HeartbeatInterval.Std()
+	if every <= 0 {
+		every = config.DefaultHeartbeatInterval // a Config not made by Load
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTimer(every)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		// Cleared before delivering, so the refusal that delivery may end in arms the next one.
+		h.mu.Lock()
+		rc := dl.recheck
+		dl.recheck.version, dl.recheck.revision = "", 0
+		h.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		if v, expired := h.targetNow(time.Now()); v == rc.version && expired == nil {
+			h.deliverTarget(ctx, rc.version, rc.revision)
 		}
 	}()
 }

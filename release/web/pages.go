@@ -95,6 +95,8 @@ type rolloutView struct {
 	Batches                      []batchView
 	Halt                         *haltView
 	LeftOut                      int
+	Platforms                    []platformView // by platform (rollout_platforms.go)
+	Skipped                      []skippedView
 }
 
 type batchView struct {
@@ -112,6 +114,8 @@ type haltView struct {
 	At    string
 	Nodes []rollout.NodeReason
 	More  int
+	// ByPlatform says how each platform of the batch fared ("" when the halt says none).
+	ByPlatform string
 }
 
 // maxRows bounds the fleet table the page draws: a browser is slow with tens of thousands of
@@ -182,8 +186,9 @@ func rolloutOf(st rollout.State, rows []fleet.Row, now time.Time) *rolloutView {
 		v.Batches = append(v.Batches, bv)
 	}
 	if h := st.Halt; h != nil {
-		v.Halt = &haltView{Batch: h.Batch + 1, At: h.At.UTC().Format(time.RFC3339), Nodes: h.Nodes, More: h.More}
+		v.Halt = &haltView{Batch: h.Batch + 1, At: h.At.UTC().Format(time.RFC3339), Nodes: h.Nodes, More: h.More, ByPlatform: st.HaltByPlatform()}
 	}
+	v.Platforms, v.Skipped = rolloutPlatforms(st, byNode)
 	return v
 }
 
