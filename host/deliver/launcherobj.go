@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/ctxio"
@@ -137,8 +136,7 @@ func (d *Deliverer) fetchLauncher(ctx context.Context, r release, lp *launcherPl
 // bytes and one zstd window of archive.DefaultMaxWindow, and keeps it only with exactly the signed
 // size and digest.
 func decompressLauncher(ctx context.Context, src io.Reader, path string, l wire.LauncherObject) (err error) {
-	zr, err := zstd.NewReader(ctxio.Reader(ctx, src), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(archive.DefaultMaxWindow), zstd.WithDecoderMaxMemory(archive.DefaultMaxWindow))
+	zr, err := archive.NewLauncherReader(ctxio.Reader(ctx, src))
 	if err != nil {
 		return fmt.Errorf("decompress %s: %w", l.Object, err)
 	}

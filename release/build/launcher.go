@@ -7,52 +7,22 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/internal/ctxio"
 	"github.com/novox/mesh-host/wire"
+	"github.com/novox/mesh-host/wire/archive"
 )
 
 // The launcher is an object of its own (decision 0044): the zstd of the binary, named
 // wire.LauncherObjectName by its own version, so a release whose launcher is unchanged names
 // the object an earlier release put, and publishing it moves no launcher bytes.
 
-// CompressLauncher writes the launcher object of the binary r (size bytes) to w: zstd with
-// the archive's settings, one encoder goroutine, so the same binary always gives the same
-// object bytes.
-func CompressLauncher(w io.Writer, r io.Reader, size int64) error {
-	zw, err := zstd.NewWriter(w,
-		zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(8<<20),
-		zstd.WithEncoderCRC(true))
-	if err != nil {
-		return fmt.Errorf("launcher object: zstd: %w", err)
-	}
-	n, err := io.Copy(zw, r)
-	if err != nil {
-		zw.Close()
-		return fmt.Errorf("launcher object: %w", err)
-	}
-	if n != size {
-		zw.Close()
-		return fmt.Errorf("launcher object: the launcher is %d bytes, expected %d (did it change while packing?)", n, size)
-	}
-	if err := zw.Close(); err != nil {
-		return fmt.Errorf("launcher object: zstd: %w", err)
-	}
-	return nil
-}
-
 // DecompressLauncher reads a launcher object (r) back into the binary, refusing one over
-// wire.MaxLauncherSize bytes or a window over 64 MiB.
+// wire.MaxLauncherSize bytes (or a window over archive.DefaultMaxWindow).
 func DecompressLauncher(ctx context.Context, r io.Reader) ([]byte, error) {
-	zr, err := zstd.NewReader(ctxio.Reader(ctx, r),
-		zstd.WithDecoderConcurrency(1),
-		zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(64<<20))
+	zr, err := archive.NewLauncherReader(ctxio.Reader(ctx, r))
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +57,7 @@ func packLauncher(st *staged, dir, path, v string, p wire.Platform) (wire.Launch
 		return wire.LauncherObject{}, fmt.Errorf("write the launcher object: %w", err)
 	}
 	bh, oh, n := sha256.New(), sha256.New(), &counter{}
-	if err := CompressLauncher(io.MultiWriter(tmp, oh, n), io.TeeReader(f, bh), size); err != nil {
+	if err := archive.CompressLauncher(io.MultiWriter(tmp, oh, n), io.TeeReader(f, bh), size); err != nil {
 		return wire.LauncherObject{}, fmt.Errorf("%s: %w", path, err)
 	}
 	l.Size = n.n

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 	"github.com/novox/mesh-host/wire/delta"
@@ -51,7 +50,7 @@ func buildDir4(t *testing.T, priv ed25519.PrivateKey, version string, plats ...p
 		os.WriteFile(filepath.Join(dir, pb.Object), a.Bytes(), 0o644)
 		if pl.launcher != nil {
 			var l bytes.Buffer
-			if err := build.CompressLauncher(&l, bytes.NewReader(pl.launcher), int64(len(pl.launcher))); err != nil {
+			if err := archive.CompressLauncher(&l, bytes.NewReader(pl.launcher), int64(len(pl.launcher))); err != nil {
 				t.Fatal(err)
 			}
 			pb.Launcher = wire.LauncherObject{Version: pl.launcherVersion, Object: wire.LauncherObjectName(pl.launcherVersion, p), Size: int64(l.Len()),

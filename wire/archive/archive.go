@@ -3,7 +3,8 @@
 //
 // Pack writes the one reproducible tar+zstd archive a release holds (a regular file named
 // mesh-host, then, in a release carrying its launcher, one named mesh-launcher), and Extract reads
-// one back strictly, refusing anything else an archive could carry.
+// one back strictly, refusing anything else an archive could carry. A schema 4 release's
+// launcher is an object of its own: CompressLauncher and NewLauncherReader (launcher.go).
 package archive
 
 import (
@@ -67,11 +68,7 @@ type packed struct {
 }
 
 func pack(w io.Writer, files []packed) error {
-	zw, err := zstd.NewWriter(w,
-		zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(8<<20),
-		zstd.WithEncoderCRC(true))
+	zw, err := newEncoder(w)
 	if err != nil {
 		return fmt.Errorf("pack: zstd: %w", err)
 	}
