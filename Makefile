@@ -157,8 +157,10 @@ package:
 # The real-systemd lab: Debian nodes booted with systemd as PID 1 under systemd-nspawn. Needs
 # root; installs systemd-container and debootstrap with apt-get when they are missing; caches the
 # rootfs under $$MESH_LAB_CACHE, $$XDG_CACHE_HOME/mesh-lab or /var/cache/mesh-lab.
+# LAB_RUN picks tests as go test's -run does (LAB_RUN=TestPackagedNode/arm64: the arm64 node alone).
+LAB_RUN ?=
 lab-systemd:
-	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 30m ./lab/systemd/
+	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 30m -run '$(LAB_RUN)' ./lab/systemd/
 
 clean:
 	rm -rf bin dist/out
