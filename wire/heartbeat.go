@@ -60,7 +60,7 @@ const MaxHeartbeatBytes = 1 << 20
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
 // present except target_expired_since, refused, fetch, link, profile, inventory, drift,
-// launcher, window, link_class, interval_s and truncated.
+// launcher, window, link_class, interval_s, manifest_schema and truncated.
 type Heartbeat struct {
 	Schema           int      `json:"schema"`
 	Node             string   `json:"node"`
@@ -82,10 +82,14 @@ type Heartbeat struct {
 	// seconds: the longest a reader waits for its next word while it is up. It also heartbeats
 	// on events in between, so the gap between two heartbeats does not say it. Absent (0) from
 	// hosts older than issue 27.
-	IntervalS float64      `json:"interval_s,omitempty"`
-	Refused   *Refusal     `json:"refused,omitempty"`
-	Fetch     *Fetch       `json:"fetch,omitempty"`
-	Link      *LinkFailure `json:"link,omitempty"`
+	IntervalS float64 `json:"interval_s,omitempty"`
+	// ManifestSchema is the newest manifest schema the host reads (ManifestSchemaPlatforms since
+	// issue 28): absent (0) from hosts that read schema 3 at most, which refuse a schema 4
+	// manifest — a rollout of one is gated on it.
+	ManifestSchema int          `json:"manifest_schema,omitempty"`
+	Refused        *Refusal     `json:"refused,omitempty"`
+	Fetch          *Fetch       `json:"fetch,omitempty"`
+	Link           *LinkFailure `json:"link,omitempty"`
 	// Profile is what the machine can do, as last detected (at the host's start and on each
 	// drift timer, not per heartbeat): absent until the first detection ends, and from
 	// hosts older than issue 12.

@@ -14,8 +14,12 @@ import (
 // Profile is what this machine can be asked to do. A capability is present only when it was
 // found working: an installed package is not a capability.
 type Profile struct {
-	Arch           string `json:"arch"`            // the kernel's machine, as GOARCH names it (amd64, arm64); the kernel's own word when Go has none
-	OS             string `json:"os"`              // "linux"
+	Arch string `json:"arch"` // the kernel's machine, as GOARCH names it (amd64, arm64); the kernel's own word when Go has none
+	OS   string `json:"os"`   // "linux"
+	// Platform is the machine's platform as manifests name it (linux/arm/v7: the arm variant is
+	// the kernel's word), set by hosts since manifest schema 4; ProfilePlatform reads it, or
+	// os/arch from a host that did not send it.
+	Platform       string `json:"platform,omitempty"`
 	OSID           string `json:"os_id"`           // os-release ID (debian), "" when unknown
 	OSVersion      string `json:"os_version"`      // os-release VERSION_ID (12), "" when unknown
 	Kernel         string `json:"kernel"`          // uname release
@@ -112,6 +116,7 @@ const (
 func (p Profile) Bounded() Profile {
 	p.Arch = CutText(p.Arch, MaxWordBytes)
 	p.OS = CutText(p.OS, MaxWordBytes)
+	p.Platform = CutText(p.Platform, MaxWordBytes)
 	p.OSID = CutText(p.OSID, MaxWordBytes)
 	p.OSVersion = CutText(p.OSVersion, MaxReleaseBytes)
 	p.Kernel = CutText(p.Kernel, MaxReleaseBytes)

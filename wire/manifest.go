@@ -28,10 +28,16 @@ import (
 // Schema 3 also lists deltas of the host binary against earlier releases' binaries (Deltas), in
 // the signed text, with or without a launcher; hosts older than schema 3 refuse it the same way,
 // so `mesh-release publish --no-deltas` keeps a release at schema 1 or 2 (decision 0028).
+//
+// Schema 4 lists one build a platform (Platforms), each with its host archive (mesh-host alone),
+// its deltas and its launcher as an object of its own; the single-platform fields are empty.
+// Hosts older than schema 4 refuse it, so a release can still be published for them as schema
+// 1 or 3 (Legacy, `mesh-release publish --manifest-schema 3`; decision 0042).
 const (
 	ManifestSchema             = 1
 	ManifestSchemaWithLauncher = 2
 	ManifestSchemaWithDeltas   = 3
+	ManifestSchemaPlatforms    = 4
 )
 
 // SigningHeader is the first line of the text a schema 1 manifest's signature covers;
@@ -40,6 +46,7 @@ const (
 	SigningHeader             = "mesh-host release 1\n"
 	SigningHeaderWithLauncher = "mesh-host release 2\n"
 	SigningHeaderWithDeltas   = "mesh-host release 3\n"
+	SigningHeaderPlatforms    = "mesh-host release 4\n"
 )
 
 // MaxDeltas is the most deltas a manifest lists; MaxDeltaSize the largest delta it may name.
@@ -118,9 +125,11 @@ type Manifest struct {
 	Launcher ReleaseLauncher `json:"launcher,omitzero"`
 	// Deltas are the deltas of the host binary against earlier releases: schema 3 only, 1 to
 	// MaxDeltas of them.
-	Deltas    []ReleaseDelta `json:"deltas,omitempty"`
-	KeyID     string         `json:"key_id,omitempty"`
-	Signature string         `json:"signature,omitempty"`
+	Deltas []ReleaseDelta `json:"deltas,omitempty"`
+	// Platforms are the builds of a schema 4 manifest, sorted by platform, one a platform.
+	Platforms []PlatformBuild `json:"platforms,omitempty"`
+	KeyID     string          `json:"key_id,omitempty"`
+	Signature string          `json:"signature,omitempty"`
 }
 
 // Errors Verify returns (wrapped, with the details); test them with errors.Is.
@@ -169,6 +178,12 @@ func (m Manifest) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("manifest %s: %s", field, fmt.Sprintf(format, args...))
 	}
+	if m.Schema == ManifestSchemaPlatforms {
+		return m.validatePlatforms()
+	}
+	if len(m.Platforms) > 0 {
+		return bad("platforms", "are listed in a schema %d manifest; a manifest listing platforms is schema %d", m.Schema, ManifestSchemaPlatforms)
+	}
 	switch m.Schema {
 	case ManifestSchema:
 		if m.HasLauncher() {
@@ -188,7 +203,7 @@ func (m Manifest) Validate() error {
 			return bad("deltas", "lists %d; a schema %d manifest lists 1 to %d", len(m.Deltas), ManifestSchemaWithDeltas, MaxDeltas)
 		}
 	default:
-		return bad("schema", "is %d; this host reads schema %d, %d and %d", m.Schema, ManifestSchema, ManifestSchemaWithLauncher, ManifestSchemaWithDeltas)
+		return bad("schema", "is %d; this host reads schema %d to %d", m.Schema, ManifestSchema, ManifestSchemaPlatforms)
 	}
 	if m.Schema != ManifestSchemaWithDeltas && len(m.Deltas) > 0 {
 		return bad("deltas", "are listed in a schema %d manifest; a manifest listing deltas is schema %d", m.Schema, ManifestSchemaWithDeltas)
@@ -222,15 +237,10 @@ func (m Manifest) Validate() error {
 	if _, err := time.Parse(time.RFC3339, m.Created); err != nil {
 		return bad("created", "%q is not an RFC 3339 time like 2026-10-01T12:00:00Z", m.Created)
 	}
-	seen := make(map[string]bool, len(m.Deltas))
-	for i, d := range m.Deltas {
-		if err := d.validate(m, i); err != nil {
-			return err
-		}
-		if seen[d.BaseVersion] {
-			return bad(fmt.Sprintf("deltas[%d].base_version", i), "%s is listed twice; a manifest lists one delta a base", d.BaseVersion)
-		}
-		seen[d.BaseVersion] = true
+	if err := validateDeltas("manifest deltas", m.Deltas, m.Version, func(base string) string {
+		return DeltaObjectName(m.Version, base, m.OS, m.Arch)
+	}); err != nil {
+		return err
 	}
 	if m.KeyID != "" {
 		if !validKeyID(m.KeyID) {
@@ -263,18 +273,38 @@ func (l ReleaseLauncher) validate() error {
 	return nil
 }
 
-// validate checks the manifest's i-th delta, naming the first field that is wrong.
-func (d ReleaseDelta) validate(m Manifest, i int) error {
+// validateDeltas checks a list of deltas of the binary of version own (at most MaxDeltas, one a
+// base), each named object(base); where names the list in errors ("manifest deltas").
+func validateDeltas(where string, list []ReleaseDelta, own string, object func(base string) string) error {
+	if len(list) > MaxDeltas {
+		return fmt.Errorf("%s: lists %d; at most %d", where, len(list), MaxDeltas)
+	}
+	seen := make(map[string]bool, len(list))
+	for i, d := range list {
+		if err := d.validate(fmt.Sprintf("%s[%d]", where, i), own, object); err != nil {
+			return err
+		}
+		if seen[d.BaseVersion] {
+			return fmt.Errorf("%s[%d].base_version: %s is listed twice; a manifest lists one delta a base", where, i, d.BaseVersion)
+		}
+		seen[d.BaseVersion] = true
+	}
+	return nil
+}
+
+// validate checks one delta (where names it: "manifest deltas[0]"), naming the first field that
+// is wrong.
+func (d ReleaseDelta) validate(where, own string, object func(base string) string) error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("manifest deltas[%d].%s: %s", i, field, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%s.%s: %s", where, field, fmt.Sprintf(format, args...))
 	}
 	if !ValidVersion(d.BaseVersion) {
 		return bad("base_version", "%q is not %s", text.Bound(d.BaseVersion), VersionRule)
 	}
-	if d.BaseVersion == m.Version {
-		return bad("base_version", "is the release's own version, %s", m.Version)
+	if d.BaseVersion == own {
+		return bad("base_version", "is the release's own version, %s", own)
 	}
-	if want := DeltaObjectName(m.Version, d.BaseVersion, m.OS, m.Arch); d.Object != want {
+	if want := object(d.BaseVersion); d.Object != want {
 		return bad("object", "is %q; for this version, base and platform it must be %q", text.Bound(d.Object), want)
 	}
 	if d.Size <= 0 || d.Size > MaxDeltaSize {
@@ -297,6 +327,9 @@ func (d ReleaseDelta) validate(m Manifest, i int) error {
 // SigningText returns the exact bytes the signature covers (see Manifest): the schema's header,
 // then one line a field, the launcher's after created, then the deltas' in schema 3.
 func (m Manifest) SigningText() []byte {
+	if m.Schema == ManifestSchemaPlatforms {
+		return m.platformsSigningText()
+	}
 	var b bytes.Buffer
 	header := SigningHeader
 	switch m.Schema {

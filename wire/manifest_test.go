@@ -86,7 +86,7 @@ func TestParseManifestRefusesAnInvalidLauncher(t *testing.T) {
 		{"schema 2 without a launcher", func(m *Manifest) { m.Launcher = ReleaseLauncher{} }, "launcher.version"},
 		{"schema 1 with a launcher", func(m *Manifest) { m.Schema = 1 }, "launcher"},
 		{"schema 3 listing no delta", func(m *Manifest) { m.Schema = 3 }, "deltas"},
-		{"schema 4", func(m *Manifest) { m.Schema = 4 }, "schema"},
+		{"schema 5", func(m *Manifest) { m.Schema = 5 }, "schema"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
