@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/deliver"
 	"github.com/novox/mesh-host/wire"
 )
@@ -118,6 +120,9 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 			h.recheckSoon()
 		case errors.Is(err, context.Canceled):
 		default:
+			if e := (*deliver.Error)(nil); errors.As(err, &e) && e.Kind == deliver.KindNoPlatform {
+				h.recheckPlatform(ctx, version, revision)
+			}
 			r := refusal{version: version, revision: revision, reason: err.Error()}
 			h.mu.Lock()
 			again := dl.refused == r
@@ -128,6 +133,32 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 				return
 			}
 			h.refuse(rctx, "target", revision, r.reason)
+		}
+	}()
+}
+
+// recheckPlatform delivers version again one heartbeat interval later while it is still the
+// target in force: a version refused for having no build for this node's platform is taken once
+// its manifest is republished with one. A node creates no consumer, so it cannot watch the
+// releases bucket; this costs one read of the manifest an interval, the same bytes refused again
+// unfetched and not recorded twice.
+func (h *Host) recheckPlatform(ctx context.Context, version string, revision uint64) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		every := h.opts.Config.HeartbeatInterval.Std()
+		if every <= 0 {
+			every = config.DefaultHeartbeatInterval // a Config not made by Load
+		}
+		t := time.NewTimer(every)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if v, expired := h.targetNow(time.Now()); v == version && expired == nil {
+			h.deliverTarget(ctx, version, revision)
 		}
 	}()
 }

@@ -357,14 +357,21 @@ func TestAWithdrawnTargetIsNeverFetchedAndForgedListsAreRefused(t *testing.T) {
 // not one that runs: these tests never get as far as running it).
 func publishFake(t testing.TB, b *meshtest.Bus, version string) {
 	t.Helper()
+	publishFakeFor(t, b, version, runtime.GOARCH)
+}
+
+// publishFakeFor is publishFake for linux (or this OS) on goarch: a schema 1 manifest of one
+// platform.
+func publishFakeFor(t testing.TB, b *meshtest.Bus, version, goarch string) {
+	t.Helper()
 	bin := []byte("fake mesh-host " + version)
 	var a bytes.Buffer
 	if err := archive.Pack(&a, bytes.NewReader(bin), int64(len(bin))); err != nil {
 		t.Fatal(err)
 	}
 	m := wire.Manifest{
-		Schema: wire.ManifestSchema, Version: version, OS: runtime.GOOS, Arch: runtime.GOARCH,
-		Object: wire.ObjectName(version, runtime.GOOS, runtime.GOARCH), Size: int64(a.Len()),
+		Schema: wire.ManifestSchema, Version: version, OS: runtime.GOOS, Arch: goarch,
+		Object: wire.ObjectName(version, runtime.GOOS, goarch), Size: int64(a.Len()),
 		Digest: digest.FromBytes(a.Bytes()), BinaryDigest: digest.FromBytes(bin),
 		Created: time.Now().UTC().Format(time.RFC3339),
 	}

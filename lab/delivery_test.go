@@ -70,7 +70,7 @@ func TestHostDeliversItsSuccessorAndNeverRefetchesABadOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := wire.ParseManifest(manifest)
+	m, err := nativeBuild(manifest)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -504,21 +504,25 @@ func snapshotStable(ctx context.Context, c *stockCluster, conn *bus.Conn) (s sta
 		return s, err
 	}
 	for _, manifest := range s.KV[c.Names.Releases()] {
-		var m struct {
-			Object string `json:"object"`
-		}
-		if err := json.Unmarshal([]byte(manifest), &m); err != nil || m.Object == "" {
-			return s, fmt.Errorf("a release names no archive object (%v): %s", err, tail(manifest, 200))
-		}
-		info, err := obj.GetInfo(ctx, m.Object)
+		m, err := wire.ParseManifest([]byte(manifest))
 		if err != nil {
-			return s, fmt.Errorf("archive %s: %w", m.Object, err)
+			return s, fmt.Errorf("a release's manifest does not read (%v): %s", err, tail(manifest, 200))
 		}
-		b, err := obj.GetBytes(ctx, m.Object)
-		if err != nil {
-			return s, fmt.Errorf("read archive %s: %w", m.Object, err)
+		for _, p := range m.PlatformList() {
+			pb, err := m.For(p)
+			if err != nil {
+				return s, err
+			}
+			info, err := obj.GetInfo(ctx, pb.Object)
+			if err != nil {
+				return s, fmt.Errorf("archive %s: %w", pb.Object, err)
+			}
+			b, err := obj.GetBytes(ctx, pb.Object)
+			if err != nil {
+				return s, fmt.Errorf("read archive %s: %w", pb.Object, err)
+			}
+			s.Objects = append(s.Objects, fmt.Sprintf("%s %s %d, read %s", pb.Object, info.Digest, info.Size, digest.FromBytes(b)))
 		}
-		s.Objects = append(s.Objects, fmt.Sprintf("%s %s %d, read %s", m.Object, info.Digest, info.Size, digest.FromBytes(b)))
 	}
 	slices.Sort(s.Objects)
 	return s, nil

@@ -1,7 +1,8 @@
 // Package deliver is the host's side of delivering its successor: fetch, verify, stage and prove a
 // target version.
 //
-// Given a target version it has not got, it reads and verifies the signed manifest, fetches the
+// Given a target version it has not got, it reads and verifies the signed manifest, takes this
+// node's platform's build of it (wire.Manifest.For, manifest schemas 1–4), fetches the
 // archive by digest, extracts it strictly into a staging directory, proves the binary with its own
 // preflight and renames it into versions/<v> — or refuses, leaving nothing under versions/ but
 // complete versions.
@@ -11,13 +12,18 @@
 //     archive matched the signed size and digest, the extractor found one regular file
 //     mesh-host (and at most a mesh-launcher after it), that file matched the signed binary
 //     digest, and its preflight printed the version;
-//   - a release listing deltas (manifest schema 3) is rebuilt from one only when this node has its
+//   - a version without a build for this node's platform is refused by name before any fetch
+//     (KindNoPlatform), never marked bad, and taken once the manifest holds other bytes;
+//   - a release listing deltas (manifest schema 3 or 4) is rebuilt from one only when this node has its
 //     base with exactly the signed base digest and the result has the signed binary digest;
 //     anything else about a delta falls back to the archive in the same attempt and never refuses
 //     the release (delta.go);
-//   - a launcher the release carries (manifest schema 2) is staged under launchers/<v> before
-//     the host version appears, when the node has no launcher of its digest; a launcher that
-//     fails is logged and noted, never a refusal of the host release (launcher.go);
+//   - a launcher the release carries (in its archive, manifest schema 2 or 3; as its own
+//     object, schema 4) is staged under launchers/<v> before the host version appears, when the
+//     node has no launcher of its digest and it is newer than the one running; a schema 4
+//     launcher is fetched (or rebuilt from a delta) only then, so an unchanged launcher moves no
+//     byte; a launcher that fails is logged and noted, never a refusal of the host release
+//     (launcher.go, launcherobj.go);
 //   - the digest of the binary is recorded before its directory appears, so Choose checks it;
 //   - a refused release is not fetched again while the manifest under its version holds the
 //     same bytes (a new manifest, another digest or signature, is tried), and failures that may
@@ -79,6 +85,9 @@ type Config struct {
 	Names       wire.Names          // bucket names (default prefix when zero)
 	TrustedKeys []ed25519.PublicKey // from trusted_keys (wire.ParseTrustedKeys)
 	Records     Records
+	// Platform is the platform this node takes builds for; zero: this machine's
+	// (wire.NodePlatform of its GOOS, GOARCH and the kernel's machine word, for arm's variant).
+	Platform wire.Platform
 	// Withdrawn reports whether the version is withdrawn (the signed withdrawal list the host
 	// accepted) and why; such a version is never fetched, its manifest refused. Nil: none is.
 	Withdrawn func(version string) (reason string, ok bool)
@@ -172,11 +181,12 @@ func (cfg Config) withDefaults() Config {
 // Deliverer stages host versions under one root. It is safe for concurrent use; stagings run
 // one at a time.
 type Deliverer struct {
-	cfg  Config
-	env  env
-	sem  chan struct{}
-	mu   sync.Mutex
-	seen map[string]*attempt // per version: the last outcome
+	cfg      Config
+	env      env
+	platform wire.Platform // the builds this node takes
+	sem      chan struct{}
+	mu       sync.Mutex
+	seen     map[string]*attempt // per version: the last outcome
 
 	oldRecords       sync.Once    // the log said once that records.db is too old for launchers
 	launcherStagings atomic.Int64 // launchers a release carried that this node began to stage
@@ -209,8 +219,22 @@ func New(cfg Config) (*Deliverer, error) {
 		return nil, errors.New("deliver: no trusted_keys configured, so no release can be verified; add the content of release.pub to trusted_keys in host.json")
 	}
 	cfg = cfg.withDefaults()
-	return &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}, moved: map[string]int64{}}, nil
+	d := &Deliverer{cfg: cfg, env: stdEnv, sem: make(chan struct{}, 1), seen: map[string]*attempt{}, moved: map[string]int64{}}
+	d.platform = cfg.Platform
+	if d.platform == (wire.Platform{}) {
+		// The kernel's word tells arm's variant, which GOARCH does not; a machine that cannot be
+		// asked takes wire.NodePlatform's default for it.
+		machine, err := d.env.machine()
+		if err != nil {
+			cfg.Log.Warn("could not ask the kernel which machine this is; taking the default variant for this architecture", "err", err)
+		}
+		d.platform = wire.NodePlatform(runtime.GOOS, runtime.GOARCH, machine)
+	}
+	return d, nil
 }
+
+// Platform is the platform whose builds this node takes.
+func (d *Deliverer) Platform() wire.Platform { return d.platform }
 
 // Have reports whether versions/<v>/mesh-host exists.
 func (d *Deliverer) Have(version string) bool {
@@ -347,31 +371,58 @@ func (d *Deliverer) withdrawn(version string) error {
 	return nil
 }
 
-// checkManifest parses and verifies the manifest and checks that this host can take it.
-func (d *Deliverer) checkManifest(version string, raw []byte) (wire.Manifest, error) {
+// checkManifest parses and verifies the manifest and returns this node's platform's build of
+// it (wire.Manifest.For, any schema): a version without one is refused by name, as the manifest
+// says it, and tried again once the manifest under the version holds other bytes.
+func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	m, err := wire.ParseManifest(raw)
 	if err != nil {
-		return m, refuse(version, KindBadManifest, "%w", err)
+		return release{}, refuse(version, KindBadManifest, "%w", err)
 	}
 	if m.Version != version {
-		return m, refuse(version, KindBadManifest, "the manifest under %s is for %s; republish it under its own version", version, m.Version)
+		return release{}, refuse(version, KindBadManifest, "the manifest under %s is for %s; republish it under its own version", version, m.Version)
 	}
 	if err := m.Verify(d.cfg.TrustedKeys); err != nil {
-		return m, refuse(version, KindSignature, "%w", err)
+		return release{}, refuse(version, KindSignature, "%w", err)
 	}
-	if m.OS != runtime.GOOS || m.Arch != runtime.GOARCH {
-		return m, refuse(version, KindWrongPlatform, "it is built for %s/%s and this host runs on %s/%s; publish a %s/%s build",
-			m.OS, m.Arch, runtime.GOOS, runtime.GOARCH, runtime.GOOS, runtime.GOARCH)
+	b, err := m.For(d.platform)
+	if errors.Is(err, wire.ErrNoPlatformBuild) {
+		return release{}, refuse(version, KindNoPlatform, "%w; publish the version with a %s build (mesh-release build --platforms)", err, d.platform)
 	}
-	if m.Size > d.cfg.MaxArchive {
-		return m, refuse(version, KindTooLarge, "the archive is %d bytes, over this host's %d-byte limit", m.Size, d.cfg.MaxArchive)
+	if err != nil {
+		return release{}, refuse(version, KindBadManifest, "%w", err)
 	}
-	return m, nil
+	r := release{Build: b, schema: m.Schema, keyID: m.KeyID}
+	if r.Size > d.cfg.MaxArchive {
+		return r, refuse(version, KindTooLarge, "the archive is %d bytes, over this host's %d-byte limit", r.Size, d.cfg.MaxArchive)
+	}
+	return r, nil
 }
+
+// release is what a delivery works on: this node's platform's build of a verified manifest.
+type release struct {
+	wire.Build
+	schema int    // the manifest's
+	keyID  string // of the key that signed the manifest
+}
+
+// launcher is the launcher binary the release names (zero when it names none): its version,
+// and the digest and size of the binary itself, whether it rides in the archive (schemas 2
+// and 3) or is its own object (schema 4).
+func (r release) launcher() wire.ReleaseLauncher {
+	l := r.Build.Launcher
+	return wire.ReleaseLauncher{Version: l.Version, Digest: l.BinaryDigest, Size: l.BinarySize}
+}
+
+// hasLauncher reports whether the release names a launcher.
+func (r release) hasLauncher() bool { return r.Build.Launcher.Version != "" }
+
+// launcherObject reports whether the release's launcher is its own object (schema 4).
+func (r release) launcherObject() bool { return r.hasLauncher() && !r.LauncherInArchive }
 
 // stage does the work of one attempt after the manifest was read.
 func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progress func(Progress)) (err error) {
-	m, err := d.checkManifest(version, raw)
+	r, err := d.checkManifest(version, raw)
 	if err != nil {
 		return err
 	}
@@ -382,7 +433,7 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	// The binary's size is not signed, but it is at least about the archive's (compression
 	// does not make a file larger by more than its framing): refuse before fetching only what
 	// cannot fit, and check the binary's own size once the verified archive tells it.
-	if err := d.room(version, versions, 2*m.Size, fmt.Sprintf("the archive (%s) and a binary at least as large", mib(m.Size))); err != nil {
+	if err := d.room(version, versions, 2*r.Size, fmt.Sprintf("the archive (%s) and a binary at least as large", mib(r.Size))); err != nil {
 		return err
 	}
 
@@ -401,35 +452,45 @@ func (d *Deliverer) stage(ctx context.Context, version string, raw []byte, progr
 	// moved counts every byte fetched for this version, over its attempts, for the heartbeat.
 	moved := d.movedBefore(version)
 	defer func() { d.keepMoved(version, moved, err == nil) }()
-	if d.deltaFits(ctx, m) {
-		bin, used = d.fromDelta(ctx, m, st.Dir(), &moved, progress)
+	if d.deltaFits(ctx, r) {
+		bin, used = d.fromDelta(ctx, r, st.Dir(), &moved, progress)
 		if ctx.Err() != nil {
 			return &Error{Version: version, Kind: KindBus, Err: ctx.Err()}
 		}
 	}
 	if used.Base != "" {
 		// The binary has the signed digest: what it does now is the release's, as from the archive.
-		if err := d.checkBinary(ctx, m, bin); err != nil {
+		if err := d.checkBinary(ctx, r, bin); err != nil {
 			return err
 		}
-		note = d.launcherAfterDelta(ctx, m)
+		if r.LauncherInArchive {
+			note = d.launcherAfterDelta(ctx, r)
+		}
 	} else {
 		var err error
-		if bin, note, err = d.fromArchive(ctx, m, st, &moved, progress); err != nil {
+		if bin, note, err = d.fromArchive(ctx, r, st, &moved, progress); err != nil {
 			return err
 		}
 	}
-	return d.commit(ctx, m, st, bin, note, used, moved, progress)
+	if r.launcherObject() {
+		// Its own object (schema 4), fetched only when this node is to stage it, and in place
+		// before the host version, as a launcher from the archive is.
+		note = d.launcherFromObject(ctx, r, &moved, progress)
+		if ctx.Err() != nil {
+			return &Error{Version: version, Kind: KindBus, Err: ctx.Err()}
+		}
+	}
+	return d.commit(ctx, r, st, bin, note, used, moved, progress)
 }
 
 // fromArchive fetches the archive into the staging directory and extracts the binary (and the
 // launcher, when this node is to stage it, which it commits) from it, adding what it fetches to
 // moved.
-func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollback.Staging, moved *int64, progress func(Progress)) (archive.Binary, string, error) {
-	version := m.Version
+func (d *Deliverer) fromArchive(ctx context.Context, r release, st *rollback.Staging, moved *int64, progress func(Progress)) (archive.Binary, string, error) {
+	version := r.Version
 	versions := rollback.VersionsDir(d.cfg.Root)
 	staging := st.Dir()
-	dl, err := d.fetch(ctx, archiveOf(m), staging, downloadName, moved, progress)
+	dl, err := d.fetch(ctx, archiveOf(r), staging, downloadName, moved, progress)
 	if err != nil {
 		return archive.Binary{}, "", err
 	}
@@ -437,7 +498,7 @@ func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollba
 	if _, err := dl.Seek(0, io.SeekStart); err != nil {
 		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	progress(Progress{Version: version, State: StateVerifying, Bytes: m.Size, Total: m.Size, Percent: 100, Moved: *moved})
+	progress(Progress{Version: version, State: StateVerifying, Bytes: r.Size, Total: r.Size, Percent: 100, Moved: *moved})
 	lim := archive.Limits{MaxBinary: d.cfg.MaxBinary}
 	size, err := archive.Peek(ctx, dl, lim)
 	if errors.Is(err, archive.ErrUnsafe) {
@@ -452,10 +513,17 @@ func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollba
 	if _, err := dl.Seek(0, io.SeekStart); err != nil {
 		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	// The release's launcher, if this node is to stage it, is extracted from the same archive
-	// in the same pass, into its own staging directory under launchers/.
-	lp, note := d.planLauncher(ctx, m)
-	defer lp.discard()
+	// The release's launcher, if it rides in the archive (schemas 2 and 3) and this node is to
+	// stage it, is extracted from the same archive in the same pass, into its own staging
+	// directory under launchers/. A schema 4 archive holds mesh-host alone.
+	var (
+		lp   *launcherPlan
+		note string
+	)
+	if r.LauncherInArchive {
+		lp, note = d.planLauncher(ctx, r)
+		defer lp.discard()
+	}
 	rel, err := archive.ExtractRelease(ctx, dl, staging, lp.extract(), lim)
 	bin := rel.Host
 	if errors.Is(err, archive.ErrUnsafe) {
@@ -468,31 +536,31 @@ func (d *Deliverer) fromArchive(ctx context.Context, m wire.Manifest, st *rollba
 	if err := os.Remove(dl.Name()); err != nil {
 		return archive.Binary{}, "", &Error{Version: version, Kind: KindLocal, Err: err}
 	}
-	if bin.Digest != m.BinaryDigest {
-		return archive.Binary{}, "", refuse(version, KindBinaryDigest, "the archive's binary is %s but the manifest signed %s", bin.Digest, m.BinaryDigest)
+	if bin.Digest != r.BinaryDigest {
+		return archive.Binary{}, "", refuse(version, KindBinaryDigest, "the archive's binary is %s but the manifest signed %s", bin.Digest, r.BinaryDigest)
 	}
-	if err := d.checkBinary(ctx, m, bin); err != nil {
+	if err := d.checkBinary(ctx, r, bin); err != nil {
 		return archive.Binary{}, "", err
 	}
 	// The launcher goes in place before the host version does: once versions/<v> appears the
 	// host may stand aside for it, and the launcher that starts it should be on disk by then. A
 	// launcher that fails here leaves the host version to be staged all the same.
 	if lp != nil {
-		note = d.commitLauncher(ctx, lp, m, rel)
+		note = d.launcherFromArchive(ctx, lp, r, rel)
 	}
 	return bin, note, nil
 }
 
 // checkBinary checks a binary the archive or a delta gave: built for this machine, its
 // preflight passes, and the version not withdrawn meanwhile.
-func (d *Deliverer) checkBinary(ctx context.Context, m wire.Manifest, bin archive.Binary) error {
-	version := m.Version
+func (d *Deliverer) checkBinary(ctx context.Context, r release, bin archive.Binary) error {
+	version := r.Version
 	if arch, err := archive.ArchOf(bin.Path); err != nil || arch != runtime.GOARCH {
 		if err != nil {
 			return refuse(version, KindWrongPlatform, "%w", err)
 		}
 		return refuse(version, KindWrongPlatform, "the binary is built for %s, this machine is %s (its manifest wrongly says %s); build it for %s",
-			arch, runtime.GOARCH, m.Arch, runtime.GOARCH)
+			arch, runtime.GOARCH, r.Platform.Arch, runtime.GOARCH)
 	}
 	if err := d.preflight(ctx, version, bin.Path); err != nil {
 		return err
@@ -502,11 +570,11 @@ func (d *Deliverer) checkBinary(ctx context.Context, m wire.Manifest, bin archiv
 }
 
 // commit puts the staged binary in place as versions/<v> and reports it staged.
-func (d *Deliverer) commit(ctx context.Context, m wire.Manifest, st *rollback.Staging, bin archive.Binary, note string, used deltaUse, moved int64, progress func(Progress)) error {
-	version := m.Version
+func (d *Deliverer) commit(ctx context.Context, r release, st *rollback.Staging, bin archive.Binary, note string, used deltaUse, moved int64, progress func(Progress)) error {
+	version := r.Version
 	// The shared commit (rollback.Staging): the digest recorded before the directory appears,
 	// with where the version came from, then one rename.
-	err := st.Commit(ctx, d.cfg.Records, version, bin.Digest, rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID})
+	err := st.Commit(ctx, d.cfg.Records, version, bin.Digest, rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: r.keyID})
 	if dc := (*rollback.DigestConflict)(nil); errors.As(err, &dc) {
 		return refuse(version, KindBinaryDigest, "%w", err)
 	}
@@ -517,12 +585,12 @@ func (d *Deliverer) commit(ctx context.Context, m wire.Manifest, st *rollback.St
 		return &Error{Version: version, Kind: KindLocal, Err: fmt.Errorf("put the staged version in place: %w", err)}
 	}
 	final := rollback.VersionDir(d.cfg.Root, version)
-	p := Progress{Version: version, State: StateStaged, Bytes: m.Size, Total: m.Size, Percent: 100, Launcher: note, Moved: moved}
+	p := Progress{Version: version, State: StateStaged, Bytes: r.Size, Total: r.Size, Percent: 100, Launcher: note, Moved: moved}
 	if used.Base != "" {
 		p.Bytes, p.Total, p.Delta = used.Size, used.Size, used.Base
 	}
 	progress(p)
-	d.cfg.Log.Info("host version staged", "version", version, "digest", string(m.Digest), "binary_digest", string(bin.Digest), "dir", final,
+	d.cfg.Log.Info("host version staged", "version", version, "digest", string(r.Digest), "binary_digest", string(bin.Digest), "dir", final,
 		"delta_from", used.Base, "bytes_moved", moved)
 	return nil
 }
@@ -536,8 +604,8 @@ type object struct {
 	delta   string // with a delta: its base version
 }
 
-func archiveOf(m wire.Manifest) object {
-	return object{version: m.Version, name: m.Object, size: m.Size, digest: m.Digest}
+func archiveOf(r release) object {
+	return object{version: r.Version, name: r.Object, size: r.Size, digest: r.Digest}
 }
 
 // fetch streams an object from the object store into staging/file, hashing it while it is

@@ -254,7 +254,7 @@ func refusals(t *testing.T) []refusal {
 				bin := fakehost(t, v1, "ok", other)
 				signedArchive(pack(t, bin), bin)(t, h) // the manifest wrongly says this machine's arch
 			}},
-		{name: "TestDeliverRefusesAManifestForAnotherArchitectureBeforeFetching", kind: KindWrongPlatform, says: "publish a",
+		{name: "TestDeliverRefusesAManifestForAnotherArchitectureBeforeFetching", kind: KindNoPlatform, says: "has no build for " + runtime.GOOS + "/" + runtime.GOARCH,
 			setup: func(t *testing.T, h *harness) {
 				a := pack(t, ok())
 				m := manifestFor(v1, a, ok())
@@ -553,7 +553,7 @@ func TestRunStopsWhenItsContextIsCancelled(t *testing.T) {
 
 func TestCopyVerifiedChecksWhatItStreams(t *testing.T) {
 	body := []byte("the archive's bytes")
-	m := wire.Manifest{Version: v1, Object: "o", Size: int64(len(body)), Digest: digest.FromBytes(body)}
+	m := release{Build: wire.Build{Version: v1, Object: "o", Size: int64(len(body)), Digest: digest.FromBytes(body)}}
 	cases := []struct {
 		name string
 		src  io.Reader
@@ -586,7 +586,7 @@ func TestCopyVerifiedChecksWhatItStreams(t *testing.T) {
 
 func TestCopyVerifiedCallsAFullDiskNoSpaceNotABusFailure(t *testing.T) {
 	body := []byte("the archive's bytes")
-	m := wire.Manifest{Version: v1, Object: "o", Size: int64(len(body)), Digest: digest.FromBytes(body)}
+	m := release{Build: wire.Build{Version: v1, Object: "o", Size: int64(len(body)), Digest: digest.FromBytes(body)}}
 	err := copyVerified(fullDisk{}, bytes.NewReader(body), archiveOf(m), io.Discard)
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != KindNoSpace || e.Kind.Permanent() || !strings.Contains(err.Error(), "free some space") {

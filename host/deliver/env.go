@@ -6,6 +6,8 @@ type env struct {
 	// freeSpace is the number of bytes an unprivileged writer may still use on the file
 	// system holding dir.
 	freeSpace func(dir string) (uint64, error)
+	// machine is the kernel's name of the machine (uname -m), which tells arm's variant.
+	machine func() (string, error)
 }
 
-var stdEnv = env{freeSpace: statfsFree}
+var stdEnv = env{freeSpace: statfsFree, machine: unameMachine}

@@ -16,6 +16,14 @@ func statfsFree(dir string) (uint64, error) {
 	return s.Bavail * uint64(s.Bsize), nil
 }
 
+func unameMachine() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", err
+	}
+	return unix.ByteSliceToString(u.Machine[:]), nil
+}
+
 // mountPoint returns the mount point of the file system holding dir (the directory an
 // operator frees space on), or dir itself when it cannot be told.
 func mountPoint(dir string) string {

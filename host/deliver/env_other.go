@@ -13,6 +13,9 @@ func statfsFree(string) (uint64, error) {
 
 func mountPoint(dir string) string { return dir }
 
+// unameMachine, off Linux, has no kernel word: GOARCH alone names the platform.
+func unameMachine() (string, error) { return "", nil }
+
 // ownGroup, off Linux, cannot make the kernel kill a preflight with the host; it is never
 // reached, since statfsFree refuses every staging first.
 func ownGroup(*exec.Cmd) {}

@@ -24,6 +24,7 @@ const (
 	KindBadManifest     Kind = "bad-manifest"     // the manifest does not parse or names another version
 	KindSignature       Kind = "signature"        // unsigned, unknown key or altered (wraps wire.Err*)
 	KindWrongPlatform   Kind = "wrong-platform"   // built for another os or architecture
+	KindNoPlatform      Kind = "no-platform"      // the version has no build for this node's platform (never marked bad)
 	KindTooLarge        Kind = "too-large"        // the archive is over the size this host accepts
 	KindBadArchive      Kind = "bad-archive"      // the strict extractor refused it (wraps archive.ErrUnsafe)
 	KindBinaryDigest    Kind = "binary-digest"    // the extracted binary is not the one the manifest signed

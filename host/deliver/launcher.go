@@ -17,9 +17,10 @@ import (
 	"github.com/novox/mesh-host/wire/archive"
 )
 
-// A host release may carry the mesh-launcher built from the same tree (manifest schema 2,
-// decision 0014). The node stages it under ROOT/launchers/<v> from the same fetch as the host
-// binary, before the host version is renamed into place — so that when the host stands aside
+// A host release may carry the mesh-launcher built from the same tree: in its archive (manifest
+// schemas 2 and 3, decision 0014), or as its own object (schema 4, launcherobj.go). The node
+// stages it under ROOT/launchers/<v> — from the same fetch as the host binary, or from its own
+// object or a delta of it — before the host version is renamed into place — so that when the host stands aside
 // for the new version, the launcher that will take it is already on disk — and only when it
 // has no launcher of that digest (delivered, or the floor), none of that version, it is newer
 // than both the floor and the launcher running, and it is not marked bad. A launcher
@@ -55,51 +56,55 @@ type launcherPlan struct {
 	st   *rollback.Staging
 }
 
-// planLauncher decides whether m's launcher is staged and, if so, makes its staging directory.
+// planLauncher decides whether r's launcher is staged and, if so, makes its staging directory.
 // The note says why not when that is worth reporting ("" when there is no launcher or this
 // node has it already).
-func (d *Deliverer) planLauncher(ctx context.Context, m wire.Manifest) (*launcherPlan, string) {
-	if !m.HasLauncher() {
+func (d *Deliverer) planLauncher(ctx context.Context, r release) (*launcherPlan, string) {
+	if !r.hasLauncher() {
 		return nil, ""
 	}
-	l := m.Launcher
+	l := r.launcher()
 	rec, ok := d.cfg.Records.(LauncherRecords)
 	if !ok || !rec.HasLaunchers() {
 		d.oldRecords.Do(func() {
 			d.cfg.Log.Info("releases carry mesh-launcher, but records.db is older than launcher versions (schema 6): an older launcher runs, so launchers are not staged until a launcher that knows them migrates it; host versions are staged as before",
 				"launcher_version", l.Version)
 		})
-		return nil, d.launcherNote(m, "not staged: records.db is older than launcher versions (schema 6)")
+		return nil, d.launcherNote(r, "not staged: records.db is older than launcher versions (schema 6)")
 	}
 	if bad, reason, err := rec.IsLauncherBad(ctx, l.Version, l.Digest); err != nil {
-		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
+		return nil, d.launcherNote(r, "not staged: reading the records: %v", err)
 	} else if bad {
-		return nil, d.launcherNote(m, "not staged: it is marked bad on this node (%s)", reason)
+		return nil, d.launcherNote(r, "not staged: it is marked bad on this node (%s)", reason)
 	}
 	if why, err := launcherUnneeded(ctx, rec, l); err != nil {
-		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
+		return nil, d.launcherNote(r, "not staged: reading the records: %v", err)
 	} else if why != "" {
-		d.cfg.Log.Debug("the release's launcher is not staged", "version", m.Version, "launcher_version", l.Version, "why", why)
+		d.cfg.Log.Debug("the release's launcher is not staged", "version", r.Version, "launcher_version", l.Version, "why", why)
 		return nil, ""
 	}
-	if r, ok, err := rec.LookupLauncher(ctx, l.Version); err != nil {
-		return nil, d.launcherNote(m, "not staged: reading the records: %v", err)
+	if rl, ok, err := rec.LookupLauncher(ctx, l.Version); err != nil {
+		return nil, d.launcherNote(r, "not staged: reading the records: %v", err)
 	} else if ok {
 		// One version, two builds: a launcher changed without its version being bumped.
 		d.cfg.Log.Warn("the release's launcher conflicts with the one recorded", "err",
-			&rollback.DigestConflict{Version: "launcher " + l.Version, Recorded: r.Digest, Got: l.Digest})
-		return nil, d.launcherNote(m, "not staged: this node has %s with digest %s, the release carries digest %s under the same version",
-			l.Version, short(r.Digest), short(l.Digest))
+			&rollback.DigestConflict{Version: "launcher " + l.Version, Recorded: rl.Digest, Got: l.Digest})
+		return nil, d.launcherNote(r, "not staged: this node has %s with digest %s, the release carries digest %s under the same version",
+			l.Version, short(rl.Digest), short(l.Digest))
 	}
 	if _, err := os.Lstat(rollback.LauncherDir(d.cfg.Root, l.Version)); err == nil {
-		return nil, d.launcherNote(m, "not staged: %s is already there, not recorded with this digest", rollback.LauncherDir(d.cfg.Root, l.Version))
+		return nil, d.launcherNote(r, "not staged: %s is already there, not recorded with this digest", rollback.LauncherDir(d.cfg.Root, l.Version))
 	}
-	if err := d.room(m.Version, d.cfg.Root, l.Size, fmt.Sprintf("the launcher (%s)", mib(l.Size))); err != nil {
-		return nil, d.launcherNote(m, "not staged: %v", errors.Unwrap(err))
+	need := l.Size
+	if r.launcherObject() {
+		need += r.Build.Launcher.Size // its download, beside the binary until it is decompressed
+	}
+	if err := d.room(r.Version, d.cfg.Root, need, fmt.Sprintf("the launcher (%s)", mib(need))); err != nil {
+		return nil, d.launcherNote(r, "not staged: %v", errors.Unwrap(err))
 	}
 	st, err := rollback.NewLauncherStaging(d.cfg.Root)
 	if err != nil {
-		return nil, d.launcherNote(m, "not staged: %v", err)
+		return nil, d.launcherNote(r, "not staged: %v", err)
 	}
 	d.launcherStagings.Add(1)
 	return &launcherPlan{want: l, rec: rec, st: st}, ""
@@ -157,38 +162,50 @@ func (p *launcherPlan) discard() {
 	}
 }
 
-// commitLauncher checks the launcher the extractor wrote, runs its own preflight and puts it
-// in place as launchers/<v>, recorded as delivered with the host release that carried it. It
-// returns the note for the heartbeat.
-func (d *Deliverer) commitLauncher(ctx context.Context, p *launcherPlan, m wire.Manifest, rel archive.Release) string {
-	l := p.want
+// launcherFromArchive commits the launcher the extractor wrote from the archive (schemas 2 and
+// 3), or says why there is none. It returns the note for the heartbeat.
+func (d *Deliverer) launcherFromArchive(ctx context.Context, p *launcherPlan, r release, rel archive.Release) string {
 	switch {
 	case rel.LauncherErr != nil:
-		return d.launcherNote(m, "not staged: %v", rel.LauncherErr)
+		return d.launcherNote(r, "not staged: %v", rel.LauncherErr)
 	case rel.Launcher == nil || rel.Launcher.Path == "":
-		return d.launcherNote(m, "not staged: the archive carries no %s though its manifest names one", archive.LauncherName)
+		return d.launcherNote(r, "not staged: the archive carries no %s though its manifest names one", archive.LauncherName)
 	}
-	if err := d.launcherPreflight(ctx, rel.Launcher.Path, l.Version); err != nil {
-		return d.launcherNote(m, "not staged: %v", err)
+	return d.commitLauncher(ctx, p, r, rel.Launcher.Path, "")
+}
+
+// commitLauncher runs the own preflight of the launcher written (and verified) at path, and
+// puts it in place as launchers/<v>, recorded as delivered with the host release that carried
+// it. from is the base version of the delta it was rebuilt from, if any. It returns the note
+// for the heartbeat.
+func (d *Deliverer) commitLauncher(ctx context.Context, p *launcherPlan, r release, path, from string) string {
+	l := p.want
+	if err := d.launcherPreflight(ctx, path, l.Version); err != nil {
+		return d.launcherNote(r, "not staged: %v", err)
 	}
 	err := p.st.CommitLauncher(ctx, p.rec, rollback.LauncherVersion{
 		Version: l.Version, Digest: l.Digest, Size: l.Size,
-		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: m.KeyID},
-		CarriedBy:  m.Version,
+		Provenance: rollback.Provenance{Source: rollback.SourceDelivered, SignedBy: r.keyID},
+		CarriedBy:  r.Version,
 	})
 	if err != nil {
-		return d.launcherNote(m, "not staged: %v", err)
+		return d.launcherNote(r, "not staged: %v", err)
 	}
 	d.cfg.Log.Info("launcher version staged", "launcher_version", l.Version, "digest", string(l.Digest),
-		"carried_by", m.Version, "dir", rollback.LauncherDir(d.cfg.Root, l.Version))
-	return text.Cut("launcher "+l.Version+" staged", maxLauncherNote)
+		"carried_by", r.Version, "delta_from", from, "dir", rollback.LauncherDir(d.cfg.Root, l.Version))
+	note := "launcher " + l.Version + " staged"
+	if from != "" {
+		note += " from a delta of " + from
+	}
+	return text.Cut(note, maxLauncherNote)
 }
 
-// launcherNote logs why m's launcher was not staged and returns it, bounded, for the heartbeat.
-func (d *Deliverer) launcherNote(m wire.Manifest, format string, args ...any) string {
-	note := text.Cut(fmt.Sprintf("launcher %s ", m.Launcher.Version)+fmt.Sprintf(format, args...), maxLauncherNote)
+// launcherNote logs why r's launcher was not staged and returns it, bounded, for the heartbeat.
+func (d *Deliverer) launcherNote(r release, format string, args ...any) string {
+	lv := r.Build.Launcher.Version
+	note := text.Cut(fmt.Sprintf("launcher %s ", lv)+fmt.Sprintf(format, args...), maxLauncherNote)
 	d.cfg.Log.Warn("the release's launcher is not staged; the host version is staged as it would be without it",
-		"version", m.Version, "launcher_version", m.Launcher.Version, "why", note)
+		"version", r.Version, "launcher_version", lv, "why", note)
 	return note
 }
 

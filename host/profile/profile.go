@@ -63,6 +63,7 @@ type options struct {
 	// bus asks systemd's manager for its version over the system bus.
 	bus         func(ctx context.Context) (version string, err error)
 	uname       func() (machine, release string, err error)
+	goarch      string // what this host is built for (runtime.GOARCH)
 	hostname    func() (string, error)
 	now         func() time.Time
 	infoTimeout time.Duration
@@ -79,6 +80,7 @@ func machineOptions() options {
 		rootFS:      "/",
 		bus:         systemdBus,
 		uname:       uname,
+		goarch:      runtime.GOARCH,
 		hostname:    os.Hostname,
 		now:         time.Now,
 		infoTimeout: infoTimeout,
@@ -100,9 +102,11 @@ func Take(ctx context.Context, root string) wire.Inventory {
 
 func detect(ctx context.Context, o options) wire.Profile {
 	p := wire.Profile{OS: runtime.GOOS}
-	if machine, release, err := o.uname(); err == nil {
+	machine, release, err := o.uname()
+	if err == nil {
 		p.Arch, p.Kernel = goarch(machine), release
 	}
+	p.Platform = platform(o.goarch, machine)
 	p.OSID, p.OSVersion = osRelease(o.osRelease)
 
 	// The probes are independent and some wait on timeouts: run them side by side, so
@@ -159,6 +163,19 @@ func goarch(machine string) string {
 		return "arm"
 	}
 	return machine
+}
+
+// platform is the build this host takes (wire.NodePlatform): the one it is built for, arm's
+// variant the kernel's word (machine; "" when uname failed, read as v7). It is what the release
+// side gates a rollout on, so it must be what delivery picks, not the kernel's architecture: a
+// 32-bit host on an aarch64 kernel is linux/arm/v7. "" when it is not a platform a build could
+// be named by (a GOARCH no manifest can name).
+func platform(goarch, machine string) string {
+	p := wire.NodePlatform(runtime.GOOS, goarch, machine)
+	if _, err := wire.ParsePlatform(p.String()); err != nil {
+		return ""
+	}
+	return p.String()
 }
 
 func uname() (machine, release string, err error) {

@@ -41,6 +41,7 @@ func newFixture(t *testing.T) *fixture {
 		rootFS:      dir,
 		bus:         func(context.Context) (string, error) { return "", errors.New("no bus in a fixture") },
 		uname:       func() (string, string, error) { return "x86_64", "6.1.0-test", nil },
+		goarch:      "amd64",
 		hostname:    func() (string, error) { return "fixture-host", nil },
 		now:         func() time.Time { return detectedAt },
 		infoTimeout: 5 * time.Second,
@@ -101,6 +102,43 @@ func TestTheKernelsMachineIsNamedAsGoNamesIt(t *testing.T) {
 		if got := goarch(machine); got != want {
 			t.Errorf("goarch(%q) = %q, want %q", machine, got, want)
 		}
+	}
+}
+
+// The platform is the build the host takes: what it is built for, arm's variant the kernel's
+// word — so a 32-bit host on a 64-bit kernel stays linux/arm/v7, as delivery picks.
+func TestThePlatformIsTheHostsBuildWithArmsVariantFromTheKernel(t *testing.T) {
+	for _, tc := range []struct {
+		goarch, machine string
+		unameFails      bool
+		want            string
+	}{
+		{"amd64", "x86_64", false, "linux/amd64"},
+		{"arm64", "aarch64", false, "linux/arm64"},
+		{"arm", "armv7l", false, "linux/arm/v7"},
+		{"arm", "armv6l", false, "linux/arm/v6"},
+		{"arm", "aarch64", false, "linux/arm/v7"}, // a 32-bit host on a 64-bit kernel (Raspberry Pi OS)
+		{"arm", "armv8l", false, "linux/arm/v7"},
+		{"arm", "", true, "linux/arm/v7"}, // no word from the kernel: Go's default GOARM
+		{"amd64", "", true, "linux/amd64"},
+	} {
+		t.Run(tc.goarch+" on "+tc.machine, func(t *testing.T) {
+			f := newFixture(t)
+			f.o.goarch = tc.goarch
+			f.o.uname = func() (string, string, error) {
+				if tc.unameFails {
+					return "", "", errors.New("uname: not permitted")
+				}
+				return tc.machine, "6.1.0-test", nil
+			}
+			p := detect(context.Background(), f.o)
+			if p.Platform != tc.want {
+				t.Fatalf("platform %q, want %q", p.Platform, tc.want)
+			}
+			if got := wire.ProfilePlatform(p).String(); got != tc.want {
+				t.Errorf("the release side reads %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -1,11 +1,11 @@
-// Package build makes a host release: the binaries, the reproducible archive and its signed
-// manifest.
+// Package build makes a host release: each platform's binaries, archive and launcher object, and
+// the signed manifest.
 //
-// It builds the mesh-host binary and the mesh-launcher from the same tree (or takes them built
-// elsewhere), packs them into the reproducible host archive, and writes the signed manifest beside
-// it — or signs an archive a release pipeline made, without repacking it. A release carrying its
-// launcher is manifest schema 2; one without (NoLauncher, for hosts that read schema 1 only) is
-// schema 1 (decision 0014).
+// It builds the mesh-host binary and the mesh-launcher for every platform asked from the same
+// tree (or takes one platform's built elsewhere), packs each host binary alone into its
+// reproducible archive, compresses each launcher into an object of its own, and writes the
+// signed manifest of schema 4 beside them (decision 0044) — or signs one platform's archive a
+// release pipeline made, without repacking it.
 package build
 
 import (
@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -39,7 +40,7 @@ const HostPackage = "./host/cmd/mesh-host"
 
 // LauncherPackage is the package built when no launcher is given: the mesh-launcher of the
 // same tree. It is built without a version stamp: the launcher has its own version, so an
-// unchanged launcher is the same bytes in every release.
+// unchanged launcher is the same bytes, and the same object, in every release.
 const LauncherPackage = "./launcher/cmd/mesh-launcher"
 
 // LauncherVersionTimeout bounds `mesh-launcher version` when build asks a launcher its version.
@@ -49,38 +50,46 @@ const LauncherVersionTimeout = 10 * time.Second
 const OS = "linux"
 
 // Options say what to build. Version, Key and OutDir are required; at most one of Binary and
-// Archive is set.
+// Archive is set, and with either, at most one platform.
 type Options struct {
 	Version string             // vX.Y.Z, stamped into a built binary as main.version
 	Key     ed25519.PrivateKey // the release key that signs the manifest
-	OutDir  string             // where the archive and manifest.json are written (created if missing)
+	OutDir  string             // where the objects and manifest.json are written (created if missing)
+
+	// Platforms are the platforms to build for (default wire.DefaultPlatforms). With Binary or
+	// Archive there is one: the one given, else the binary's own (linux and its ELF
+	// architecture, arm taken as arm/v7).
+	Platforms []wire.Platform
 
 	Binary  string // pack this binary instead of building one
-	Archive string // sign this archive as it is (validated with the strict extractor)
+	Archive string // sign this archive (mesh-host alone) as it is, validated with the strict extractor
 
-	// Launcher packs this mesh-launcher instead of building LauncherPackage; NoLauncher packs
-	// none (a schema 1 manifest, for a fleet whose hosts read schema 1 only). With Archive,
-	// the launcher is the archive's own, if it has one.
+	// Launcher is this mesh-launcher instead of building LauncherPackage; NoLauncher names
+	// none. With Archive, only a Launcher given is named.
 	Launcher   string
 	NoLauncher bool
 
-	// Deltas are the releases to make deltas against (BaseFromDir, or a published version
-	// read from the bus): the manifest lists them, schema 3 (decision 0028).
+	// Deltas are the releases (and launchers) to make deltas against (BaseFromDir, or a
+	// published version read from the bus): each platform's entry lists those of its platform.
 	Deltas []Base
 
-	SourceDir string           // module root to build HostPackage in; default "."
-	GOARCH    string           // architecture to build for; default runtime.GOARCH
+	SourceDir string           // module root to build in; default "."
 	Go        string           // the go command; default "go"
 	Now       func() time.Time // the manifest's created time; default time.Now
 	MaxBinary int64            // cap on the binary in an archive; default archive.DefaultMaxBinary
+
+	// HostPackage and LauncherPackage are the packages built (default HostPackage and
+	// LauncherPackage): the tests build small stand-ins.
+	HostPackage, LauncherPackage string
 }
 
 // Result is what Build wrote.
 type Result struct {
 	Manifest     wire.Manifest
-	ArchivePath  string
 	ManifestPath string
-	DeltaPaths   []string // one for each delta the manifest lists, in its order
+	// Paths are the files the manifest names, each platform's in its order: its archive, its
+	// host deltas, its launcher object, its launcher deltas.
+	Paths []string
 }
 
 // withDefaults returns o with every zero field at its default (decision 0041).
@@ -88,66 +97,87 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.HostPackage == "" {
+		o.HostPackage = HostPackage
+	}
+	if o.LauncherPackage == "" {
+		o.LauncherPackage = LauncherPackage
+	}
 	return o
 }
 
-// Build makes the release Options describe and returns its manifest. The archive is named
-// wire.ObjectName(version, "linux", arch), the architecture being read from the binary's ELF
-// header; both files are written atomically.
-func Build(ctx context.Context, o Options) (Result, error) {
+// check refuses options that contradict each other, before anything is built.
+func (o Options) check() error {
 	if !wire.ValidVersion(o.Version) {
-		return Result{}, fmt.Errorf("version %q is not %s", o.Version, wire.VersionRule)
+		return fmt.Errorf("version %q is not %s", text.Bound(o.Version), wire.VersionRule)
 	}
 	if len(o.Key) != ed25519.PrivateKeySize {
-		return Result{}, errors.New("no release key given; make one with `mesh-release keygen` and pass --key")
+		return errors.New("no release key given; make one with `mesh-release keygen` and pass --key")
 	}
 	if o.Binary != "" && o.Archive != "" {
-		return Result{}, errors.New("give --binary or --archive, not both")
+		return errors.New("give --binary or --archive, not both")
 	}
 	if o.Launcher != "" && o.NoLauncher {
-		return Result{}, errors.New("give --launcher or --no-launcher, not both")
-	}
-	if o.Archive != "" && o.Launcher != "" {
-		return Result{}, errors.New("--archive is signed as it is, so --launcher cannot be added to it: pack mesh-launcher into the archive after mesh-host, or give --binary with --launcher")
+		return errors.New("give --launcher or --no-launcher, not both")
 	}
 	if o.OutDir == "" {
-		return Result{}, errors.New("no output directory given (-o DIR)")
+		return errors.New("no output directory given (-o DIR)")
+	}
+	if len(o.Platforms) > wire.MaxPlatforms {
+		return fmt.Errorf("%d platforms asked; at most %d", len(o.Platforms), wire.MaxPlatforms)
+	}
+	for i, p := range o.Platforms {
+		if p.OS != OS {
+			return fmt.Errorf("platform %s: hosts are released for %s only", p, OS)
+		}
+		if slices.Contains(o.Platforms[:i], p) {
+			return fmt.Errorf("platform %s is named twice", p)
+		}
+	}
+	given := o.Binary != "" || o.Archive != "" || o.Launcher != ""
+	if given && len(o.Platforms) > 1 {
+		return fmt.Errorf("--binary, --archive and --launcher are one platform's files, and %d platforms are asked (%s); build them from the tree, or name one platform", len(o.Platforms), platformList(o.Platforms))
+	}
+	return nil
+}
+
+// Build makes the release Options describe and returns its manifest: for each platform the
+// archive wire.PlatformObjectName and the launcher object wire.LauncherObjectName, then
+// manifest.json, signed. Every file is written atomically, and none is written unless every
+// platform built.
+func Build(ctx context.Context, o Options) (Result, error) {
+	if err := o.check(); err != nil {
+		return Result{}, err
 	}
 	o = o.withDefaults()
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("output directory: %w", err)
 	}
-	var (
-		m   wire.Manifest
-		tmp *atomicfile.File
-		err error
-	)
-	switch {
-	case o.Archive != "":
-		m, tmp, err = adoptArchive(ctx, o)
-	case o.Binary != "":
-		m, tmp, err = packBinary(ctx, o.Binary, o)
-	default:
-		m, tmp, err = buildAndPack(ctx, o)
-	}
+	work, err := os.MkdirTemp(o.OutDir, ".build-*")
 	if err != nil {
 		return Result{}, err
 	}
-	m.Schema = wire.ManifestSchema
-	if m.HasLauncher() {
-		m.Schema = wire.ManifestSchemaWithLauncher
-	}
-	m.Version = o.Version
-	m.OS = OS
-	m.Object = wire.ObjectName(m.Version, m.OS, m.Arch)
-	m.Created = o.Now().UTC().Format(time.RFC3339)
-	if err := m.Sign(o.Key); err != nil {
-		tmp.Abort()
+	defer os.RemoveAll(work)
+	srcs, err := o.sources(ctx, work)
+	if err != nil {
 		return Result{}, err
 	}
-	ap := filepath.Join(o.OutDir, m.Object)
-	if err := tmp.Commit(ap); err != nil {
-		return Result{}, fmt.Errorf("write the archive: %w", err)
+	var st staged
+	defer st.abort()
+	m := wire.Manifest{Schema: wire.ManifestSchemaPlatforms, Version: o.Version, Created: o.Now().UTC().Format(time.RFC3339)}
+	for _, s := range srcs {
+		pb, err := o.platformBuild(ctx, &st, work, s)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", s.platform, err)
+		}
+		m.Platforms = append(m.Platforms, pb)
+	}
+	slices.SortFunc(m.Platforms, func(a, b wire.PlatformBuild) int { return strings.Compare(a.Platform, b.Platform) })
+	if err := m.Sign(o.Key); err != nil {
+		return Result{}, err
+	}
+	if err := st.commit(o.OutDir); err != nil {
+		return Result{}, err
 	}
 	mp := filepath.Join(o.OutDir, ManifestFile)
 	if err := atomicfile.WriteFile(mp, m.Marshal(), 0o644); err != nil {
@@ -156,91 +186,230 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	if m, err = AddDeltas(ctx, o.OutDir, m, o.Deltas, o.Key, o.MaxBinary); err != nil {
 		return Result{}, err
 	}
-	r := Result{Manifest: m, ArchivePath: ap, ManifestPath: mp}
-	for _, d := range m.Deltas {
-		r.DeltaPaths = append(r.DeltaPaths, filepath.Join(o.OutDir, d.Object))
-	}
-	return r, nil
+	return Result{Manifest: m, ManifestPath: mp, Paths: ObjectPaths(o.OutDir, m)}, nil
 }
 
-// buildAndPack builds HostPackage into a temporary directory and packs it.
-func buildAndPack(ctx context.Context, o Options) (wire.Manifest, *atomicfile.File, error) {
-	dir, err := os.MkdirTemp(o.OutDir, ".build-*")
-	if err != nil {
-		return wire.Manifest{}, nil, err
+// ObjectPaths are the files in dir that m names, each platform's in its order: the archive,
+// the host deltas, the launcher object, the launcher deltas (schema 1–3: the archive, then
+// the deltas).
+func ObjectPaths(dir string, m wire.Manifest) []string {
+	var out []string
+	add := func(name string) { out = append(out, filepath.Join(dir, name)) }
+	if m.Schema != wire.ManifestSchemaPlatforms {
+		add(m.Object)
+		for _, d := range m.Deltas {
+			add(d.Object)
+		}
+		return out
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, archive.BinaryName)
-	if err := GoBuild(ctx, GoBuildOptions{Dir: o.SourceDir, GOARCH: o.GOARCH, Go: o.Go, Version: o.Version, Out: bin}); err != nil {
-		return wire.Manifest{}, nil, err
+	for _, pb := range m.Platforms {
+		add(pb.Object)
+		for _, d := range pb.Deltas {
+			add(d.Object)
+		}
+		if !pb.Launcher.IsZero() {
+			add(pb.Launcher.Object)
+			for _, d := range pb.Launcher.Deltas {
+				add(d.Object)
+			}
+		}
 	}
-	return packBinary(ctx, bin, o)
+	return out
 }
 
-// packBinary packs bin, and the launcher Options name (built from the tree for bin's
-// architecture unless one is given or none wanted), into a temporary archive in OutDir,
-// hashing the binaries and the archive while they are copied.
-func packBinary(ctx context.Context, bin string, o Options) (wire.Manifest, *atomicfile.File, error) {
+// source is where one platform's files come from: a host binary (built or given) or an
+// archive, and a launcher binary ("" for none) of version launcherVersion once known.
+type source struct {
+	platform        wire.Platform
+	host, archive   string
+	launcher        string
+	launcherVersion string
+}
+
+// sources resolves the platforms and builds from the tree what was not given, into work.
+func (o Options) sources(ctx context.Context, work string) ([]source, error) {
+	platforms := o.Platforms
+	if o.Binary != "" || o.Archive != "" {
+		var err error
+		if platforms, err = o.givenPlatform(ctx, work); err != nil {
+			return nil, err
+		}
+	} else if len(platforms) == 0 {
+		var err error
+		if platforms, err = wire.ParsePlatforms(wire.DefaultPlatforms); err != nil {
+			return nil, err
+		}
+	}
+	srcs := make([]source, len(platforms))
+	for i, p := range platforms {
+		s := source{platform: p, host: o.Binary, archive: o.Archive, launcher: o.Launcher}
+		if s.host == "" && s.archive == "" {
+			s.host = filepath.Join(work, "mesh-host-"+p.Slug())
+			if err := GoBuild(ctx, o.goBuild(p, o.HostPackage, o.Version, s.host)); err != nil {
+				return nil, err
+			}
+		}
+		if s.launcher == "" && !o.NoLauncher && o.Archive == "" {
+			s.launcher = filepath.Join(work, "mesh-launcher-"+p.Slug())
+			if err := GoBuild(ctx, o.goBuild(p, o.LauncherPackage, "", s.launcher)); err != nil {
+				return nil, err
+			}
+		}
+		srcs[i] = s
+	}
+	return srcs, o.launcherVersions(ctx, work, srcs)
+}
+
+// givenPlatform is the one platform of a given binary or archive: the one asked, which its
+// ELF architecture must match, else the binary's own.
+func (o Options) givenPlatform(ctx context.Context, work string) ([]wire.Platform, error) {
+	bin := o.Binary
+	if o.Archive != "" {
+		// The archive's binary is read here once to learn its architecture; platformBuild
+		// reads it again as it copies it.
+		dir, err := os.MkdirTemp(work, "peek-*")
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.Open(o.Archive)
+		if err != nil {
+			return nil, fmt.Errorf("archive: %w", err)
+		}
+		rel, err := archive.ExtractRelease(ctx, f, dir, archive.LauncherWant{}, archive.Limits{MaxBinary: o.MaxBinary})
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Archive, err)
+		}
+		bin = rel.Host.Path
+	}
 	arch, err := archive.ArchOf(bin)
 	if err != nil {
-		return wire.Manifest{}, nil, err
+		if o.Archive != "" {
+			return nil, fmt.Errorf("%s: %w", o.Archive, err)
+		}
+		return nil, err
+	}
+	if len(o.Platforms) == 1 {
+		if p := o.Platforms[0]; p.Arch != arch {
+			return nil, fmt.Errorf("the binary is built for %s, and the platform asked is %s", arch, p)
+		}
+		return o.Platforms, nil
+	}
+	return []wire.Platform{wire.NodePlatform(OS, arch, "")}, nil
+}
+
+// goBuild is how pkg is built for p.
+func (o Options) goBuild(p wire.Platform, pkg, version, out string) GoBuildOptions {
+	return GoBuildOptions{Dir: o.SourceDir, Package: pkg, GOARCH: p.Arch, GOARM: goarm(p), Go: o.Go, Version: version, Out: out}
+}
+
+// goarm is GOARM for an arm platform's variant (v7 → 7), "" otherwise.
+func goarm(p wire.Platform) string {
+	if p.Arch != "arm" {
+		return ""
+	}
+	return strings.TrimPrefix(p.Variant, "v")
+}
+
+// launcherVersions asks each launcher its version. The launchers built from the tree are one
+// source, so one answer serves them all: the one built for this machine is asked, or, when no
+// platform is this machine's, one built for it to ask — no emulator needed.
+func (o Options) launcherVersions(ctx context.Context, work string, srcs []source) error {
+	if o.Launcher != "" {
+		for i := range srcs {
+			if err := checkArch(srcs[i].launcher, "launcher", srcs[i].platform); err != nil {
+				return err
+			}
+			v, err := LauncherVersion(ctx, srcs[i].launcher)
+			if err != nil {
+				return err
+			}
+			srcs[i].launcherVersion = v
+		}
+		return nil
+	}
+	if o.NoLauncher || o.Archive != "" || len(srcs) == 0 {
+		return nil
+	}
+	ask := ""
+	for _, s := range srcs {
+		if s.platform.OS == runtime.GOOS && s.platform.Arch == runtime.GOARCH {
+			ask = s.launcher
+		}
+	}
+	if ask == "" {
+		ask = filepath.Join(work, "mesh-launcher-native")
+		if err := GoBuild(ctx, GoBuildOptions{Dir: o.SourceDir, Package: o.LauncherPackage, Go: o.Go, Out: ask}); err != nil {
+			return err
+		}
+	}
+	v, err := LauncherVersion(ctx, ask)
+	if err != nil {
+		return err
+	}
+	for i := range srcs {
+		srcs[i].launcherVersion = v
+	}
+	return nil
+}
+
+// checkArch refuses a binary (what: "binary", "launcher") not built for p's architecture.
+func checkArch(path, what string, p wire.Platform) error {
+	arch, err := archive.ArchOf(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if arch != p.Arch {
+		return fmt.Errorf("%s %s is built for %s but the release is for %s; a platform's build carries binaries of its architecture", what, path, arch, p)
+	}
+	return nil
+}
+
+// platformBuild packs (or adopts) one platform's host archive and compresses its launcher,
+// staging both in st, and describes them.
+func (o Options) platformBuild(ctx context.Context, st *staged, work string, s source) (wire.PlatformBuild, error) {
+	pb := wire.PlatformBuild{Platform: s.platform.String(), Object: wire.PlatformObjectName(o.Version, s.platform)}
+	var err error
+	if s.archive != "" {
+		err = o.adoptArchive(ctx, st, work, s.archive, &pb)
+	} else {
+		err = o.packHost(st, s.host, s.platform, &pb)
+	}
+	if err != nil {
+		return wire.PlatformBuild{}, err
+	}
+	if s.launcher == "" {
+		return pb, nil
+	}
+	if pb.Launcher, err = packLauncher(st, o.OutDir, s.launcher, s.launcherVersion, s.platform); err != nil {
+		return wire.PlatformBuild{}, err
+	}
+	return pb, nil
+}
+
+// packHost packs the host binary alone into a staged archive, hashing the binary and the
+// archive while they are copied.
+func (o Options) packHost(st *staged, bin string, p wire.Platform, pb *wire.PlatformBuild) error {
+	if err := checkArch(bin, "binary", p); err != nil {
+		return err
 	}
 	f, size, err := openRegular(bin, "binary")
 	if err != nil {
-		return wire.Manifest{}, nil, err
+		return err
 	}
 	defer f.Close()
-	var (
-		l      wire.ReleaseLauncher
-		lf     *os.File
-		lh     = sha256.New()
-		launch = o.Launcher
-	)
-	if !o.NoLauncher {
-		if launch == "" {
-			dir, err := os.MkdirTemp(o.OutDir, ".build-launcher-*")
-			if err != nil {
-				return wire.Manifest{}, nil, err
-			}
-			defer os.RemoveAll(dir)
-			launch = filepath.Join(dir, archive.LauncherName)
-			if err := GoBuild(ctx, GoBuildOptions{Dir: o.SourceDir, Package: LauncherPackage, GOARCH: arch, Go: o.Go, Out: launch}); err != nil {
-				return wire.Manifest{}, nil, err
-			}
-		}
-		if l, err = describeLauncher(ctx, launch, arch); err != nil {
-			return wire.Manifest{}, nil, err
-		}
-		if lf, l.Size, err = openRegular(launch, "launcher"); err != nil {
-			return wire.Manifest{}, nil, err
-		}
-		defer lf.Close()
-	}
-	tmp, err := atomicfile.Create(o.OutDir, 0o644)
+	tmp, err := st.create(o.OutDir, pb.Object)
 	if err != nil {
-		return wire.Manifest{}, nil, fmt.Errorf("write the archive: %w", err)
+		return fmt.Errorf("write the archive: %w", err)
 	}
 	bh, ah, n := sha256.New(), sha256.New(), &counter{}
-	if lf == nil {
-		err = archive.Pack(io.MultiWriter(tmp, ah, n), io.TeeReader(f, bh), size)
-	} else {
-		err = archive.PackWithLauncher(io.MultiWriter(tmp, ah, n), io.TeeReader(f, bh), size, io.TeeReader(lf, lh), l.Size)
+	if err := archive.Pack(io.MultiWriter(tmp, ah, n), io.TeeReader(f, bh), size); err != nil {
+		return fmt.Errorf("%s: %w", bin, err)
 	}
-	if err != nil {
-		tmp.Abort()
-		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", bin, err)
-	}
-	if lf != nil {
-		// The digest is of the bytes packed, which the size check in Pack says were all of them.
-		l.Digest = digest.NewDigestFromBytes(digest.SHA256, lh.Sum(nil))
-	}
-	return wire.Manifest{
-		Arch:         arch,
-		Size:         n.n,
-		Digest:       digest.NewDigestFromBytes(digest.SHA256, ah.Sum(nil)),
-		BinaryDigest: digest.NewDigestFromBytes(digest.SHA256, bh.Sum(nil)),
-		Launcher:     l,
-	}, tmp, nil
+	pb.Size = n.n
+	pb.Digest = digest.NewDigestFromBytes(digest.SHA256, ah.Sum(nil))
+	pb.BinaryDigest = digest.NewDigestFromBytes(digest.SHA256, bh.Sum(nil))
+	return nil
 }
 
 // openRegular opens a binary to pack (what names it in errors: "binary", "launcher") and
@@ -260,23 +429,6 @@ func openRegular(path, what string) (*os.File, int64, error) {
 		return nil, 0, fmt.Errorf("%s %s is not a regular file", what, path)
 	}
 	return f, fi.Size(), nil
-}
-
-// describeLauncher checks that the launcher at path is a Linux executable for arch, as the host
-// binary beside it is, and asks it its version.
-func describeLauncher(ctx context.Context, path, arch string) (wire.ReleaseLauncher, error) {
-	larch, err := archive.ArchOf(path)
-	if err != nil {
-		return wire.ReleaseLauncher{}, fmt.Errorf("launcher: %w", err)
-	}
-	if larch != arch {
-		return wire.ReleaseLauncher{}, fmt.Errorf("launcher %s is built for %s but the host binary for %s; a release carries both for one architecture", path, larch, arch)
-	}
-	v, err := LauncherVersion(ctx, path)
-	if err != nil {
-		return wire.ReleaseLauncher{}, err
-	}
-	return wire.ReleaseLauncher{Version: v}, nil
 }
 
 // LauncherVersion runs `FILE version` — or, for a launcher older than that word, `FILE
@@ -333,86 +485,40 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// adoptArchive copies an archive made elsewhere into OutDir unchanged, extracting it with the
-// strict extractor in the same pass to validate it and learn the binary's digest and
-// architecture.
-func adoptArchive(ctx context.Context, o Options) (wire.Manifest, *atomicfile.File, error) {
-	f, err := os.Open(o.Archive)
+// adoptArchive copies an archive made elsewhere into a staged file unchanged, extracting it
+// with the strict extractor in the same pass to validate it and learn the binary's digest. A
+// schema 4 archive holds mesh-host alone: one carrying a launcher is refused.
+func (o Options) adoptArchive(ctx context.Context, st *staged, work, path string, pb *wire.PlatformBuild) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return wire.Manifest{}, nil, fmt.Errorf("archive: %w", err)
+		return fmt.Errorf("archive: %w", err)
 	}
 	defer f.Close()
-	dir, err := os.MkdirTemp(o.OutDir, ".extract-*")
+	dir, err := os.MkdirTemp(work, "extract-*")
 	if err != nil {
-		return wire.Manifest{}, nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
-	tmp, err := atomicfile.Create(o.OutDir, 0o644)
+	tmp, err := st.create(o.OutDir, pb.Object)
 	if err != nil {
-		return wire.Manifest{}, nil, fmt.Errorf("write the archive: %w", err)
+		return fmt.Errorf("write the archive: %w", err)
 	}
 	ah, n := sha256.New(), &counter{}
 	tee := io.TeeReader(f, io.MultiWriter(tmp, ah, n))
-	// The launcher, if the archive carries one, is written beside the binary to ask its version.
-	ldir := filepath.Join(dir, "launcher")
-	if err := os.Mkdir(ldir, 0o755); err != nil {
-		tmp.Abort()
-		return wire.Manifest{}, nil, err
-	}
 	rel, err := archive.ExtractRelease(ctx, tee, dir, archive.LauncherWant{}, archive.Limits{MaxBinary: o.MaxBinary})
-	bin := rel.Host
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the archive is copied whole, whatever the decoder left
 	}
 	if err != nil {
-		tmp.Abort()
-		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", o.Archive, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	arch, err := archive.ArchOf(bin.Path)
-	if err != nil {
-		tmp.Abort()
-		return wire.Manifest{}, nil, fmt.Errorf("%s: %w", o.Archive, err)
-	}
-	var l wire.ReleaseLauncher
 	if rel.Launcher != nil {
-		if o.NoLauncher {
-			tmp.Abort()
-			return wire.Manifest{}, nil, fmt.Errorf("%s carries %s, which --no-launcher would leave unsigned; repack it without, or drop --no-launcher", o.Archive, archive.LauncherName)
-		}
-		l, err = adoptLauncher(ctx, o.Archive, ldir, *rel.Launcher, arch, o.MaxBinary)
-		if err != nil {
-			tmp.Abort()
-			return wire.Manifest{}, nil, err
-		}
+		return fmt.Errorf("%s carries %s; a release's archive holds mesh-host alone and the launcher is its own object: repack it without, and give the launcher with --launcher FILE", path, archive.LauncherName)
 	}
-	return wire.Manifest{Arch: arch, Size: n.n, Digest: digest.NewDigestFromBytes(digest.SHA256, ah.Sum(nil)), BinaryDigest: bin.Digest, Launcher: l}, tmp, nil
-}
-
-// adoptLauncher extracts the launcher an adopted archive carries (seen once as got) into dir,
-// verified against what the first pass read, and asks it its version.
-func adoptLauncher(ctx context.Context, path, dir string, got archive.Binary, arch string, maxBinary int64) (wire.ReleaseLauncher, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return wire.ReleaseLauncher{}, fmt.Errorf("archive: %w", err)
-	}
-	defer f.Close()
-	hostDir, err := os.MkdirTemp(dir, "host-*")
-	if err != nil {
-		return wire.ReleaseLauncher{}, err
-	}
-	rel, err := archive.ExtractRelease(ctx, f, hostDir, archive.LauncherWant{Dir: dir, Size: got.Size, Digest: got.Digest}, archive.Limits{MaxBinary: maxBinary})
-	if err == nil && rel.LauncherErr != nil {
-		err = rel.LauncherErr
-	}
-	if err != nil {
-		return wire.ReleaseLauncher{}, fmt.Errorf("%s: its %s: %w", path, archive.LauncherName, err)
-	}
-	l, err := describeLauncher(ctx, rel.Launcher.Path, arch)
-	if err != nil {
-		return wire.ReleaseLauncher{}, fmt.Errorf("%s: %w", path, err)
-	}
-	l.Digest, l.Size = got.Digest, got.Size
-	return l, nil
+	pb.Size = n.n
+	pb.Digest = digest.NewDigestFromBytes(digest.SHA256, ah.Sum(nil))
+	pb.BinaryDigest = rel.Host.Digest
+	return nil
 }
 
 // GoBuildOptions say how to build the host binary.
@@ -420,6 +526,7 @@ type GoBuildOptions struct {
 	Dir     string // module root; default "."
 	Package string // default HostPackage
 	GOARCH  string // default runtime.GOARCH
+	GOARM   string // for GOARCH arm: the variant's number (7 for arm/v7); "" is Go's default
 	Go      string // default "go"
 	Version string // stamped as main.version; "" stamps nothing (the launcher's own version)
 	Out     string
@@ -445,7 +552,7 @@ func (o GoBuildOptions) withDefaults() GoBuildOptions {
 // GoBuild builds the host the way releases are built: static (CGO_ENABLED=0), for linux,
 // stripped and with paths trimmed, so that the same source and toolchain give the same bytes:
 //
-//	CGO_ENABLED=0 GOOS=linux GOARCH=<arch> go build -trimpath -ldflags "-s -w -X main.version=<v>" -o OUT ./host/cmd/mesh-host
+//	CGO_ENABLED=0 GOOS=linux GOARCH=<arch> [GOARM=<n>] go build -trimpath -ldflags "-s -w -X main.version=<v>" -o OUT ./host/cmd/mesh-host
 func GoBuild(ctx context.Context, o GoBuildOptions) error {
 	o = o.withDefaults()
 	ldflags := "-s -w"
@@ -455,14 +562,21 @@ func GoBuild(ctx context.Context, o GoBuildOptions) error {
 	cmd := exec.CommandContext(ctx, o.Go, "build", "-trimpath", "-ldflags", ldflags, "-o", o.Out, o.Package)
 	cmd.Dir = o.Dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+OS, "GOARCH="+o.GOARCH)
+	if o.GOARM != "" {
+		cmd.Env = append(cmd.Env, "GOARM="+o.GOARM)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		instead := "--binary"
 		if o.Package == LauncherPackage {
 			instead = "--launcher FILE, or --no-launcher"
 		}
-		return fmt.Errorf("go build %s in %s failed (run from the repository root, or pass %s): %w\n%s",
-			o.Package, o.Dir, instead, err, strings.TrimSpace(string(out)))
+		target := o.GOARCH
+		if o.GOARM != "" {
+			target += " GOARM=" + o.GOARM
+		}
+		return fmt.Errorf("go build %s for %s in %s failed (run from the repository root, or pass %s): %w\n%s",
+			o.Package, target, o.Dir, instead, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -470,3 +584,12 @@ func GoBuild(ctx context.Context, o GoBuildOptions) error {
 type counter struct{ n int64 }
 
 func (c *counter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// platformList is the platforms as the flag takes them: linux/amd64,linux/arm64.
+func platformList(ps []wire.Platform) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}

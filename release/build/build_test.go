@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"os"
@@ -149,15 +150,24 @@ func TestBuildTwiceGivesOneDigest(t *testing.T) {
 		}
 		ms[i] = r.Manifest
 	}
-	if ms[0].Digest != ms[1].Digest || ms[0].Size != ms[1].Size {
-		t.Fatalf("two builds, two digests: %s, %s", ms[0].Digest, ms[1].Digest)
+	if ms[0].Platforms[0].Digest != ms[1].Platforms[0].Digest || ms[0].Platforms[0].Size != ms[1].Platforms[0].Size {
+		t.Fatalf("two builds, two digests: %s, %s", ms[0].Platforms[0].Digest, ms[1].Platforms[0].Digest)
 	}
 	if ms[0].Created == ms[1].Created {
 		t.Fatal("created did not follow the clock")
 	}
 }
 
-func TestBuildWritesAVerifiableManifestBesideItsArchive(t *testing.T) {
+// only is the one platform build of m, failing the test if it has another number of them.
+func only(t *testing.T, m wire.Manifest) wire.PlatformBuild {
+	t.Helper()
+	if m.Schema != wire.ManifestSchemaPlatforms || len(m.Platforms) != 1 {
+		t.Fatalf("manifest schema %d with %d platforms, want schema 4 with one", m.Schema, len(m.Platforms))
+	}
+	return m.Platforms[0]
+}
+
+func TestBuildWritesAVerifiableManifestBesideItsObjects(t *testing.T) {
 	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
 	out := t.TempDir()
 	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, "amd64"), Launcher: tinyLauncher(t, "amd64"), Now: fixedNow})
@@ -175,31 +185,45 @@ func TestBuildWritesAVerifiableManifestBesideItsArchive(t *testing.T) {
 	if err := m.Verify([]ed25519.PublicKey{pub}); err != nil {
 		t.Fatal(err)
 	}
-	if m.Object != "mesh-host-v1.2.3-linux-amd64.tar.zst" || r.ArchivePath != filepath.Join(out, m.Object) {
-		t.Fatalf("object %q at %q", m.Object, r.ArchivePath)
+	pb := only(t, m)
+	if pb.Platform != "linux/amd64" || pb.Object != "mesh-host-v1.2.3-linux-amd64.tar.zst" || r.Paths[0] != filepath.Join(out, pb.Object) {
+		t.Fatalf("platform %q object %q at %q", pb.Platform, pb.Object, r.Paths[0])
 	}
-	ab, _ := os.ReadFile(r.ArchivePath)
-	if digest.FromBytes(ab) != m.Digest || int64(len(ab)) != m.Size {
+	ab, _ := os.ReadFile(r.Paths[0])
+	if digest.FromBytes(ab) != pb.Digest || int64(len(ab)) != pb.Size {
 		t.Fatal("manifest digest or size does not describe the archive")
 	}
 	bb, _ := os.ReadFile(tiny(t, "amd64"))
-	if digest.FromBytes(bb) != m.BinaryDigest {
+	if digest.FromBytes(bb) != pb.BinaryDigest {
 		t.Fatal("binary_digest does not describe the binary")
 	}
 	ents, _ := os.ReadDir(out)
-	if len(ents) != 2 {
-		t.Fatalf("output holds %d entries, want the archive and manifest.json only", len(ents))
+	if len(ents) != 3 || len(r.Paths) != 2 {
+		t.Fatalf("output holds %d entries (paths %v), want the archive, the launcher object and manifest.json only", len(ents), r.Paths)
 	}
 }
 
-func TestBuildNamesTheArchitectureTheBinaryIsFor(t *testing.T) {
+func TestBuildNamesThePlatformTheBinaryIsFor(t *testing.T) {
 	priv := meshtest.ReleaseKey.Private
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "arm64"), NoLauncher: true, Now: fixedNow})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Manifest.Arch != "arm64" || r.Manifest.Object != "mesh-host-v1.2.3-linux-arm64.tar.zst" {
-		t.Fatalf("arch %q object %q", r.Manifest.Arch, r.Manifest.Object)
+	for _, tc := range []struct {
+		arch      string
+		platforms []wire.Platform
+		want      string
+	}{
+		{"arm64", nil, "linux/arm64"},
+		{"arm", nil, "linux/arm/v7"},
+		{"arm", []wire.Platform{{OS: "linux", Arch: "arm", Variant: "v6"}}, "linux/arm/v6"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, tc.arch), Platforms: tc.platforms, NoLauncher: true, Now: fixedNow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _ := wire.ParsePlatform(tc.want)
+			if pb := only(t, r.Manifest); pb.Platform != tc.want || pb.Object != wire.PlatformObjectName("v1.2.3", p) {
+				t.Fatalf("platform %q object %q", pb.Platform, pb.Object)
+			}
+		})
 	}
 }
 
@@ -219,11 +243,12 @@ func TestBuildWithArchiveSignsItWithoutRepacking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := os.ReadFile(r.ArchivePath)
+	got, _ := os.ReadFile(r.Paths[0])
 	if !bytes.Equal(got, made) {
 		t.Fatal("the archive was changed")
 	}
-	if r.Manifest.Digest != digest.FromBytes(made) || r.Manifest.BinaryDigest != digest.FromBytes(bin) || r.Manifest.Arch != "amd64" {
+	pb := only(t, r.Manifest)
+	if pb.Digest != digest.FromBytes(made) || pb.BinaryDigest != digest.FromBytes(bin) || pb.Platform != "linux/amd64" || !pb.Launcher.IsZero() {
 		t.Fatalf("manifest %+v", r.Manifest)
 	}
 	if err := r.Manifest.Verify([]ed25519.PublicKey{pub}); err != nil {
@@ -240,6 +265,11 @@ func TestBuildRefuses(t *testing.T) {
 	sym := meshtest.Archive([]meshtest.Entry{{Header: tar.Header{Typeflag: tar.TypeSymlink, Name: "mesh-host", Linkname: "/bin/sh"}}}, nil)
 	symArchive := filepath.Join(t.TempDir(), "evil.tar.zst")
 	os.WriteFile(symArchive, sym, 0o644)
+	bin, _ := os.ReadFile(tiny(t, "amd64"))
+	lb, _ := os.ReadFile(tinyLauncher(t, "amd64"))
+	withLauncher := filepath.Join(t.TempDir(), "with-launcher.tar.zst")
+	os.WriteFile(withLauncher, meshtest.Archive([]meshtest.Entry{meshtest.File("./mesh-host", bin), meshtest.File("./mesh-launcher", lb)}, nil), 0o644)
+	amd64, arm64 := wire.Platform{OS: "linux", Arch: "amd64"}, wire.Platform{OS: "linux", Arch: "arm64"}
 
 	cases := []struct {
 		name string
@@ -248,9 +278,13 @@ func TestBuildRefuses(t *testing.T) {
 	}{
 		{"TestBuildRefusesAVersionThatIsNotSemver", Options{Version: "1.2", Key: priv, Binary: script}, "semantic version"},
 		{"TestBuildRefusesLauncherAndNoLauncherTogether", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: launcherScript, NoLauncher: true}, "not both"},
-		{"TestBuildRefusesALauncherAddedToAnArchive", Options{Version: "v1.2.3", Key: priv, Archive: symArchive, Launcher: tinyLauncher(t, "amd64")}, "signed as it is"},
+		{"TestBuildRefusesAnArchiveCarryingALauncher", Options{Version: "v1.2.3", Key: priv, Archive: withLauncher}, "holds mesh-host alone and the launcher is its own object"},
 		{"TestBuildRefusesALauncherThatIsNotELF", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: launcherScript}, "not a Linux (ELF) executable"},
-		{"TestBuildRefusesALauncherForAnotherArchitecture", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: tinyLauncher(t, "arm64")}, "built for arm64 but the host binary for amd64"},
+		{"TestBuildRefusesALauncherForAnotherArchitecture", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: tinyLauncher(t, "arm64")}, "built for arm64 but the release is for linux/amd64"},
+		{"TestBuildRefusesABinaryForAnotherPlatformThanAsked", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Platforms: []wire.Platform{arm64}, NoLauncher: true}, "built for amd64, and the platform asked is linux/arm64"},
+		{"TestBuildRefusesOneBinaryForTwoPlatforms", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Platforms: []wire.Platform{amd64, arm64}}, "one platform's files, and 2 platforms are asked (linux/amd64,linux/arm64)"},
+		{"TestBuildRefusesAPlatformNamedTwice", Options{Version: "v1.2.3", Key: priv, Platforms: []wire.Platform{amd64, amd64}}, "platform linux/amd64 is named twice"},
+		{"TestBuildRefusesAnotherOperatingSystem", Options{Version: "v1.2.3", Key: priv, Platforms: []wire.Platform{{OS: "darwin", Arch: "arm64"}}}, "platform darwin/arm64: hosts are released for linux only"},
 		{"TestBuildRefusesALauncherThatDoesNotTellAVersion", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: tinyBuild(t, "./testdata/tinylauncher", "amd64", "latest")}, "does not tell its version"},
 		{"TestBuildRefusesAMissingLauncher", Options{Version: "v1.2.3", Key: priv, Binary: tiny(t, "amd64"), Launcher: "/nonexistent/mesh-launcher"}, "no such file"},
 		{"TestBuildRefusesWithoutAKey", Options{Version: "v1.2.3", Binary: script}, "release key"},
@@ -277,68 +311,166 @@ func TestBuildRefuses(t *testing.T) {
 	}
 }
 
-// extractRelease reads a built archive back with the host's strict extractor, writing both
-// binaries, and returns them.
-func extractRelease(t *testing.T, path string, want archive.LauncherWant) archive.Release {
+// extractHost reads a built archive back with the host's strict extractor and returns what it
+// held: mesh-host alone.
+func extractHost(t *testing.T, path string) archive.Binary {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rel, err := archive.ExtractRelease(context.Background(), f, t.TempDir(), want, archive.Limits{})
+	rel, err := archive.ExtractRelease(context.Background(), f, t.TempDir(), archive.LauncherWant{}, archive.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rel
+	if rel.Launcher != nil {
+		t.Fatalf("%s carries a launcher; a schema 4 archive holds mesh-host alone", path)
+	}
+	return rel.Host
 }
 
-func TestBuildPacksTheLauncherAndTheManifestNamesIt(t *testing.T) {
+// launcherOf reads a launcher object in dir back into the binary, checked against l.
+func launcherOf(t *testing.T, dir string, l wire.LauncherObject) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, l.Object))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if digest.FromBytes(raw) != l.Digest || int64(len(raw)) != l.Size {
+		t.Fatalf("%s does not have the digest and size its manifest signed", l.Object)
+	}
+	bin, err := DecompressLauncher(context.Background(), bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if digest.FromBytes(bin) != l.BinaryDigest || int64(len(bin)) != l.BinarySize {
+		t.Fatalf("%s decompresses to another binary than its manifest signed", l.Object)
+	}
+	return bin
+}
+
+func TestBuildWritesTheLauncherAsAnObjectOfItsOwn(t *testing.T) {
 	pub, priv := meshtest.ReleaseKey.Public, meshtest.ReleaseKey.Private
 	launcher := tinyLauncher(t, "amd64")
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "amd64"), Launcher: launcher, Now: fixedNow})
+	out := t.TempDir()
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, "amd64"), Launcher: launcher, Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lb, _ := os.ReadFile(launcher)
-	m := r.Manifest
-	want := wire.ReleaseLauncher{Version: "v0.3.0", Digest: digest.FromBytes(lb), Size: int64(len(lb))}
-	if m.Schema != wire.ManifestSchemaWithLauncher || m.Launcher != want {
-		t.Fatalf("manifest schema %d launcher %+v, want schema 2 and %+v", m.Schema, m.Launcher, want)
+	pb := only(t, r.Manifest)
+	l := pb.Launcher
+	if l.Version != "v0.3.0" || l.Object != "mesh-launcher-v0.3.0-linux-amd64.zst" || l.BinaryDigest != digest.FromBytes(lb) || l.BinarySize != int64(len(lb)) {
+		t.Fatalf("launcher %+v", l)
+	}
+	if got := launcherOf(t, out, l); !bytes.Equal(got, lb) {
+		t.Fatal("the launcher object is not the launcher given")
 	}
 	raw, _ := os.ReadFile(r.ManifestPath)
 	back, err := wire.ParseManifest(raw)
-	if err != nil || back.Verify([]ed25519.PublicKey{pub}) != nil || back.Launcher != want {
+	if err != nil || back.Verify([]ed25519.PublicKey{pub}) != nil || back.Platforms[0].Launcher.Digest != l.Digest {
 		t.Fatalf("manifest.json does not carry the signed launcher: %v", err)
 	}
-	rel := extractRelease(t, r.ArchivePath, archive.LauncherWant{Dir: t.TempDir(), Size: want.Size, Digest: want.Digest})
-	if rel.LauncherErr != nil || rel.Launcher == nil || rel.Launcher.Path == "" {
-		t.Fatalf("the archive's launcher: %+v, %v", rel.Launcher, rel.LauncherErr)
-	}
-	if got, _ := os.ReadFile(rel.Launcher.Path); !bytes.Equal(got, lb) {
-		t.Fatal("the archive's mesh-launcher is not the launcher given")
-	}
-	if rel.Host.Digest != m.BinaryDigest {
+	if extractHost(t, r.Paths[0]).Digest != pb.BinaryDigest {
 		t.Fatal("the archive's mesh-host is not the binary the manifest names")
 	}
 }
 
-func TestBuildWithNoLauncherWritesSchema1AsBefore(t *testing.T) {
+func TestBuildWithNoLauncherNamesNone(t *testing.T) {
 	priv := meshtest.ReleaseKey.Private
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, "amd64"), NoLauncher: true, Now: fixedNow})
+	out := t.TempDir()
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, "amd64"), NoLauncher: true, Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(r.ManifestPath)
-	if r.Manifest.Schema != wire.ManifestSchema || r.Manifest.HasLauncher() || bytes.Contains(raw, []byte("launcher")) {
-		t.Fatalf("a --no-launcher release is not schema 1 without a launcher:\n%s", raw)
+	if !only(t, r.Manifest).Launcher.IsZero() || bytes.Contains(raw, []byte("launcher")) {
+		t.Fatalf("a --no-launcher release names a launcher:\n%s", raw)
 	}
-	if !strings.HasPrefix(string(r.Manifest.SigningText()), "mesh-host release 1\n") {
-		t.Fatal("a --no-launcher release is not signed as schema 1")
+	if ents, _ := os.ReadDir(out); len(ents) != 2 {
+		t.Fatalf("the output holds %d entries, want the archive and manifest.json", len(ents))
 	}
-	if rel := extractRelease(t, r.ArchivePath, archive.LauncherWant{}); rel.Launcher != nil {
-		t.Fatal("a --no-launcher archive carries a launcher")
+	extractHost(t, r.Paths[0])
+}
+
+// One build from the tree makes every platform asked: each host built for its architecture
+// (arm for its variant) and stamped with the version (the next release's host differs), each archive holding it alone, each launcher an object
+// named by the launcher's own version — the same bytes in the next release, the launcher being
+// unchanged.
+func TestBuildBuildsEveryPlatformFromTheTree(t *testing.T) {
+	priv := meshtest.ReleaseKey.Private
+	platforms, err := wire.ParsePlatforms("linux/arm/v7,linux/amd64,linux/arm64")
+	if err != nil {
+		t.Fatal(err)
 	}
+	build := func(version string) (string, wire.Manifest) {
+		out := t.TempDir()
+		r, err := Build(context.Background(), Options{Version: version, Key: priv, OutDir: out, Platforms: platforms, Now: fixedNow,
+			HostPackage: "./testdata/tiny", LauncherPackage: "./testdata/tinylauncher"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Manifest.Verify([]ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+			t.Fatal(err)
+		}
+		return out, r.Manifest
+	}
+	dir, m := build("v1.2.3")
+	var got []string
+	for _, pb := range m.Platforms {
+		got = append(got, pb.Platform)
+	}
+	if strings.Join(got, " ") != "linux/amd64 linux/arm/v7 linux/arm64" {
+		t.Fatalf("the manifest lists %q, want every platform once, sorted", got)
+	}
+	for _, p := range platforms {
+		b, err := m.For(p)
+		if err != nil || b.Platform != p {
+			t.Fatalf("%s: %+v, %v", p, b, err)
+		}
+		host := extractHost(t, filepath.Join(dir, b.Object))
+		info, err := buildinfo.ReadFile(host.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settings := map[string]string{}
+		for _, s := range info.Settings {
+			settings[s.Key] = s.Value
+		}
+		if settings["GOARCH"] != p.Arch || settings["GOARM"] != strings.TrimPrefix(p.Variant, "v") || settings["CGO_ENABLED"] != "0" {
+			t.Errorf("%s: the host was built with %v", p, settings)
+		}
+		if b.Launcher.Version != "v0.3.0" || b.Launcher.Object != wire.LauncherObjectName("v0.3.0", p) {
+			t.Errorf("%s: launcher %+v", p, b.Launcher)
+		}
+		lbin := launcherOf(t, dir, b.Launcher)
+		if arch, _ := archOfBytes(t, lbin); arch != p.Arch {
+			t.Errorf("%s: the launcher is built for %s", p, arch)
+		}
+	}
+	// The next release: another host, the same launcher object, byte for byte.
+	next, m2 := build("v1.2.4")
+	for i, pb := range m2.Platforms {
+		was := m.Platforms[i]
+		if pb.BinaryDigest == was.BinaryDigest {
+			t.Errorf("%s: the host did not change with the version", pb.Platform)
+		}
+		a, _ := os.ReadFile(filepath.Join(dir, was.Launcher.Object))
+		b, _ := os.ReadFile(filepath.Join(next, pb.Launcher.Object))
+		if pb.Launcher.Object != was.Launcher.Object || pb.Launcher.Digest != was.Launcher.Digest || !bytes.Equal(a, b) {
+			t.Errorf("%s: the unchanged launcher is another object: %+v, was %+v", pb.Platform, pb.Launcher, was.Launcher)
+		}
+	}
+}
+
+// archOfBytes is archive.ArchOf of a binary held in memory.
+func archOfBytes(t *testing.T, b []byte) (string, error) {
+	p := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(p, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return archive.ArchOf(p)
 }
 
 func TestBuildBuildsTheLauncherFromTheTreeWithItsOwnVersion(t *testing.T) {
@@ -346,45 +478,25 @@ func TestBuildBuildsTheLauncherFromTheTreeWithItsOwnVersion(t *testing.T) {
 		t.Skip("builds the real mesh-launcher")
 	}
 	priv := meshtest.ReleaseKey.Private
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Binary: tiny(t, runtime.GOARCH), SourceDir: "../..", Now: fixedNow})
+	out := t.TempDir()
+	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: out, Binary: tiny(t, runtime.GOARCH), SourceDir: "../..", Now: fixedNow})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := r.Manifest.Launcher
-	if r.Manifest.Schema != 2 || !wire.ValidVersion(l.Version) || l.Version == "v1.2.3" {
+	l := only(t, r.Manifest).Launcher
+	if !wire.ValidVersion(l.Version) || l.Version == "v1.2.3" {
 		t.Fatalf("launcher %+v: want the tree's launcher under its own version, not the host's", l)
 	}
-	rel := extractRelease(t, r.ArchivePath, archive.LauncherWant{Dir: t.TempDir(), Size: l.Size, Digest: l.Digest})
-	if rel.LauncherErr != nil {
-		t.Fatal(rel.LauncherErr)
-	}
-	v, err := LauncherVersion(context.Background(), rel.Launcher.Path)
-	if err != nil || v != l.Version {
-		t.Fatalf("the packed launcher says %q (%v), the manifest %q", v, err, l.Version)
-	}
-	if ents, _ := os.ReadDir(filepath.Dir(r.ArchivePath)); len(ents) != 2 {
-		t.Fatalf("the build left %d entries in the output directory, want the archive and manifest.json", len(ents))
-	}
-}
-
-func TestBuildWithArchiveCarryingALauncherNamesIt(t *testing.T) {
-	priv := meshtest.ReleaseKey.Private
-	bin, _ := os.ReadFile(tiny(t, "amd64"))
-	lb, _ := os.ReadFile(tinyLauncher(t, "amd64"))
-	made := meshtest.Archive([]meshtest.Entry{meshtest.File("./mesh-host", bin), meshtest.File("./mesh-launcher", lb)}, nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	src := filepath.Join(t.TempDir(), "pipeline.tar.zst")
-	os.WriteFile(src, made, 0o644)
-	r, err := Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Archive: src, Now: fixedNow})
-	if err != nil {
+	p := filepath.Join(t.TempDir(), "mesh-launcher")
+	if err := os.WriteFile(p, launcherOf(t, out, l), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	want := wire.ReleaseLauncher{Version: "v0.3.0", Digest: digest.FromBytes(lb), Size: int64(len(lb))}
-	if r.Manifest.Launcher != want || r.Manifest.Digest != digest.FromBytes(made) {
-		t.Fatalf("manifest %+v", r.Manifest)
+	v, err := LauncherVersion(context.Background(), p)
+	if err != nil || v != l.Version {
+		t.Fatalf("the launcher object's binary says %q (%v), the manifest %q", v, err, l.Version)
 	}
-	_, err = Build(context.Background(), Options{Version: "v1.2.3", Key: priv, OutDir: t.TempDir(), Archive: src, NoLauncher: true, Now: fixedNow})
-	if err == nil || !strings.Contains(err.Error(), "--no-launcher") {
-		t.Fatalf("--no-launcher with an archive carrying a launcher: %v, want a refusal", err)
+	if ents, _ := os.ReadDir(out); len(ents) != 3 {
+		t.Fatalf("the build left %d entries in the output directory, want the archive, the launcher object and manifest.json", len(ents))
 	}
 }
 

@@ -23,12 +23,13 @@ func TestBuildWithDeltaFromWritesADeltaTheManifestSigns(t *testing.T) {
 	if _, err := Build(ctx, Options{Version: "v1.2.3", Key: priv, OutDir: first, Binary: tiny(t, "amd64"), NoLauncher: true, Now: fixedNow}); err != nil {
 		t.Fatal(err)
 	}
-	base, err := BaseFromDir(ctx, first, 0)
-	if err != nil {
-		t.Fatal(err)
+	bases, err := BaseFromDir(ctx, first, 0)
+	if err != nil || len(bases) != 1 {
+		t.Fatalf("bases %d, %v; want the one host", len(bases), err)
 	}
+	base := bases[0]
 	next := tinyBuild(t, "./testdata/tiny", "amd64", "v1.2.4")
-	r, err := Build(ctx, Options{Version: "v1.2.4", Key: priv, OutDir: second, Binary: next, NoLauncher: true, Now: fixedNow, Deltas: []Base{base}})
+	r, err := Build(ctx, Options{Version: "v1.2.4", Key: priv, OutDir: second, Binary: next, NoLauncher: true, Now: fixedNow, Deltas: bases})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,15 +44,16 @@ func TestBuildWithDeltaFromWritesADeltaTheManifestSigns(t *testing.T) {
 	if err := m.Verify([]ed25519.PublicKey{pub}); err != nil {
 		t.Fatal(err)
 	}
-	if m.Schema != wire.ManifestSchemaWithDeltas || len(m.Deltas) != 1 || len(r.DeltaPaths) != 1 {
-		t.Fatalf("schema %d, deltas %+v, paths %v", m.Schema, m.Deltas, r.DeltaPaths)
+	pb := only(t, m)
+	if len(pb.Deltas) != 1 || len(r.Paths) != 2 {
+		t.Fatalf("deltas %+v, paths %v", pb.Deltas, r.Paths)
 	}
-	d := m.Deltas[0]
-	if d.BaseVersion != "v1.2.3" || d.BaseDigest != base.BinaryDigest || !strings.Contains(filepath.Base(r.DeltaPaths[0]), "delta") ||
-		filepath.Dir(r.DeltaPaths[0]) != second {
-		t.Fatalf("delta %+v at %s", d, r.DeltaPaths[0])
+	d := pb.Deltas[0]
+	if d.BaseVersion != "v1.2.3" || d.BaseDigest != base.BinaryDigest || d.Object != "mesh-host-v1.2.4-linux-amd64.delta-from-v1.2.3.zst" ||
+		r.Paths[1] != filepath.Join(second, d.Object) {
+		t.Fatalf("delta %+v at %s", d, r.Paths[1])
 	}
-	db, err := os.ReadFile(r.DeltaPaths[0])
+	db, err := os.ReadFile(r.Paths[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +65,59 @@ func TestBuildWithDeltaFromWritesADeltaTheManifestSigns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Digest != m.BinaryDigest {
-		t.Fatalf("the delta rebuilds %s, the manifest signed %s", res.Digest, m.BinaryDigest)
+	if res.Digest != pb.BinaryDigest {
+		t.Fatalf("the delta rebuilds %s, the manifest signed %s", res.Digest, pb.BinaryDigest)
 	}
-	if ab, _ := os.ReadFile(r.ArchivePath); len(db)*10 > len(ab) {
+	if ab, _ := os.ReadFile(r.Paths[0]); len(db)*10 > len(ab) {
 		t.Errorf("the delta is %d bytes, over 10%% of the %d-byte archive", len(db), len(ab))
+	}
+}
+
+// A base build carrying another launcher version gives a launcher delta too, named by the
+// launcher's versions; the same launcher gives none.
+func TestBuildWithDeltaFromWritesALauncherDeltaWhenTheLauncherChanged(t *testing.T) {
+	ctx := context.Background()
+	priv := meshtest.ReleaseKey.Private
+	first := t.TempDir()
+	if _, err := Build(ctx, Options{Version: "v1.2.3", Key: priv, OutDir: first, Binary: tiny(t, "amd64"), Launcher: tinyLauncher(t, "amd64"), Now: fixedNow}); err != nil {
+		t.Fatal(err)
+	}
+	bases, err := BaseFromDir(ctx, first, 0)
+	if err != nil || len(bases) != 2 || !bases[1].Launcher || bases[1].Version != "v0.3.0" {
+		t.Fatalf("bases %+v, %v; want the host and the launcher v0.3.0", bases, err)
+	}
+	next := tinyBuild(t, "./testdata/tiny", "amd64", "v1.2.4")
+	for _, tc := range []struct {
+		name     string
+		launcher string
+		want     string // the launcher delta's object, "" for none
+	}{
+		{"a new launcher", tinyBuild(t, "./testdata/tinylauncher", "amd64", "v0.4.0"), "mesh-launcher-v0.4.0-linux-amd64.delta-from-v0.3.0.zst"},
+		{"the same launcher", tinyLauncher(t, "amd64"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			r, err := Build(ctx, Options{Version: "v1.2.4", Key: priv, OutDir: out, Binary: next, Launcher: tc.launcher, Now: fixedNow, Deltas: bases})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := only(t, r.Manifest).Launcher
+			if tc.want == "" {
+				if len(l.Deltas) != 0 {
+					t.Fatalf("launcher deltas %+v for an unchanged launcher", l.Deltas)
+				}
+				return
+			}
+			if len(l.Deltas) != 1 || l.Deltas[0].Object != tc.want || l.Deltas[0].BaseDigest != bases[1].BinaryDigest {
+				t.Fatalf("launcher deltas %+v, want one, %s", l.Deltas, tc.want)
+			}
+			db, _ := os.ReadFile(filepath.Join(out, tc.want))
+			var rebuilt bytes.Buffer
+			res, err := delta.Apply(ctx, &rebuilt, bases[1].Binary, bytes.NewReader(db), 64<<20)
+			if err != nil || res.Digest != l.BinaryDigest {
+				t.Fatalf("the launcher delta rebuilds %s, %v; the manifest signed %s", res.Digest, err, l.BinaryDigest)
+			}
+		})
 	}
 }
 
@@ -78,10 +128,11 @@ func TestBuildWithDeltaFromRefuses(t *testing.T) {
 	if _, err := Build(ctx, Options{Version: "v1.2.3", Key: priv, OutDir: first, Binary: tiny(t, "amd64"), NoLauncher: true, Now: fixedNow}); err != nil {
 		t.Fatal(err)
 	}
-	base, err := BaseFromDir(ctx, first, 0)
+	bases, err := BaseFromDir(ctx, first, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	base := bases[0]
 	modified := base
 	modified.Binary = append([]byte("x"), base.Binary...)
 	for _, tc := range []struct {
@@ -113,7 +164,7 @@ func TestBuildWithDeltaFromRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(r.ArchivePath, []byte("not the archive"), 0o644); err != nil {
+		if err := os.WriteFile(r.Paths[0], []byte("not the archive"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := BaseFromDir(ctx, dir, 0); err == nil || !strings.Contains(err.Error(), "delta base v1.2.3") {

@@ -129,7 +129,7 @@ func driftText(d wire.Drifted) string {
 // maxOutputLines is how many of a failed version's last output lines a rollback shows.
 const maxOutputLines = 10
 
-// WriteStory writes s for a person, as of now: the node's state and versions, launcher,
+// WriteStory writes s for a person, as of now: the node's state, versions and platform, launcher,
 // reconcile, fetch, refusal, link, withdrawal, then its rollbacks with the failed version's last
 // output, drift, profile, inventory, timeline and, when watched, the heartbeats seen. Every text
 // from the bus is made printable and bounded, as in the table.
@@ -149,6 +149,7 @@ func WriteStory(w io.Writer, s Story, now time.Time) error {
 		return writeRest(w, &b, s, now)
 	}
 	line("host", fmt.Sprintf("%s, running %s, up %s", dash(cell(hb.State, maxIDCell)), dash(cell(hb.Running, maxIDCell)), time.Duration(hb.UptimeS)*time.Second))
+	line("platform", platformStory(hb.Profile))
 	if hb.StandingAsideFor != "" {
 		line("standing aside for", cell(hb.StandingAsideFor, maxIDCell))
 	}

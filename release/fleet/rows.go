@@ -15,8 +15,11 @@ import (
 
 // Row is one node as the fleet view shows it.
 type Row struct {
-	Node   string `json:"node"`
-	Silent bool   `json:"silent"`
+	Node string `json:"node"`
+	// Platform is the node's platform as its heartbeat says it (linux/arm64; an older host's
+	// os/arch), "" when it has sent no profile.
+	Platform string `json:"platform"`
+	Silent   bool   `json:"silent"`
 	// Status is the STATE column: what the node is doing, bounded and printable (see rules);
 	// StatusKind is it in one word.
 	Status     string `json:"status"`
@@ -92,6 +95,7 @@ func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]boo
 				r.Withdrawn = &wd
 			}
 			r.TargetExpiredSince, r.Launcher, r.Window = hb.TargetExpiredSince, hb.Launcher, hb.Window
+			r.Platform = platformOf(hb.Profile)
 			r.Heartbeat = &hb
 		}
 		rows = append(rows, r)
@@ -137,8 +141,9 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 	return WriteTextWith(w, rows, TextOptions{SilentAfter: silentAfter})
 }
 
-// WriteTextWith writes the optional header line, rows as an aligned table, and a summary line
-// counting the nodes, the silent ones and, when not all are ok, each other kind.
+// WriteTextWith writes the optional header line, rows as an aligned table, a summary line
+// counting the nodes, the silent ones and, when not all are ok, each other kind, and, when the
+// nodes run more than one platform, a line counting them by platform.
 func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 	o = o.withDefaults()
 	silentAfter := o.SilentAfter
@@ -153,12 +158,12 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tLAUNCHER\tLAST HEARD\tLAST RECONCILE")
+	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tPLATFORM\tLAUNCHER\tLAST HEARD\tLAST RECONCILE")
 	counts := make(map[Kind]int)
 	for _, r := range rows {
 		counts[r.StatusKind]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
-			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
+			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)), dash(cell(r.Platform, maxIDCell)),
 			launcherText(r.Launcher), ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
 	}
 	if err := tw.Flush(); err != nil {
@@ -168,8 +173,14 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 	if len(rows) == 1 {
 		nodes = "node"
 	}
-	_, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)%s\n", len(rows), nodes, counts[KindSilent], silentAfter, kindCounts(counts))
-	return err
+	if _, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)%s\n", len(rows), nodes, counts[KindSilent], silentAfter, kindCounts(counts)); err != nil {
+		return err
+	}
+	if line := platformsLine(rows); line != "" {
+		_, err := fmt.Fprintln(w, line)
+		return err
+	}
+	return nil
 }
 
 // summaryKinds are the kinds the summary line counts after the silent ones, in precedence order.

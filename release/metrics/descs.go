@@ -38,7 +38,7 @@ var (
 		"Time since the least recently heard node's last heartbeat was stored.", nil, nil)
 
 	descNodeInfo = prometheus.NewDesc("mesh_node_info",
-		"One node's versions and STATE (--node-metrics), always 1.", []string{"node", "running", "known_good", "state", "launcher"}, nil)
+		"One node's versions, STATE and platform (--node-metrics), always 1.", []string{"node", "running", "known_good", "state", "launcher", "platform"}, nil)
 	descNodeAge = prometheus.NewDesc("mesh_node_heartbeat_age_seconds",
 		"Time since one node's last heartbeat was stored (--node-metrics).", []string{"node"}, nil)
 	descNodeFailing = prometheus.NewDesc("mesh_node_reconcile_failing",
@@ -77,6 +77,16 @@ var (
 	descBatchSoaked = prometheus.NewDesc("mesh_rollout_batch_nodes_soaked",
 		"Nodes of the batch in progress that are confirmed and soaked.", nil, nil)
 
+	descPlatformNodes = prometheus.NewDesc("mesh_rollout_platform_nodes",
+		"Nodes the current rollout covers, by platform (absent for a rollout whose nodes said no platform).", []string{"platform"}, nil)
+	descPlatformConfirmed = prometheus.NewDesc("mesh_rollout_platform_nodes_confirmed",
+		"Nodes of the current rollout's batches begun whose last heartbeat runs its version as known-good, by platform.", []string{"platform"}, nil)
+	descPlatformSoaked = prometheus.NewDesc("mesh_rollout_platform_nodes_soaked",
+		"Nodes of the current rollout's batches begun that are confirmed and soaked, by platform.", []string{"platform"}, nil)
+	descPlatformHalt = prometheus.NewDesc("mesh_rollout_platform_halt_nodes",
+		"Nodes of the current rollout's halted batch that showed trouble, by platform.", []string{"platform"}, nil)
+	descPlatformSkipped = prometheus.NewDesc("mesh_rollout_platform_skipped_nodes",
+		"Nodes the current rollout left out by platform (--skip-platform, --skip-old-hosts).", []string{"platform"}, nil)
 	descPublished = prometheus.NewDesc("mesh_releases_published_total",
 		"Host versions published (manifests in the releases bucket).", nil, nil)
 	descWithdrawn = prometheus.NewDesc("mesh_releases_withdrawn_total",
@@ -85,11 +95,13 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	descSourceUp, descNodes, descNodesState, descNodesRunning, descNodesKnownGood, descNodesLauncher,
+	descNodesPlatform,
 	descFailing, descDriftedNodes, descDriftedResources, descFetchBytes, descFetchSize, descAge, descOldestAge,
 	descNodeInfo, descNodeAge, descNodeFailing, descNodeDrifted, descNodeFetchBytes,
 	descRolloutInfo, descRolloutBatch, descRolloutBatches, descRolloutCreated, descRolloutHalted, descRolloutPaused,
 	descRolloutHaltNodes, descRolloutNodes, descRolloutConfirmed, descRolloutSoaked, descRolloutLeftOut,
 	descBatchNodes, descBatchConfirmed, descBatchSoaked, descPublished, descWithdrawn,
+	descPlatformNodes, descPlatformConfirmed, descPlatformSoaked, descPlatformHalt, descPlatformSkipped,
 }
 
 // allKinds are the values of the state label: every STATE the fleet view gives, each always

@@ -292,7 +292,8 @@ func collectFleet(ch chan<- prometheus.Metric, rows []fleet.Row, perNode bool) {
 		}
 		if perNode {
 			node := text.Cut(text.Printable(r.Node), maxNodeLabel)
-			ch <- gauge(descNodeInfo, 1, node, versionLabel(r.Running), versionLabel(r.KnownGood), string(r.StatusKind), versionLabel(launcherVersion(r.Launcher)))
+			ch <- gauge(descNodeInfo, 1, node, versionLabel(r.Running), versionLabel(r.KnownGood), string(r.StatusKind), versionLabel(launcherVersion(r.Launcher)),
+				platformLabel(r.Platform))
 			ch <- gauge(descNodeAge, age, node)
 			ch <- gauge(descNodeFailing, b2f(r.ReconcileOK != nil && !*r.ReconcileOK), node)
 			ch <- gauge(descNodeDrifted, float64(len(hb.Drift)), node)
@@ -302,6 +303,7 @@ func collectFleet(ch chan<- prometheus.Metric, rows []fleet.Row, perNode bool) {
 		}
 	}
 	ch <- gauge(descNodes, float64(len(rows)))
+	collectPlatforms(ch, rows)
 	for _, k := range allKinds {
 		ch <- gauge(descNodesState, float64(kinds[k]), string(k))
 	}
@@ -336,8 +338,12 @@ func (c versionCounter) add(v string) { c[versionLabel(v)]++ }
 
 // bounded is c with at most MaxVersions values: the versions with the most nodes (ties by
 // name), the rest summed as "other".
-func (c versionCounter) bounded() map[string]int {
-	if len(c) <= MaxVersions {
+func (c versionCounter) bounded() map[string]int { return boundCounts(c, MaxVersions) }
+
+// boundCounts is c with at most limit values: the ones with the most nodes (ties by name), the
+// rest summed as "other".
+func boundCounts(c map[string]int, limit int) map[string]int {
+	if len(c) <= limit {
 		return c
 	}
 	vs := make([]string, 0, len(c))
@@ -350,9 +356,9 @@ func (c versionCounter) bounded() map[string]int {
 		}
 		return vs[i] < vs[j]
 	})
-	out := make(map[string]int, MaxVersions)
+	out := make(map[string]int, limit)
 	for i, v := range vs {
-		if i < MaxVersions-1 && v != versionOther {
+		if i < limit-1 && v != versionOther {
 			out[v] = c[v]
 		} else {
 			out[versionOther] += c[v]

@@ -164,10 +164,10 @@ func TestNodeMetricsLabelEachNode(t *testing.T) {
 	e.MarkReady()
 	s := gather(t, e)
 	for name, want := range map[string]float64{
-		`mesh_node_info{known_good="v1.2.0",launcher="v0.3.0",node="web-1",running="v1.2.0",state="ok"}`: 1,
-		`mesh_node_drifted_resources{node="web-2"}`:                                                      3,
-		`mesh_node_reconcile_failing{node="web-2"}`:                                                      0,
-		`mesh_fleet_nodes`: 2,
+		`mesh_node_info{known_good="v1.2.0",launcher="v0.3.0",node="web-1",platform="unknown",running="v1.2.0",state="ok"}`: 1,
+		`mesh_node_drifted_resources{node="web-2"}`: 3,
+		`mesh_node_reconcile_failing{node="web-2"}`: 0,
+		`mesh_fleet_nodes`:                          2,
 	} {
 		if got, ok := s[name]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
@@ -272,5 +272,56 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 	}
 	if strings.Contains(string(body), "go_goroutines") {
 		t.Errorf("the Go process's metrics are served too")
+	}
+}
+
+// The issue (§3): the rollout metrics say each platform's progress under a bounded platform
+// label — the platforms the rollout names, then "other" (a node whose heartbeat names another) —
+// with the nodes it left out by platform and its halt's troubled nodes by platform; a rollout
+// whose nodes said no platform has no such series.
+func TestRolloutSeriesSayEachPlatformsProgress(t *testing.T) {
+	created := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	st := rollout.State{ID: "r1", Version: "v1.3.0", Status: rollout.StatusHalted, Created: created, SoakS: 120,
+		Nodes: []string{"amd-1", "arm-1", "amd-2", "arm-2", "odd"},
+		Batches: []rollout.Batch{
+			{Name: "canary", End: 2, Done: created.Add(time.Minute), Platforms: []rollout.PlatformCount{{Platform: "linux/amd64", Nodes: 1}, {Platform: "linux/arm64", Nodes: 1}}},
+			{Name: "100%", End: 5, Platforms: []rollout.PlatformCount{{Platform: "linux/amd64", Nodes: 1}, {Platform: "linux/arm64", Nodes: 1}, {Platform: rollout.UnknownPlatform, Nodes: 1}}}},
+		Current: 1, Skipped: []rollout.SkippedPlatform{{Platform: "linux/arm/v7", Nodes: 12, Why: rollout.SkipNoBuild}},
+		Halt: &rollout.Halt{Batch: 1, Nodes: []rollout.NodeReason{{Node: "arm-2", Why: rollout.WhyRolledBack}},
+			Platforms: []rollout.PlatformOutcome{{Platform: "linux/arm64", Nodes: 1, Troubled: 1, Why: rollout.WhyRolledBack}, {Platform: "linux/amd64", Nodes: 1, Confirmed: 1}}}}
+	on := func(node, platform, running string, uptime int64) fleet.Row {
+		hb := heartbeat(node, func(hb *wire.Heartbeat) {
+			hb.Running, hb.KnownGood, hb.UptimeS = running, running, uptime
+			hb.Profile = &wire.Profile{OS: "linux", Platform: platform}
+		})
+		return fleet.Row{Node: node, Heartbeat: &hb}
+	}
+	rows := []fleet.Row{on("amd-1", "linux/amd64", "v1.3.0", 500), on("arm-1", "linux/arm64", "v1.3.0", 500),
+		on("amd-2", "linux/amd64", "v1.3.0", 10), on("arm-2", "linux/arm64", "v1.2.0", 10), on("odd", "linux/riscv64", "v1.3.0", 10)}
+	s := gather(t, collectorFunc(func(ch chan<- prometheus.Metric) { collectRollout(ch, st, rows, true, created.Add(time.Minute)) }))
+	for name, want := range map[string]float64{
+		`mesh_rollout_platform_nodes{platform="linux/amd64"}`:           2,
+		`mesh_rollout_platform_nodes{platform="linux/arm64"}`:           2,
+		`mesh_rollout_platform_nodes{platform="unknown"}`:               1,
+		`mesh_rollout_platform_nodes_confirmed{platform="linux/amd64"}`: 2,
+		`mesh_rollout_platform_nodes_soaked{platform="linux/amd64"}`:    1,
+		`mesh_rollout_platform_nodes_confirmed{platform="linux/arm64"}`: 1,
+		`mesh_rollout_platform_nodes_confirmed{platform="other"}`:       1,
+		`mesh_rollout_platform_halt_nodes{platform="linux/arm64"}`:      1,
+		`mesh_rollout_platform_halt_nodes{platform="linux/amd64"}`:      0,
+		`mesh_rollout_platform_skipped_nodes{platform="linux/arm/v7"}`:  12,
+	} {
+		if got, ok := s[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+	st.Skipped, st.Halt = nil, nil
+	for i := range st.Batches {
+		st.Batches[i].Platforms = nil
+	}
+	for name := range gather(t, collectorFunc(func(ch chan<- prometheus.Metric) { collectRollout(ch, st, rows, true, created) })) {
+		if strings.HasPrefix(name, "mesh_rollout_platform_") {
+			t.Errorf("%s for a rollout whose nodes said no platform", name)
+		}
 	}
 }

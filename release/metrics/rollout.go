@@ -37,6 +37,14 @@ func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.
 		}
 	}
 	soak := int64(st.SoakS)
+	labels := platformLabels(st)
+	var byPlatform map[string]*platformCounts
+	if len(labels) > 0 {
+		byPlatform = make(map[string]*platformCounts, len(labels)+1)
+		for _, p := range labels {
+			byPlatform[p] = &platformCounts{}
+		}
+	}
 	var confirmed, soaked, batchConfirmed, batchSoaked int
 	for i := range st.Batches {
 		if i > st.Current {
@@ -48,6 +56,10 @@ func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.
 			c := ok && hb.State == wire.StateRunning && hb.Running == st.Version && hb.KnownGood == st.Version
 			s := c && (done || hb.UptimeS >= soak)
 			confirmed, soaked = confirmed+b2i(c), soaked+b2i(s)
+			if byPlatform != nil && ok {
+				pc := byPlatform[labelIn(rollout.PlatformLabel(*hb), byPlatform)]
+				pc.confirmed, pc.soaked = pc.confirmed+b2i(c), pc.soaked+b2i(s)
+			}
 			if i == st.Current {
 				batchConfirmed, batchSoaked = batchConfirmed+b2i(c), batchSoaked+b2i(s)
 			}
@@ -62,6 +74,7 @@ func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.
 		ch <- gauge(descBatchConfirmed, float64(batchConfirmed))
 		ch <- gauge(descBatchSoaked, float64(batchSoaked))
 	}
+	collectPlatforms(ch, st, byPlatform, judged)
 	why := make(map[string]int, len(haltReasons))
 	if h := st.Halt; h != nil {
 		for _, r := range h.Nodes {
@@ -96,4 +109,69 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// maxPlatformLabels bounds the values of the platform label: the platforms a manifest may list
+// (wire.MaxPlatforms), then "other".
+const maxPlatformLabels = wire.MaxPlatforms
+
+// platformOther is the platform label of what is past maxPlatformLabels, or of a node whose
+// heartbeat names a platform the rollout does not.
+const platformOther = "other"
+
+// platformCounts is one platform's part of the current rollout.
+type platformCounts struct{ nodes, confirmed, soaked, halt, skipped int }
+
+// platformLabels are the values of the platform label for st: the platforms it names
+// (rollout.State.Platforms), at most maxPlatformLabels, and "other" past them; none for a
+// rollout whose nodes said no platform.
+func platformLabels(st rollout.State) []string {
+	ps := st.Platforms()
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]string, 0, min(len(ps), maxPlatformLabels)+1)
+	for _, p := range ps[:min(len(ps), maxPlatformLabels)] {
+		out = append(out, text.Cut(text.Printable(p), 64))
+	}
+	return append(out, platformOther)
+}
+
+// labelIn is p when it is a label of by, else "other".
+func labelIn(p string, by map[string]*platformCounts) string {
+	if _, ok := by[p]; ok {
+		return p
+	}
+	return platformOther
+}
+
+// collectPlatforms says the current rollout by platform: its nodes (as planned), the confirmed
+// and soaked among them (judged: from heartbeats, as the totals), the troubled ones of its halt,
+// and those it left out by platform.
+func collectPlatforms(ch chan<- prometheus.Metric, st rollout.State, by map[string]*platformCounts, judged bool) {
+	if by == nil {
+		return
+	}
+	for _, b := range st.Batches {
+		for _, c := range b.Platforms {
+			by[labelIn(c.Platform, by)].nodes += c.Nodes
+		}
+	}
+	for _, s := range st.Skipped {
+		by[labelIn(s.Platform, by)].skipped += s.Nodes
+	}
+	if h := st.Halt; h != nil {
+		for _, o := range h.Platforms {
+			by[labelIn(o.Platform, by)].halt += o.Troubled
+		}
+	}
+	for p, c := range by {
+		ch <- gauge(descPlatformNodes, float64(c.nodes), p)
+		ch <- gauge(descPlatformSkipped, float64(c.skipped), p)
+		ch <- gauge(descPlatformHalt, float64(c.halt), p)
+		if judged {
+			ch <- gauge(descPlatformConfirmed, float64(c.confirmed), p)
+			ch <- gauge(descPlatformSoaked, float64(c.soaked), p)
+		}
+	}
 }

@@ -15,13 +15,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/mod/semver"
 
 	"github.com/novox/mesh-host/internal/text"
-	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
@@ -47,45 +46,90 @@ func (e *NotPublishedError) Is(target error) bool { return target == ErrNotPubli
 
 // Result says what Publish did.
 type Result struct {
+	// Manifest is the manifest announced (with --manifest-schema 3, the single-platform one).
 	Manifest wire.Manifest
-	// AlreadyPublished is true when the same archive was already announced under this version;
+	// AlreadyPublished is true when the same builds were already announced under this version;
 	// nothing was changed (publishing is idempotent).
 	AlreadyPublished bool
-	// Added are the deltas Publish made against published versions (Options.Deltas);
-	// NoDeltas says why it made none when it could have ("" otherwise).
+	// Added are the deltas Publish made against published versions (Options.Deltas), host and
+	// launcher ones; NoDeltas says why it made none when it could have ("" otherwise).
 	Added    []wire.ReleaseDelta
 	NoDeltas string
+	// Objects are the objects the manifest names, in the order they were put, each saying
+	// whether its bytes were sent or the store held them already.
+	Objects []Object
 }
 
-// DefaultDeltas is how many of the newest published versions Publish makes deltas against.
+// Object is one object the manifest names and what publishing it moved.
+type Object struct {
+	Name     string
+	Platform wire.Platform
+	Kind     string // "archive", "delta", "launcher" or "launcher delta"
+	Size     int64
+	Put      bool // sent now; false: the store held these bytes already
+}
+
+// Kinds of Object.
+const (
+	KindArchive       = "archive"
+	KindDelta         = "delta"
+	KindLauncher      = "launcher"
+	KindLauncherDelta = "launcher delta"
+)
+
+// Sent is how many bytes of objects were sent for platform p (every platform when p is zero)
+// and, of them, how many were the launcher's (its object and its deltas).
+func (r Result) Sent(p wire.Platform) (total, launcher int64) {
+	for _, o := range r.Objects {
+		if !o.Put || (!p.IsZero() && o.Platform != p) {
+			continue
+		}
+		total += o.Size
+		if o.Kind == KindLauncher || o.Kind == KindLauncherDelta {
+			launcher += o.Size
+		}
+	}
+	return total, launcher
+}
+
+// DefaultDeltas is how many of the newest published versions (and launcher versions) Publish
+// makes deltas against.
 const DefaultDeltas = 3
 
 // Options say how to publish. The zero value publishes the build as it is.
 type Options struct {
 	// Key signs the manifest again when deltas are added; without it none are added (the
-	// Result says so). It must be the key that signed the build.
+	// Result says so). It must be the key that signed the build. ManifestSchema 3 needs it.
 	Key ed25519.PrivateKey
-	// Deltas is how many of the newest published versions older than the build's (same
-	// platform) to add deltas against (decision 0028); 0 adds none.
+	// Deltas is how many of the newest published versions older than the build's to add
+	// deltas against, for each platform (and as many earlier launcher versions for each
+	// launcher; decisions 0028, 0044); 0 adds none.
 	Deltas int
 	// MaxBinary caps the binaries read to make deltas; default archive.DefaultMaxBinary.
 	MaxBinary int64
+	// ManifestSchema 3 publishes, instead of the build's schema 4 manifest, the single-platform
+	// manifest of Platform's build that hosts reading schema 1 to 3 take (schema 3 with deltas,
+	// 1 without; no launcher), signed with Key: the upgrade path (decision 0042). 0 or 4
+	// publishes the manifest as built.
+	ManifestSchema int
+	// Platform is the build ManifestSchema 3 publishes; zero when the build has one.
+	Platform wire.Platform
 }
 
-// Publish reads a build directory (manifest.json and the archive it names) and puts it on the
-// bus: the archive first, into object store names.Archives() under manifest.object, verified
-// against the manifest while it is sent; then the manifest into KV names.Releases() under its
-// version, created only if absent. Publishing a version again with the same archive is a
-// no-op; with another archive it is refused with ErrAlreadyPublished.
+// Publish reads a build directory (manifest.json and the objects it names) and puts it on the
+// bus: every object first, into object store names.Archives() under its name, verified against
+// the manifest while it is sent; then the manifest into KV names.Releases() under its version,
+// created only if absent. Publishing a version again with the same builds is a no-op; with
+// others it is refused with ErrAlreadyPublished.
 func Publish(ctx context.Context, js jetstream.JetStream, names wire.Names, dir string) (Result, error) {
 	return PublishWith(ctx, js, names, dir, Options{})
 }
 
 // PublishWith is Publish that first adds, when o says so and the version is not published yet,
-// deltas of the build's binary against the newest published versions: made into dir and listed
-// in its manifest, signed again with o.Key (build.AddDeltas). The deltas the manifest lists are
-// put into the archives object store before the archive, and the manifest last, so a node never
-// reads a manifest naming an object that is not there.
+// deltas against the newest published versions: made into dir and listed in its manifest,
+// signed again with o.Key (build.AddDeltas). Each platform's objects are put before the
+// manifest — deltas, archive, launcher deltas, launcher — so a node never reads a manifest
+// naming an object that is not there; a launcher object the store holds already is not sent.
 func PublishWith(ctx context.Context, js jetstream.JetStream, names wire.Names, dir string, o Options) (Result, error) {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
@@ -98,6 +142,10 @@ func PublishWith(ctx context.Context, js jetstream.JetStream, names wire.Names, 
 	if m.Signature == "" {
 		return Result{}, fmt.Errorf("%s: %w; build it with --key", filepath.Join(dir, ManifestFile), wire.ErrUnsigned)
 	}
+	only, err := o.legacyPlatform(m)
+	if err != nil {
+		return Result{}, err
+	}
 	kv, err := js.KeyValue(ctx, names.Releases())
 	if err != nil {
 		return Result{}, bucketErr("KV", names.Releases(), err)
@@ -106,40 +154,46 @@ func PublishWith(ctx context.Context, js jetstream.JetStream, names wire.Names, 
 	if err != nil {
 		return Result{}, bucketErr("object store", names.Archives(), err)
 	}
-	if done, err := alreadyPublished(ctx, kv, m); err != nil || done {
+	announce := func(m wire.Manifest) (wire.Manifest, error) { return m, nil }
+	if !only.IsZero() {
+		announce = func(m wire.Manifest) (wire.Manifest, error) { return legacyOf(m, only, o.Key) }
+	}
+	first, err := announce(m)
+	if err != nil {
+		return Result{}, err
+	}
+	if done, err := alreadyPublished(ctx, kv, first); err != nil || done {
+		var objs []Object
 		if done {
-			err = ensureObject(ctx, obs, m, dir)
+			objs, err = putObjects(ctx, obs, dir, m, only)
 		}
-		return Result{Manifest: m, AlreadyPublished: done}, err
+		return Result{Manifest: first, AlreadyPublished: done, Objects: objs}, err
 	}
 	var res Result
 	if o.Deltas > 0 {
-		if m, res.Added, res.NoDeltas, err = addDeltas(ctx, kv, obs, dir, m, o); err != nil {
+		if m, res.Added, res.NoDeltas, err = addDeltas(ctx, kv, obs, dir, m, only, o); err != nil {
 			return Result{}, err
 		}
 	}
-	for _, d := range m.Deltas {
-		if err := ensureFile(ctx, obs, m.Version, d.Object, d.Size, d.Digest, dir, "delta of mesh-host "+m.Version+" from "+d.BaseVersion+" "+m.OS+"/"+m.Arch); err != nil {
-			return Result{}, err
-		}
-	}
-	if err := ensureObject(ctx, obs, m, dir); err != nil {
+	if res.Manifest, err = announce(m); err != nil {
 		return Result{}, err
 	}
-	res.Manifest = m
-	if _, err := kv.Create(ctx, m.Version, m.Marshal()); err != nil {
+	if res.Objects, err = putObjects(ctx, obs, dir, m, only); err != nil {
+		return Result{}, err
+	}
+	if _, err := kv.Create(ctx, res.Manifest.Version, res.Manifest.Marshal()); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			// Someone announced this version while we uploaded.
-			done, err := alreadyPublished(ctx, kv, m)
-			return Result{Manifest: m, AlreadyPublished: done}, err
+			done, err := alreadyPublished(ctx, kv, res.Manifest)
+			return Result{Manifest: res.Manifest, AlreadyPublished: done, Objects: res.Objects}, err
 		}
-		return Result{}, fmt.Errorf("announce %s in %s: %w", m.Version, names.Releases(), err)
+		return Result{}, fmt.Errorf("announce %s in %s: %w", res.Manifest.Version, names.Releases(), err)
 	}
 	return res, nil
 }
 
-// alreadyPublished reports whether m's version is announced with the same archive, and
-// refuses when it is announced with another.
+// alreadyPublished reports whether m's version is announced with the same builds, and refuses
+// when it is announced with others.
 func alreadyPublished(ctx context.Context, kv jetstream.KeyValue, m wire.Manifest) (bool, error) {
 	e, err := kv.Get(ctx, m.Version)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -152,154 +206,131 @@ func alreadyPublished(ctx context.Context, kv jetstream.KeyValue, m wire.Manifes
 	if err != nil {
 		return false, fmt.Errorf("%w: %s holds an unreadable manifest for it (%v); build a new version", ErrAlreadyPublished, kv.Bucket(), err)
 	}
-	if old.Digest == m.Digest && old.BinaryDigest == m.BinaryDigest && old.Size == m.Size && old.Arch == m.Arch {
+	if same, differ := sameBuilds(old, m); same {
 		return true, nil
+	} else {
+		return false, fmt.Errorf("%s: %w (published %s: %s); a released version never changes — build a new version",
+			m.Version, ErrAlreadyPublished, old.Created, differ)
 	}
-	return false, fmt.Errorf("%s: %w (published %s: archive %s; this build: archive %s); a released version never changes — build a new version",
-		m.Version, ErrAlreadyPublished, old.Created, old.Digest, m.Digest)
 }
 
-// ensureObject puts the archive unless the store already holds exactly these bytes.
-func ensureObject(ctx context.Context, obs jetstream.ObjectStore, m wire.Manifest, dir string) error {
-	return ensureFile(ctx, obs, m.Version, m.Object, m.Size, m.Digest, dir, "mesh-host "+m.Version+" "+m.OS+"/"+m.Arch)
+// sameBuilds reports whether two manifests of one version name the same builds (platforms,
+// archives and launchers; deltas may differ), and if not, how they differ.
+func sameBuilds(old, m wire.Manifest) (bool, string) {
+	op, np := old.PlatformList(), m.PlatformList()
+	if !slices.Equal(op, np) || old.Schema == wire.ManifestSchemaPlatforms != (m.Schema == wire.ManifestSchemaPlatforms) {
+		return false, fmt.Sprintf("schema %d for %s; this build: schema %d for %s", old.Schema, platformNames(op), m.Schema, platformNames(np))
+	}
+	for _, p := range np {
+		a, errA := old.For(p)
+		b, errB := m.For(p)
+		if errA != nil || errB != nil {
+			return false, fmt.Sprintf("%s is unreadable", p)
+		}
+		if a.Digest != b.Digest || a.BinaryDigest != b.BinaryDigest || a.Size != b.Size || a.Object != b.Object {
+			return false, fmt.Sprintf("%s archive %s; this build: archive %s", p, a.Digest, b.Digest)
+		}
+		if a.Launcher.BinaryDigest != b.Launcher.BinaryDigest || a.Launcher.Digest != b.Launcher.Digest {
+			return false, fmt.Sprintf("%s launcher %s; this build: launcher %s", p, a.Launcher.BinaryDigest, b.Launcher.BinaryDigest)
+		}
+	}
+	return true, ""
 }
 
-// ensureFile puts dir/name (the archive or a delta the manifest of version names, of size and
-// digest) unless the store already holds exactly these bytes. The file is hashed while it is
-// sent; if it does not match the manifest the object is removed again and the publish refused.
-func ensureFile(ctx context.Context, obs jetstream.ObjectStore, version, name string, size int64, d digest.Digest, dir, desc string) error {
-	want, _ := wire.ObjectStoreDigest(d)
-	info, err := obs.GetInfo(ctx, name)
-	switch {
-	case err == nil && info.Digest == want && int64(info.Size) == size:
+// platformNames is "linux/amd64, linux/arm64".
+func platformNames(ps []wire.Platform) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// putObjects puts every object m names (only those of platform only, and no launcher, when it
+// is set) unless the store holds exactly these bytes, and says what it did.
+func putObjects(ctx context.Context, obs jetstream.ObjectStore, dir string, m wire.Manifest, only wire.Platform) ([]Object, error) {
+	var out []Object
+	put := func(p wire.Platform, kind, name string, size int64, d digest.Digest, desc string, shared bool) error {
+		sent, err := ensureFile(ctx, obs, m.Version, name, size, d, dir, desc, shared)
+		if err != nil {
+			return err
+		}
+		out = append(out, Object{Name: name, Platform: p, Kind: kind, Size: size, Put: sent})
 		return nil
-	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
-		return fmt.Errorf("look up %s: %w", name, err)
 	}
-	path := filepath.Join(dir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("the file the manifest of %s names: %w", version, err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return err
-	} else if fi.Size() != size {
-		return fmt.Errorf("%s is %d bytes but its manifest says %d; rebuild it", path, fi.Size(), size)
-	}
-	v := d.Verifier()
-	info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: desc}, io.TeeReader(f, v))
-	if err != nil {
-		return fmt.Errorf("put %s: %w", name, err)
-	}
-	if !v.Verified() || info.Digest != want || int64(info.Size) != size {
-		_ = obs.Delete(ctx, name)
-		return fmt.Errorf("%s (%d bytes) does not match its manifest (%s, %d bytes); it changed after the build — rebuild it",
-			path, info.Size, d, size)
-	}
-	return nil
-}
-
-// addDeltas makes deltas of m's binary against the o.Deltas newest published versions older
-// than m's, for m's platform, that m does not list yet; it returns m listing them (signed again)
-// and those it added, or, when it adds none though it could, why.
-func addDeltas(ctx context.Context, kv jetstream.KeyValue, obs jetstream.ObjectStore, dir string, m wire.Manifest, o Options) (wire.Manifest, []wire.ReleaseDelta, string, error) {
-	bases, err := newestBelow(ctx, kv, m, o.Deltas)
-	if err != nil {
-		return m, nil, "", err
-	}
-	if len(bases) == 0 {
-		return m, nil, "", nil
-	}
-	if len(o.Key) == 0 {
-		return m, nil, fmt.Sprintf("no release key given, so no deltas against the %d newest published %s (pass --key, or --no-deltas to say none are wanted)",
-			len(bases), text.Plural(len(bases), "version", "versions")), nil
-	}
-	var read []build.Base
-	for _, bm := range bases {
-		b, err := FetchBase(ctx, obs, bm, o.MaxBinary)
-		if err != nil {
-			return m, nil, "", err
-		}
-		read = append(read, b)
-	}
-	out, err := build.AddDeltas(ctx, dir, m, read, o.Key, o.MaxBinary)
-	if err != nil {
-		return m, nil, "", err
-	}
-	var added []wire.ReleaseDelta
-	for _, d := range out.Deltas {
-		if !slices.ContainsFunc(m.Deltas, func(x wire.ReleaseDelta) bool { return x.BaseVersion == d.BaseVersion }) {
-			added = append(added, d)
-		}
-	}
-	return out, added, "", nil
-}
-
-// newestBelow returns the manifests of the n newest published versions older than m's, for
-// m's platform, that m lists no delta from; unreadable entries are skipped.
-func newestBelow(ctx context.Context, kv jetstream.KeyValue, m wire.Manifest, n int) ([]wire.Manifest, error) {
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list the published versions in %s: %w", kv.Bucket(), err)
-	}
-	defer lister.Stop()
-	var versions []string
-	for k := range lister.Keys() {
-		if wire.ValidVersion(k) && semver.Compare(k, m.Version) < 0 &&
-			!slices.ContainsFunc(m.Deltas, func(d wire.ReleaseDelta) bool { return d.BaseVersion == k }) {
-			versions = append(versions, k)
-		}
-	}
-	slices.SortFunc(versions, func(a, b string) int { return semver.Compare(b, a) })
-	var out []wire.Manifest
-	for _, v := range versions {
-		if len(out) == n || len(out)+len(m.Deltas) == wire.MaxDeltas {
-			break
-		}
-		e, err := kv.Get(ctx, v)
-		if err != nil {
-			continue // deleted meanwhile
-		}
-		bm, err := wire.ParseManifest(e.Value())
-		if err != nil || bm.OS != m.OS || bm.Arch != m.Arch || bm.Version != v {
+	for _, p := range m.PlatformList() {
+		if !only.IsZero() && p != only {
 			continue
 		}
-		out = append(out, bm)
+		b, err := m.For(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range b.Deltas {
+			if err := put(p, KindDelta, d.Object, d.Size, d.Digest, "delta of mesh-host "+m.Version+" from "+d.BaseVersion+" "+p.String(), false); err != nil {
+				return nil, err
+			}
+		}
+		if err := put(p, KindArchive, b.Object, b.Size, b.Digest, "mesh-host "+m.Version+" "+p.String(), false); err != nil {
+			return nil, err
+		}
+		l := b.Launcher
+		if l.Object == "" || !only.IsZero() {
+			continue
+		}
+		// A launcher's objects are named by its version, not the release's: every release
+		// carrying it names them, so bytes other than the signed ones are never put over them.
+		for _, d := range l.Deltas {
+			if err := put(p, KindLauncherDelta, d.Object, d.Size, d.Digest, "delta of mesh-launcher "+l.Version+" from "+d.BaseVersion+" "+p.String(), true); err != nil {
+				return nil, err
+			}
+		}
+		if err := put(p, KindLauncher, l.Object, l.Size, l.Digest, "mesh-launcher "+l.Version+" "+p.String()+" (zstd)", true); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// FetchBase reads a published release's host binary out of its archive in the object store, as
-// a delta base, checked against its manifest m (which the caller read from the releases KV).
-func FetchBase(ctx context.Context, obs jetstream.ObjectStore, m wire.Manifest, maxBinary int64) (build.Base, error) {
-	r, err := obs.Get(ctx, m.Object)
+// ensureFile puts dir/name (an object the manifest of version names, of size and digest)
+// unless the store already holds exactly these bytes, and reports whether it sent them. The
+// file is hashed while it is sent; if it does not match the manifest the object is removed
+// again and the publish refused. A shared object (a launcher's) held with other bytes is
+// refused, not replaced: earlier releases name those bytes.
+func ensureFile(ctx context.Context, obs jetstream.ObjectStore, version, name string, size int64, d digest.Digest, dir, desc string, shared bool) (bool, error) {
+	want, _ := wire.ObjectStoreDigest(d)
+	info, err := obs.GetInfo(ctx, name)
+	switch {
+	case err == nil && info.Digest == want && int64(info.Size) == size:
+		return false, nil
+	case err == nil && shared:
+		return false, fmt.Errorf("%s is in the archives object store already with other bytes (%d bytes, %s) than this build's (%d bytes, %s): a launcher version is one binary for good — "+
+			"build with the toolchain that made it, or give the launcher a new version", name, info.Size, info.Digest, size, want)
+	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
+		return false, fmt.Errorf("look up %s: %w", name, err)
+	}
+	path := filepath.Join(dir, name)
+	f, err := os.Open(path)
 	if err != nil {
-		return build.Base{}, fmt.Errorf("delta base %s: fetch %s from the archives object store: %w", m.Version, m.Object, err)
+		return false, fmt.Errorf("the file the manifest of %s names: %w", version, err)
 	}
-	defer r.Close()
-	return build.BaseFromArchive(ctx, r, m, maxBinary)
-}
-
-// PublishedBase reads the published version v as a delta base: its manifest from the releases
-// KV, its archive from the archives object store.
-func PublishedBase(ctx context.Context, js jetstream.JetStream, names wire.Names, v string, maxBinary int64) (build.Base, error) {
-	if !wire.ValidVersion(v) {
-		return build.Base{}, fmt.Errorf("delta base %q is neither a build directory nor %s", text.Bound(v), wire.VersionRule)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return false, err
+	} else if fi.Size() != size {
+		return false, fmt.Errorf("%s is %d bytes but its manifest says %d; rebuild it", path, fi.Size(), size)
 	}
-	raw, err := Published(ctx, js, names, v)
+	v := d.Verifier()
+	info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: desc}, io.TeeReader(f, v))
 	if err != nil {
-		return build.Base{}, fmt.Errorf("delta base: %w", err)
+		return false, fmt.Errorf("put %s: %w", name, err)
 	}
-	m, err := wire.ParseManifest(raw)
-	if err != nil {
-		return build.Base{}, fmt.Errorf("delta base %s: the published manifest is unreadable: %w", v, err)
+	if !v.Verified() || info.Digest != want || int64(info.Size) != size {
+		_ = obs.Delete(ctx, name)
+		return false, fmt.Errorf("%s (%d bytes) does not match its manifest (%s, %d bytes); it changed after the build — rebuild it",
+			path, info.Size, d, size)
 	}
-	obs, err := js.ObjectStore(ctx, names.Archives())
-	if err != nil {
-		return build.Base{}, bucketErr("object store", names.Archives(), err)
-	}
-	return FetchBase(ctx, obs, m, maxBinary)
+	return true, nil
 }
 
 // Published is the one rule of what "published" means, for every command that asks (target,

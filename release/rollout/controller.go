@@ -194,7 +194,8 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	if err := c.mayRollOut(ctx, o.Version); err != nil {
+	rel, err := c.mayRollOut(ctx, o.Version)
+	if err != nil {
 		return State{}, err
 	}
 	cur, err := c.currentRollout(ctx, s, o.Supersede)
@@ -206,7 +207,7 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 		return State{}, err
 	}
 	now := time.Now().UTC()
-	p, err := planFleet(o, entries, now)
+	p, err := planFleet(o, rel, entries, now)
 	if err != nil {
 		return State{}, err
 	}
@@ -235,14 +236,17 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	return st, nil
 }
 
-// mayRollOut checks that version is published and not withdrawn.
-func (c *Controller) mayRollOut(ctx context.Context, version string) error {
-	if err := published(ctx, c.cfg.JS, c.cfg.Names, version, c.log); err != nil {
-		return err
+// mayRollOut checks that version is published, with a manifest hosts read, and not withdrawn,
+// and returns what the platform gate needs of it.
+func (c *Controller) mayRollOut(ctx context.Context, version string) (release, error) {
+	m, err := publishedManifest(ctx, c.cfg.JS, c.cfg.Names, version, c.log)
+	if err != nil {
+		return release{}, err
 	}
-	return retry(ctx, c.log, "read the withdrawals", func(ctx context.Context) error {
+	err = retry(ctx, c.log, "read the withdrawals", func(ctx context.Context) error {
 		return targets.CheckNotWithdrawn(ctx, c.cfg.JS, c.cfg.Names, version)
 	})
+	return releaseOf(m), err
 }
 
 // current is what "current" named when a rollout started: its id and revision, and the rollout
@@ -287,9 +291,9 @@ func (c *Controller) newState(o Options, p plannedFleet, now time.Time, cur curr
 	}
 	st := State{
 		Schema: Schema, ID: rolloutID(idAt, o.Version), Version: o.Version, Policy: o.Policy, Status: StatusRunning,
-		Created: now, Updated: now, Canary: o.Canary, CanaryNodes: o.CanaryNodes, Steps: o.Steps,
+		Created: now, Updated: now, Canary: max(o.Canary, p.canaries), CanaryNodes: o.CanaryNodes, Steps: o.Steps,
 		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
-		Urgent: o.Urgent, Metered: p.metered, Nodes: p.nodes, Ran: p.ran, Batches: p.batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
+		Urgent: o.Urgent, Metered: p.metered, Skipped: p.skipped, Nodes: p.nodes, Ran: p.ran, Batches: p.batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
 	}
 	if st.Nodes == nil {
 		st.Nodes, st.Ran = []string{}, []string{}
@@ -409,13 +413,23 @@ func (c *Controller) supersede(ctx context.Context, s *store, id, next string) (
 	return State{}, fmt.Errorf("rollout %s kept changing while it was being superseded", id)
 }
 
-// published checks that version is announced (publish.Published, the rule target and withdraw
-// follow too): hosts refuse a target with no manifest.
-func published(ctx context.Context, js jetstream.JetStream, n wire.Names, version string, log *slog.Logger) error {
-	return retry(ctx, discard(log), "read "+version+" in "+n.Releases(), func(ctx context.Context) error {
-		_, err := publish.Published(ctx, js, n, version)
+// publishedManifest reads the manifest of version as announced (publish.Published, the rule
+// target and withdraw follow too): hosts refuse a target with no manifest, or with one they
+// cannot read.
+func publishedManifest(ctx context.Context, js jetstream.JetStream, n wire.Names, version string, log *slog.Logger) (wire.Manifest, error) {
+	var raw []byte
+	err := retry(ctx, discard(log), "read "+version+" in "+n.Releases(), func(ctx context.Context) (err error) {
+		raw, err = publish.Published(ctx, js, n, version)
 		return err
 	})
+	if err != nil {
+		return wire.Manifest{}, err
+	}
+	m, err := wire.ParseManifest(raw)
+	if err != nil {
+		return wire.Manifest{}, fmt.Errorf("%s: the published manifest is unreadable (%w); hosts would refuse it", version, err)
+	}
+	return m, nil
 }
 
 // Resume takes over the rollout "current" names and runs it (see Run). It returns ErrNoRollout

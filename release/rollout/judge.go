@@ -22,6 +22,8 @@ const (
 type track struct {
 	last  fleet.Entry
 	heard bool
+	// platform is the node's platform as its heartbeats said it last, "" while none did.
+	platform string
 
 	// Set when its batch begins.
 	inBatch   bool
@@ -96,7 +98,7 @@ func (t *track) judged() bool { return t.inBatch && !t.leftOut && !t.done }
 
 // reset forgets what a previous batch (or controller) saw; its last heartbeat stays.
 func (t *track) reset() {
-	*t = track{last: t.last, heard: t.heard}
+	*t = track{last: t.last, heard: t.heard, platform: t.platform}
 }
 
 // change is what a heartbeat changed in a node's standing.
@@ -117,6 +119,9 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 		return changeNone // an older word than the one held
 	}
 	t.last, t.heard = e, true
+	if _, p := platformOf(e.Heartbeat); e.Err == nil && p != "" {
+		t.platform = p
+	}
 	if f := e.Heartbeat.Fetch; e.Err == nil && f != nil && f.Version == version && f.Moved > t.moved {
 		t.moved = f.Moved
 	}

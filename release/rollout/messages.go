@@ -17,15 +17,18 @@ func startedMessage(st State) string {
 	switch {
 	case len(st.Nodes) == 0:
 		return fmt.Sprintf("rollout %s: %s: no node needs it (every node heard within %s already runs it or newer, or none was heard); it becomes the fleet target at once",
-			st.ID, st.Version, human(secsDur(st.AliveS)))
+			st.ID, st.Version, human(secsDur(st.AliveS))) + skippedWords(st)
 	case st.Policy == PolicyImmediate:
-		return head + " at once (policy immediate): it becomes the fleet target now, with no canary and no gate"
+		return head + " at once (policy immediate): it becomes the fleet target now, with no canary and no gate" + skippedWords(st)
 	}
 	var then []string
 	for _, b := range st.Batches[1:] {
 		then = append(then, b.Name)
 	}
 	order := fmt.Sprintf("canary %s", list(st.BatchNodes(0)))
+	if ps := st.Batches[0].Platforms; len(ps) > 0 {
+		order += " (" + platformsCell(ps) + ")" // a canary on every platform
+	}
 	if st.Batches[0].Name != "canary" {
 		order, then = "", append([]string{st.Batches[0].Name}, then...)
 	}
@@ -36,7 +39,25 @@ func startedMessage(st State) string {
 		order += strings.Join(then, ", ")
 	}
 	m := fmt.Sprintf("%s in %s (%s); window %s, soak %s", head, count(len(st.Batches), "batch"), order, human(secsDur(st.WindowS)), human(secsDur(st.SoakS)))
-	return m + meteredWords(st)
+	return m + meteredWords(st) + skippedWords(st)
+}
+
+// skippedWords says the nodes left out by platform, or nothing: "; left out by platform:
+// linux/arm/v7 (12 nodes, no build)".
+func skippedWords(st State) string {
+	if len(st.Skipped) == 0 {
+		return ""
+	}
+	var parts []string
+	for i, s := range st.Skipped {
+		if i == maxPlatformsNamed {
+			parts = append(parts, fmt.Sprintf("and %d more", len(st.Skipped)-maxPlatformsNamed))
+			break
+		}
+		why := map[string]string{SkipNoBuild: "no build", SkipAsked: "asked", SkipOldHosts: "hosts that cannot read its manifest"}[s.Why]
+		parts = append(parts, fmt.Sprintf("%s (%s, %s)", text(s.Platform), count(s.Nodes, "node"), why))
+	}
+	return "; left out by platform: " + strings.Join(parts, ", ")
 }
 
 // meteredWords says how many metered nodes wait for the last batch, or nothing.
@@ -54,6 +75,9 @@ func batchLabel(st State, i int) string {
 
 func batchMessage(st State, i int, targeted, already []string, leftOut int) string {
 	m := fmt.Sprintf("%s: targets set for %s", batchLabel(st, i), count(len(targeted), "node"))
+	if ps := st.Batches[i].Platforms; len(ps) > 0 {
+		m += " (the batch: " + platformsCell(ps) + ")"
+	}
 	if len(targeted) > 0 {
 		m += ": " + list(targeted)
 	}
@@ -85,9 +109,15 @@ func leftOutMessage(st State, i int, node string, since time.Time, now time.Time
 		node, batchLabel(st, i), when, human(secsDur(st.SilentAfterS)))
 }
 
+// haltedMessage says a halt in batch i: by platform when its nodes said theirs ("2 of 2
+// linux/arm64 canaries rolled back; linux/amd64 canaries confirmed"), else in all.
 func haltedMessage(st State, i, troubled, nodes int) string {
-	return fmt.Sprintf("HALTED in %s: %d of %s showed trouble; %s was not set as the fleet target and the batch's targets are set back",
-		batchLabel(st, i), troubled, count(nodes, "node"), st.Version)
+	what := fmt.Sprintf("%d of %s showed trouble", troubled, count(nodes, "node"))
+	if h := st.Halt; h != nil && len(h.Platforms) > 0 {
+		what = outcomesText(h.Platforms, isCanary(st, i))
+	}
+	return fmt.Sprintf("HALTED in %s: %s; %s was not set as the fleet target and the batch's targets are set back",
+		batchLabel(st, i), what, st.Version)
 }
 
 // completedMessage says a completed rollout; left are the nodes outside its plan whose own

@@ -60,6 +60,17 @@ func (o Options) Validate() error {
 		}
 		seen[n] = true
 	}
+	skip := make(map[string]bool, len(o.SkipPlatforms))
+	for _, p := range o.SkipPlatforms {
+		pp, err := wire.ParsePlatform(p)
+		if err != nil {
+			return fmt.Errorf("--skip-platform: %w", err)
+		}
+		if skip[pp.String()] {
+			return fmt.Errorf("--skip-platform: %s is named twice", pp)
+		}
+		skip[pp.String()] = true
+	}
 	if err := validSteps(o.Steps); err != nil {
 		return err
 	}

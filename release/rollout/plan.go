@@ -14,29 +14,43 @@ import (
 	"github.com/novox/mesh-host/wire"
 )
 
-// plan is the fleet of a rollout and its batches, from every node's last heartbeat as of now.
-// o must be validated and carry its defaults.
+// plan is the fleet of a rollout and its batches, from every node's last heartbeat as of now,
+// for a release with a build for every platform. o must be validated and carry its defaults.
 func plan(o Options, entries []fleet.Entry, now time.Time) (nodes, ran []string, batches []Batch, err error) {
-	p, err := planFleet(o, entries, now)
+	p, err := planFleet(o, anyRelease(o.Version), entries, now)
 	return p.nodes, p.ran, p.batches, err
 }
 
-// plannedFleet is a plan, and how many metered nodes it deferred to its last batch.
+// anyRelease is a release of version with a build for every platform, whose manifest every
+// host reads.
+func anyRelease(version string) release {
+	return release{version: version, serves: func(wire.Platform) bool { return true }}
+}
+
+// plannedFleet is a plan, how many metered nodes it deferred to its last batch, the nodes it
+// left out by platform (gate), and how many canaries it chose.
 type plannedFleet struct {
 	nodes, ran []string
 	batches    []Batch
 	metered    int
+	skipped    []SkippedPlatform
+	canaries   int
 }
 
-// planFleet is plan, saying how many metered nodes (heartbeat link_class metered) it deferred to
-// the last batch: unless o.IncludeMetered, they are never canaries (but when named) and come
-// after every other node, all in the last batch. A fleet of metered nodes only is planned as any.
-// Its phases: the fleet's members in hash order, the metered ones last, the named canaries first,
-// then the batches cut.
-func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
-	members, why := fleetMembers(o, entries, now)
+// planFleet is plan for rel, saying how many metered nodes (heartbeat link_class metered) it
+// deferred to the last batch: unless o.IncludeMetered, they are never canaries (but when named,
+// or the only nodes of their platform) and come after every other node, all in the last batch.
+// A fleet of metered nodes only is planned as any. Its phases: the fleet's members in hash
+// order, the platform gate, the metered ones last, the canaries first (chooseCanaries), then
+// the batches cut, each counting its nodes by platform.
+func planFleet(o Options, rel release, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
+	all, why := fleetMembers(o, entries, now)
+	members, skipped, err := gate(o, rel, all, why)
+	if err != nil {
+		return plannedFleet{}, err
+	}
 	if o.Policy == PolicyImmediate {
-		var p plannedFleet
+		p := plannedFleet{skipped: skipped}
 		for _, m := range members {
 			p.nodes, p.ran = append(p.nodes, m.node), append(p.ran, m.ran)
 		}
@@ -56,15 +70,11 @@ func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, e
 		})
 	}
 	isMetered := func(m planMember) bool { return defer_ && m.metered }
-	canaries := min(o.Canary, len(members)-countFunc(members, isMetered))
-	if len(o.CanaryNodes) > 0 {
-		var err error
-		if members, err = namedCanariesFirst(members, o.CanaryNodes, why); err != nil {
-			return plannedFleet{}, err
-		}
-		canaries = len(o.CanaryNodes)
+	members, canaries, err := chooseCanaries(members, o.Canary, o.CanaryGiven, o.CanaryNodes, isMetered, why)
+	if err != nil {
+		return plannedFleet{}, err
 	}
-	var p plannedFleet
+	p := plannedFleet{skipped: skipped, canaries: canaries}
 	for i, m := range members {
 		p.nodes, p.ran = append(p.nodes, m.node), append(p.ran, m.ran)
 		if i >= canaries && isMetered(m) {
@@ -75,14 +85,25 @@ func planFleet(o Options, entries []fleet.Entry, now time.Time) (plannedFleet, e
 	if p.metered > 0 && len(p.batches) > 0 {
 		p.batches[len(p.batches)-1].End = len(p.nodes) // the metered nodes join the last batch
 	}
+	start := 0
+	for i := range p.batches {
+		p.batches[i].Platforms = batchPlatforms(members[start:p.batches[i].End])
+		start = p.batches[i].End
+	}
 	return p, nil
 }
 
-// planMember is a node of a rollout's fleet as planning sees it.
+// planMember is a node of a rollout's fleet as planning sees it: its platform (plat, and
+// platform as text, "" when its heartbeat says none), the OS version and kernel its profile
+// reports, and the newest manifest schema its host reads (0: it does not say, schema 3 or older).
 type planMember struct {
-	node, ran string
-	hash      [sha256.Size]byte
-	metered   bool
+	node, ran  string
+	hash       [sha256.Size]byte
+	metered    bool
+	plat       wire.Platform
+	platform   string
+	os, kernel string
+	reads      int
 }
 
 // fleetMembers are the nodes of a rollout of o.Version as of now, in the hash order of the
@@ -103,15 +124,7 @@ func fleetMembers(o Options, entries []fleet.Entry, now time.Time) ([]planMember
 			why[e.Node] = fmt.Sprintf("its known-good %s is already %s or newer", text(e.Heartbeat.KnownGood), o.Version)
 			continue
 		}
-		r := e.Heartbeat.Running
-		if !wire.ValidVersion(r) {
-			r = e.Heartbeat.KnownGood
-		}
-		if !wire.ValidVersion(r) {
-			r = ""
-		}
-		members = append(members, planMember{node: e.Node, ran: r, hash: sha256.Sum256([]byte(o.Version + "/" + e.Node)),
-			metered: e.Heartbeat.LinkClass == wire.LinkMetered})
+		members = append(members, memberOf(o.Version, e))
 	}
 	sort.Slice(members, func(i, j int) bool {
 		if c := strings.Compare(string(members[i].hash[:]), string(members[j].hash[:])); c != 0 {
@@ -120,6 +133,25 @@ func fleetMembers(o Options, entries []fleet.Entry, now time.Time) ([]planMember
 		return members[i].node < members[j].node
 	})
 	return members, why
+}
+
+// memberOf is e's node as a member of a rollout of version.
+func memberOf(version string, e fleet.Entry) planMember {
+	hb := e.Heartbeat
+	r := hb.Running
+	if !wire.ValidVersion(r) {
+		r = hb.KnownGood
+	}
+	if !wire.ValidVersion(r) {
+		r = ""
+	}
+	m := planMember{node: e.Node, ran: r, hash: sha256.Sum256([]byte(version + "/" + e.Node)),
+		metered: hb.LinkClass == wire.LinkMetered, reads: hb.ManifestSchema}
+	m.plat, m.platform = platformOf(hb)
+	if pr := hb.Profile; pr != nil {
+		m.os, m.kernel = text(pr.OSID+" "+pr.OSVersion), text(pr.Kernel)
+	}
+	return m
 }
 
 // namedCanariesFirst puts the nodes named by --canary-nodes first, in the order given; one that
@@ -143,16 +175,6 @@ func namedCanariesFirst(members []planMember, named []string, why map[string]str
 	}
 	rest := slices.DeleteFunc(slices.Clone(members), func(m planMember) bool { return slices.Contains(named, m.node) })
 	return append(first, rest...), nil
-}
-
-func countFunc[T any](s []T, f func(T) bool) int {
-	n := 0
-	for _, v := range s {
-		if f(v) {
-			n++
-		}
-	}
-	return n
 }
 
 // cut makes the batches of n nodes: the canaries, then each cumulative step of the whole fleet

@@ -273,7 +273,7 @@ func TestMeteredNodesAreDeferredToTheLastBatch(t *testing.T) {
 				tc.o(&o)
 			}
 			o = o.WithDefaults()
-			p, err := planFleet(o, tc.es, planNow)
+			p, err := planFleet(o, anyRelease(o.Version), tc.es, planNow)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,6 +35,8 @@ type progressView struct {
 	// batch order (at most maxListed; windowsN counts them all).
 	windows  []NodeWindow
 	windowsN int
+	// platforms is the batch by platform (nil when its nodes said none).
+	platforms []PlatformOutcome
 }
 
 // gist is what the view says beyond the clock: an event is due when it changes.
@@ -66,7 +68,7 @@ func (r *runner) progress(now time.Time, every time.Duration) {
 	i := r.st.Current
 	ev := Event{Kind: EventProgress, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
 		Nodes: v.nodes, Confirmed: v.confirmed, Soaked: v.soaked, ElapsedS: v.elapsed.Seconds(), WindowLeftS: v.windowLeft.Seconds(),
-		Waiting: v.waiting, WindowWaiting: v.windows, BytesMoved: v.moved, Message: progressMessage(r.st, i, v)}
+		Waiting: v.waiting, WindowWaiting: v.windows, BytesMoved: v.moved, Platforms: v.platforms, Message: progressMessage(r.st, i, v)}
 	if v.soaking > 0 {
 		ev.SoakLeftS = v.soakLeft.Seconds()
 	}
@@ -77,7 +79,7 @@ func (r *runner) progressView(now time.Time) progressView {
 	i := r.st.Current
 	started := r.st.Batches[i].Started
 	v := progressView{confirmed: r.confirmedN, soaked: r.soakedN, nodes: r.judgedN, elapsed: now.Sub(started),
-		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp, moved: r.moved()}
+		windowLeft: max(started.Add(r.window+r.paused).Sub(now), 0), busAway: !r.wasUp, moved: r.moved(), platforms: r.batchOutcomes(i, nil)}
 	for _, n := range r.st.BatchNodes(i) {
 		t := r.tracks[n]
 		if opens, ok := t.waitingForWindow(r.version); ok && t.judged() && t.trouble == nil {
@@ -128,7 +130,11 @@ func (t *track) soakLeft(soak time.Duration, now time.Time) time.Duration {
 // progressMessage says v in one line: "batch 1/3 (canary): 1/2 confirmed, 0/2 soaked; 40s
 // elapsed, 9m20s left in the window; about 1m20s of the soak left".
 func progressMessage(st State, i int, v progressView) string {
-	m := fmt.Sprintf("%s: %d/%d confirmed, %d/%d soaked; %s elapsed", batchLabel(st, i), v.confirmed, v.nodes, v.soaked, v.nodes, human(v.elapsed))
+	m := fmt.Sprintf("%s: %d/%d confirmed, %d/%d soaked", batchLabel(st, i), v.confirmed, v.nodes, v.soaked, v.nodes)
+	if by := progressText(v.platforms); by != "" {
+		m += " (" + by + ")"
+	}
+	m += "; " + human(v.elapsed) + " elapsed"
 	if v.confirmed < v.nodes {
 		m += fmt.Sprintf(", %s left in the window", human(v.windowLeft))
 	}

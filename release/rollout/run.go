@@ -583,6 +583,9 @@ func (r *runner) askSilent(ctx context.Context, nodes []string, now time.Time) e
 	for k, e := range latest {
 		if t := r.tracks[nodes[k]]; e != nil && (!t.heard || e.Heard.After(t.last.Heard)) {
 			t.last, t.heard = *e, true
+			if _, p := platformOf(e.Heartbeat); e.Err == nil && p != "" {
+				t.platform = p
+			}
 		}
 	}
 	return nil
@@ -741,6 +744,7 @@ func (r *runner) troubles(now time.Time, timeCheck bool) []NodeReason {
 func (r *runner) halt(ctx context.Context, reasons []NodeReason) (State, error) {
 	i := r.st.Current
 	troubled := len(reasons)
+	outs := r.batchOutcomes(i, reasons)
 	more := 0
 	if len(reasons) > MaxHaltNodes {
 		more, reasons = len(reasons)-MaxHaltNodes, reasons[:MaxHaltNodes]
@@ -748,14 +752,14 @@ func (r *runner) halt(ctx context.Context, reasons []NodeReason) (State, error) 
 	now := time.Now().UTC()
 	err := r.write(ctx, func(st *State) {
 		st.Status, st.Ended = StatusHalted, now
-		st.Halt = &Halt{At: now, Batch: i, Nodes: reasons, More: more}
+		st.Halt = &Halt{At: now, Batch: i, Nodes: reasons, More: more, Platforms: outs}
 	})
 	if err != nil {
 		return r.st, err
 	}
 	r.c.emit(&r.st, Event{Kind: EventHalted, Batch: i + 1, Batches: len(r.st.Batches), BatchName: r.st.Batches[i].Name,
 		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(r.st.Batches[i].Started).Seconds(),
-		Reasons: reasons, Message: haltedMessage(r.st, i, troubled, r.judgedN)})
+		Reasons: reasons, Platforms: outs, Message: haltedMessage(r.st, i, troubled, r.judgedN)})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st, err := restore(ctx, r.s, r.st, r.rev, r.c.cfg.Workers)
@@ -775,7 +779,7 @@ func (r *runner) batchDone(ctx context.Context) error {
 		return err
 	}
 	b := r.st.Batches[i]
-	r.c.emit(&r.st, Event{Kind: EventBatchDone, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name,
+	r.c.emit(&r.st, Event{Kind: EventBatchDone, Batch: i + 1, Batches: len(r.st.Batches), BatchName: b.Name, Platforms: r.batchOutcomes(i, nil),
 		Nodes: r.judgedN, Confirmed: r.confirmedN, Soaked: r.soakedN, ElapsedS: now.Sub(b.Started).Seconds(), BytesMoved: r.st.BytesMoved,
 		Message: fmt.Sprintf("%s done: %s soaked in %s%s", batchLabel(r.st, i), count(r.soakedN, "node"), human(now.Sub(b.Started)), movedSoFar(r.st.BytesMoved))})
 	for _, n := range r.st.BatchNodes(i) {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"github.com/opencontainers/go-digest"
 	"slices"
 	"sync"
 	"testing"
@@ -61,10 +62,21 @@ type simNode struct {
 	loop      bool
 	targeted  []string // versions it started to take, in order
 	linkClass string   // its heartbeat's link_class
+	platform  string   // its profile's platform ("": no profile)
+	reads     int      // its heartbeat's manifest_schema
 	// windowOpens: the node keeps a maintenance window that opens then (decision 0029): a
 	// version staged before waits for it, saying so in its heartbeat.
 	windowOpens time.Time
 	window      *wire.WindowState
+}
+
+// profile is what the node's heartbeat says of its machine: nothing without a platform.
+func (n *simNode) profile() *wire.Profile {
+	if n.platform == "" {
+		return nil
+	}
+	p, _ := wire.ParsePlatform(n.platform)
+	return &wire.Profile{OS: p.OS, Arch: p.Arch, Platform: n.platform, OSID: "debian", OSVersion: "12", Kernel: "6.1.0"}
 }
 
 type simTarget struct {
@@ -102,7 +114,8 @@ func connect(t testing.TB, b *meshtest.Bus, opts ...nats.Option) jetstream.JetSt
 }
 
 func node(id, running string, takes ...string) *simNode {
-	n := &simNode{id: id, running: running, knownGood: running, takes: map[string]string{}, bad: map[string]bool{}, boot: time.Now().Add(-time.Hour)}
+	n := &simNode{id: id, running: running, knownGood: running, takes: map[string]string{}, bad: map[string]bool{}, boot: time.Now().Add(-time.Hour),
+		reads: wire.ManifestSchemaPlatforms}
 	for i := 0; i+1 < len(takes); i += 2 {
 		n.takes[takes[i]] = takes[i+1]
 	}
@@ -245,7 +258,8 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 		hbs = append(hbs, wire.Heartbeat{Node: n.id, State: wire.StateRunning, Running: n.running, KnownGood: n.knownGood,
 			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(), IntervalS: s.every.Seconds(),
 			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch, Launcher: clone(n.launcher),
-			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}, LinkClass: n.linkClass, Window: clone(n.window)})
+			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}, LinkClass: n.linkClass, Window: clone(n.window),
+			ManifestSchema: n.reads, Profile: n.profile()})
 	}
 	s.mu.Unlock()
 	for _, hb := range hbs {
@@ -369,7 +383,31 @@ func (e *events) dump(t *testing.T) {
 // publishRelease announces version (the controller only checks that it is announced).
 func publishRelease(t testing.TB, b *meshtest.Bus, version string) {
 	t.Helper()
-	b.Put(b.Names.Releases(), version, []byte(`{"version":"`+version+`"}`))
+	publishPlatforms(t, b, version, "linux/amd64", "linux/arm64")
+}
+
+// publishPlatforms announces version with a schema 4 manifest (unsigned: the simulated nodes
+// do not fetch) holding a build for each platform, sorted.
+func publishPlatforms(t testing.TB, b *meshtest.Bus, version string, platforms ...string) {
+	t.Helper()
+	b.Put(b.Names.Releases(), version, manifestOf(t, version, platforms...).Marshal())
+}
+
+func manifestOf(t testing.TB, version string, platforms ...string) wire.Manifest {
+	t.Helper()
+	m := wire.Manifest{Schema: wire.ManifestSchemaPlatforms, Version: version, Created: "2026-12-02T12:00:00Z"}
+	for _, s := range slices.Sorted(slices.Values(platforms)) {
+		p, err := wire.ParsePlatform(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Platforms = append(m.Platforms, wire.PlatformBuild{Platform: s, Object: wire.PlatformObjectName(version, p), Size: 1,
+			Digest: digest.FromString(s), BinaryDigest: digest.FromString(s + " binary")})
+	}
+	if _, err := wire.ParseManifest(m.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // testOptions are small durations for tests.

@@ -81,6 +81,16 @@ type Options struct {
 	// IncludeMetered plans metered nodes (heartbeat link_class metered) as any other; without
 	// it they are deferred to the last batch and are never hash-chosen canaries.
 	IncludeMetered bool
+	// CanaryGiven: Canary was asked for (--canary), so a number below the platforms the rollout
+	// targets is refused; otherwise it is raised to one canary per platform.
+	CanaryGiven bool
+	// SkipPlatforms leaves the nodes of these platforms ("linux/arm/v7") out of the rollout
+	// explicitly (--skip-platform): without it, a version with no build for a node's platform
+	// is refused (decision 0043).
+	SkipPlatforms []string
+	// SkipOldHosts leaves out the nodes whose hosts cannot read the version's manifest schema
+	// (their heartbeats say no manifest_schema of it or more); without it the version is refused.
+	SkipOldHosts bool
 }
 
 // State is a rollout as KV <prefix>_rollouts holds it: what it was asked, whom it covers, how
@@ -109,6 +119,9 @@ type State struct {
 	// Metered is how many metered nodes the plan deferred to the last batch (0 with
 	// --include-metered, or when none or every node is metered).
 	Metered int `json:"metered_deferred,omitempty"`
+	// Skipped are the nodes left out by platform when the rollout started (--skip-platform,
+	// --skip-old-hosts): not in Nodes, never targeted by it (decision 0043).
+	Skipped []SkippedPlatform `json:"skipped_platforms,omitempty"`
 
 	// Nodes is the fleet at the start in rollout order (canaries first); Ran is, index for
 	// index, the version each node ran then — what a halt sets its target back to.
@@ -146,6 +159,10 @@ type Batch struct {
 	End     int       `json:"end"`
 	Started time.Time `json:"started,omitzero"` // when its targets were set
 	Done    time.Time `json:"done,omitzero"`    // when its last node finished its soak
+	// Platforms counts the batch's nodes by platform when planned (UnknownPlatform for those
+	// whose heartbeat said none); absent when no node said one, and in rollouts started before
+	// issue 28.
+	Platforms []PlatformCount `json:"platforms,omitempty"`
 }
 
 // LeftOut is a node skipped because it was silent when its batch began.
@@ -162,6 +179,21 @@ type Halt struct {
 	Batch int          `json:"batch"` // index into Batches
 	Nodes []NodeReason `json:"nodes"`
 	More  int          `json:"more,omitempty"`
+	// Platforms is how each platform of the batch fared, troubled ones first (absent when no
+	// node of the batch said its platform, and in halts before issue 28).
+	Platforms []PlatformOutcome `json:"platforms,omitempty"`
+}
+
+// PlatformOutcome is how the judged nodes of one platform of a batch fared: how many there
+// are, confirmed and soaked, and how many showed trouble, with Why when all of them showed the
+// same (a Why* constant).
+type PlatformOutcome struct {
+	Platform  string `json:"platform"`
+	Nodes     int    `json:"nodes"`
+	Confirmed int    `json:"confirmed"`
+	Soaked    int    `json:"soaked"`
+	Troubled  int    `json:"troubled,omitempty"`
+	Why       string `json:"why,omitempty"`
 }
 
 // MaxHaltNodes bounds the nodes a halt report names; the rest are counted.
@@ -228,6 +260,9 @@ type Event struct {
 	// their heartbeats said (progress, batch-done, completed).
 	BytesMoved int64    `json:"bytes_moved,omitempty"`
 	Waiting    []string `json:"waiting_for_heartbeat,omitempty"`
+	// Platforms is the batch's progress by platform (progress, batch, batch-done, halted), when
+	// its nodes said their platforms.
+	Platforms []PlatformOutcome `json:"platforms,omitempty"`
 	// WindowWaiting are the nodes of the batch that have staged the version and wait for their
 	// maintenance windows to stand aside, each with when its window opens (at most 8 listed).
 	WindowWaiting []NodeWindow `json:"waiting_for_window,omitempty"`

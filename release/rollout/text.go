@@ -137,6 +137,7 @@ func WriteStatus(w io.Writer, st State, now time.Time) error {
 	writeStatusHead(&b, st, now)
 	writeStatusBatches(&b, st, now)
 	writeStatusLeftOut(&b, st, now)
+	writeStatusSkipped(&b, st)
 	writeStatusHalt(&b, st, now)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -191,7 +192,63 @@ func fleetWords(st State) string {
 	if st.Metered > 0 {
 		fleet += fmt.Sprintf(", %d on metered links deferred to the last batch", st.Metered)
 	}
+	if n := skippedNodes(st); n > 0 || len(st.Skipped) > 0 {
+		fleet += fmt.Sprintf(", %d left out by platform (below)", n)
+	}
 	return fleet
+}
+
+// skippedNodes is how many nodes st left out by platform.
+func skippedNodes(st State) int {
+	n := 0
+	for _, s := range st.Skipped {
+		n += s.Nodes
+	}
+	return n
+}
+
+// writeStatusSkipped is the nodes left out by platform, one line a platform (bounded).
+func writeStatusSkipped(b *strings.Builder, st State) {
+	if len(st.Skipped) == 0 {
+		return
+	}
+	b.WriteString("\nleft out by platform (never targeted by this rollout; their hosts refuse a fleet target they cannot take, by name, and keep what they run)\n")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	for i, s := range st.Skipped {
+		if i == shownNodes {
+			fmt.Fprintf(tw, "  and %d more\n", len(st.Skipped)-shownNodes)
+			break
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", oneLine(s.Platform, maxIDText), countOf(s.Nodes, "node", "nodes"), skippedWhy(st, s))
+	}
+	tw.Flush()
+}
+
+// skippedWhy says why a platform's nodes were left out.
+func skippedWhy(st State, s SkippedPlatform) string {
+	v := oneLine(st.Version, maxIDText)
+	switch s.Why {
+	case SkipNoBuild:
+		return fmt.Sprintf("--skip-platform: %s has no %s build", v, oneLine(s.Platform, maxIDText))
+	case SkipAsked:
+		return "--skip-platform (the version has a build for it)"
+	case SkipOldHosts:
+		return fmt.Sprintf("--skip-old-hosts: their hosts cannot read %s's manifest schema", v)
+	}
+	return oneLine(s.Why, maxIDText)
+}
+
+// platformsCell is a batch's nodes by platform: "linux/amd64 2, linux/arm64 1" (bounded).
+func platformsCell(cs []PlatformCount) string {
+	parts := make([]string, 0, len(cs))
+	for i, c := range cs {
+		if i == maxPlatformsNamed {
+			parts = append(parts, fmt.Sprintf("and %d more platforms", len(cs)-maxPlatformsNamed))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", oneLine(c.Platform, maxIDText), c.Nodes))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // writeStatusBatches is each batch, where it is and its nodes (bounded).
@@ -205,8 +262,12 @@ func writeStatusBatches(b *strings.Builder, st State, now time.Time) {
 	for i, bt := range st.Batches {
 		end := clampedEnd(bt.End, start, len(st.Nodes))
 		nodes := st.Nodes[start:end]
+		size := countOf(len(nodes), "node", "nodes")
+		if len(bt.Platforms) > 0 {
+			size += " (" + platformsCell(bt.Platforms) + ")"
+		}
 		fmt.Fprintf(tw, "  %d/%d\t%s\t%s\t%s\t%s\n", i+1, len(st.Batches), oneLine(bt.Name, maxIDText),
-			countOf(len(nodes), "node", "nodes"), batchWhere(st, i, now), shownList(nodes))
+			size, batchWhere(st, i, now), shownList(nodes))
 		start = end
 	}
 	tw.Flush()
@@ -240,6 +301,9 @@ func writeStatusHalt(b *strings.Builder, st State, now time.Time) {
 	}
 	n := len(h.Nodes) + h.More
 	fmt.Fprintf(b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
+	if len(h.Platforms) > 0 {
+		fmt.Fprintf(b, "  by platform: %s\n", outcomesText(h.Platforms, isCanary(st, h.Batch)))
+	}
 	for _, r := range h.Nodes {
 		writeReason(b, r, now, "  ")
 	}
@@ -276,6 +340,8 @@ func summary(st State, now time.Time) string {
 		if h := st.Halt; h != nil {
 			s += fmt.Sprintf(" in batch %s at %s", batchOf(st, h.Batch), minuteAt(h.At, now))
 			switch n := len(h.Nodes) + h.More; {
+			case troubledPlatforms(st, h) != "":
+				s += " — " + troubledPlatforms(st, h)
 			case n == 1 && len(h.Nodes) == 1:
 				s += fmt.Sprintf(" — %s %s", oneLine(h.Nodes[0].Node, maxIDText), whyText(NodeReason{Why: h.Nodes[0].Why}, now))
 			case n > 0:
@@ -308,6 +374,23 @@ func summary(st State, now time.Time) string {
 		return s + " at " + minuteAt(endedAt(st), now)
 	}
 	return fmt.Sprintf("%s: %s", head, oneLine(string(st.Status), maxIDText))
+}
+
+// troubledPlatforms is the platforms of a halt that showed trouble, said as outcomesText does:
+// "2 of 2 linux/arm64 canaries rolled back"; "" when the halt says none by platform.
+func troubledPlatforms(st State, h *Halt) string {
+	var bad []PlatformOutcome
+	for _, o := range h.Platforms {
+		if o.Troubled > 0 {
+			bad = append(bad, o)
+		}
+	}
+	return outcomesText(bad, isCanary(st, h.Batch))
+}
+
+// isCanary reports whether batch i is the canaries.
+func isCanary(st State, i int) bool {
+	return i >= 0 && i < len(st.Batches) && st.Batches[i].Name == "canary"
 }
 
 func policyWords(st State) string {

@@ -35,6 +35,9 @@ type fleetView struct {
 	Withdraw []wire.Withdrawn
 	WErr     string
 	Now      string
+
+	// Platforms count the nodes by platform, said when the fleet runs more than one.
+	Platforms []fleet.PlatformCount
 }
 
 type kindCount struct {
@@ -43,9 +46,48 @@ type kindCount struct {
 }
 
 type rowView struct {
-	Node, Status, Kind, Running, KnownGood, Target, Launcher, Heard string
-	Trouble                                                         bool
+	Node, Platform, Status, Kind, Running, KnownGood, Target, Launcher, Heard string
+	Trouble                                                                   bool
 }
+
+// rowOf is one node's row of the page's table; "-" for a platform its heartbeat does not say.
+func rowOf(r fleet.Row, now time.Time) rowView {
+	platform := r.Platform
+	if platform == "" {
+		platform = "-"
+	}
+	return rowView{Node: r.Node, Platform: platform, Status: r.Status, Kind: string(r.StatusKind), Running: r.Running, KnownGood: r.KnownGood,
+		Target: r.Target, Launcher: fleet.LauncherText(r.Launcher), Heard: fleet.Ago(now.Sub(r.LastHeard)), Trouble: r.Silent || r.StatusKind.Trouble()}
+}
+
+// platformsOf is the nodes counted by platform when they run more than one ("unknown": none said),
+// at most maxPlatformCounts named, the rest summed as "other": the page says what a mixed
+// fleet is made of, and a homogeneous one's column says it already.
+func platformsOf(rows []fleet.Row) []fleet.PlatformCount {
+	counts := fleet.PlatformsOf(rows)
+	if len(counts) < 2 {
+		return nil
+	}
+	for i := range counts {
+		if counts[i].Platform == "" {
+			counts[i].Platform = "unknown"
+		}
+	}
+	if len(counts) > maxPlatformCounts {
+		other := fleet.PlatformCount{Platform: "other", Kinds: map[fleet.Kind]int{}}
+		for _, c := range counts[maxPlatformCounts-1:] {
+			other.Nodes += c.Nodes
+			for k, n := range c.Kinds {
+				other.Kinds[k] += n
+			}
+		}
+		counts = append(counts[:maxPlatformCounts-1], other)
+	}
+	return counts
+}
+
+// maxPlatformCounts bounds the platforms the page names above the table.
+const maxPlatformCounts = 8
 
 type rolloutView struct {
 	ID, Version, Status, Summary string
@@ -53,6 +95,8 @@ type rolloutView struct {
 	Batches                      []batchView
 	Halt                         *haltView
 	LeftOut                      int
+	Platforms                    []platformView // by platform (rollout_platforms.go)
+	Skipped                      []skippedView
 }
 
 type batchView struct {
@@ -70,6 +114,8 @@ type haltView struct {
 	At    string
 	Nodes []rollout.NodeReason
 	More  int
+	// ByPlatform says how each platform of the batch fared ("" when the halt says none).
+	ByPlatform string
 }
 
 // maxRows bounds the fleet table the page draws: a browser is slow with tens of thousands of
@@ -88,9 +134,9 @@ func (s *Server) fleetView(now time.Time) fleetView {
 		v.Kinds = append(v.Kinds, kindCount{string(k), n})
 	}
 	sort.Slice(v.Kinds, func(i, j int) bool { return v.Kinds[i].Kind < v.Kinds[j].Kind })
+	v.Platforms = platformsOf(rows)
 	for _, r := range rows[:min(len(rows), maxRows)] {
-		v.Rows = append(v.Rows, rowView{Node: r.Node, Status: r.Status, Kind: string(r.StatusKind), Running: r.Running, KnownGood: r.KnownGood,
-			Target: r.Target, Launcher: fleet.LauncherText(r.Launcher), Heard: fleet.Ago(now.Sub(r.LastHeard)), Trouble: r.Silent || r.StatusKind.Trouble()})
+		v.Rows = append(v.Rows, rowOf(r, now))
 	}
 	if b.hasRollout {
 		v.Rollout = rolloutOf(b.rollout, rows, now)
@@ -140,8 +186,9 @@ func rolloutOf(st rollout.State, rows []fleet.Row, now time.Time) *rolloutView {
 		v.Batches = append(v.Batches, bv)
 	}
 	if h := st.Halt; h != nil {
-		v.Halt = &haltView{Batch: h.Batch + 1, At: h.At.UTC().Format(time.RFC3339), Nodes: h.Nodes, More: h.More}
+		v.Halt = &haltView{Batch: h.Batch + 1, At: h.At.UTC().Format(time.RFC3339), Nodes: h.Nodes, More: h.More, ByPlatform: st.HaltByPlatform()}
 	}
+	v.Platforms, v.Skipped = platformsOf(st, byNode)
 	return v
 }
 

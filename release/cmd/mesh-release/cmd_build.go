@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/build"
@@ -14,19 +15,24 @@ import (
 )
 
 func buildCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	ver := fs.String("version", "", "the release's semantic `version`, vX.Y.Z (stamped into the built binary)")
-	bin := fs.String("binary", "", "pack this mesh-host binary (`FILE`) instead of building ./host/cmd/mesh-host")
-	arc := fs.String("archive", "", "sign this tar.zst archive (`FILE`, made elsewhere) as it is, without repacking")
-	launcher := fs.String("launcher", "", "pack this mesh-launcher (`FILE`) instead of building ./launcher/cmd/mesh-launcher from the same tree; its version is what `FILE version` prints")
-	noLauncher := fs.Bool("no-launcher", false, "pack no mesh-launcher: a schema 1 manifest, which hosts that read schema 1 only accept (decision 0014)")
+	ver := fs.String("version", "", "the release's semantic `version`, vX.Y.Z (stamped into the built binaries)")
+	platforms := fs.String("platforms", "", "the platforms to build host and launcher for, comma-separated (`LIST`; default "+wire.DefaultPlatforms+"; with --binary or --archive, that binary's own)")
+	bin := fs.String("binary", "", "pack this mesh-host binary (`FILE`, one platform's) instead of building ./host/cmd/mesh-host")
+	arc := fs.String("archive", "", "sign this tar.zst archive (`FILE`, one platform's, holding mesh-host alone, made elsewhere) as it is, without repacking")
+	launcher := fs.String("launcher", "", "name this mesh-launcher (`FILE`, one platform's) instead of building ./launcher/cmd/mesh-launcher from the same tree; its version is what `FILE version` prints")
+	noLauncher := fs.Bool("no-launcher", false, "name no mesh-launcher: the release carries none (nodes keep theirs)")
 	keyFlag := fs.String("key", "", "the release key `FILE` (release.key from `mesh-release keygen`; required; default $"+envReleaseKey+")")
-	out := fs.String("o", "", "output `DIR` for the archive and manifest.json")
-	arch := fs.String("arch", "", "architecture to build for when building (default: this machine's)")
+	out := fs.String("o", "", "output `DIR` for the objects and manifest.json")
+	arch := fs.String("arch", "", "one platform, linux/`ARCH` (arm: linux/arm/v7): the same as --platforms linux/ARCH")
 	var deltaFrom listFlag
-	fs.Var(&deltaFrom, "delta-from", "also write a delta of the host binary against `BASE`'s: the -o directory of an earlier build, or a published version read from the bus (--nats, --creds, --ca, --prefix); repeatable; the manifest lists each (schema 3, decision 0028)")
+	fs.Var(&deltaFrom, "delta-from", "also write deltas of each platform's host binary and launcher against `BASE`'s: the -o directory of an earlier build, or a published version read from the bus (--nats, --creds, --ca, --prefix); repeatable; the manifest lists each (decisions 0028, 0044)")
 	var b busFlags
 	b.register(fs, s.getenv)
 	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	ps, err := platformsFlag(*platforms, *arch)
+	if err != nil {
 		return err
 	}
 	keyPath, from := keyPathFrom(*keyFlag, s.getenv)
@@ -41,24 +47,64 @@ func buildCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	if err != nil {
 		return err
 	}
-	r, err := build.Build(ctx, build.Options{Version: *ver, Key: key, OutDir: *out, Binary: *bin, Archive: *arc,
-		Launcher: *launcher, NoLauncher: *noLauncher, GOARCH: *arch, Deltas: bases})
+	r, err := build.Build(ctx, build.Options{Version: *ver, Key: key, OutDir: *out, Platforms: ps, Binary: *bin, Archive: *arc,
+		Launcher: *launcher, NoLauncher: *noLauncher, Deltas: bases})
 	if err != nil {
 		return err
 	}
-	m := r.Manifest
-	s.printf("built %s %s/%s: %s (%d bytes, %s), binary %s, signed by %s\n",
-		m.Version, m.OS, m.Arch, r.ArchivePath, m.Size, m.Digest, m.BinaryDigest, m.KeyID)
-	if m.HasLauncher() {
-		s.printf("carries mesh-launcher %s (%d bytes, %s); manifest schema %d\n", m.Launcher.Version, m.Launcher.Size, m.Launcher.Digest, m.Schema)
-	} else {
-		s.printf("carries no mesh-launcher; manifest schema %d\n", m.Schema)
-	}
-	for i, d := range m.Deltas {
-		s.printf("delta from %s: %s (%d bytes, %.1f%% of the archive)\n", d.BaseVersion, r.DeltaPaths[i], d.Size, 100*float64(d.Size)/float64(m.Size))
-	}
-	s.printf("manifest %s; next: mesh-release publish %s\n", r.ManifestPath, *out)
+	printBuild(s, r, *out)
 	return nil
+}
+
+// platformsFlag reads --platforms, or --arch as one platform; neither is nil (the default).
+func platformsFlag(list, arch string) ([]wire.Platform, error) {
+	switch {
+	case list != "" && arch != "":
+		return nil, usagef("give --platforms or --arch, not both")
+	case arch != "":
+		p, err := wire.ParsePlatform(build.OS + "/" + arch)
+		if err != nil && arch == "arm" {
+			p, err = wire.NodePlatform(build.OS, arch, ""), nil
+		}
+		if err != nil {
+			return nil, usagef("--arch %s: %v", text.Bound(arch), err)
+		}
+		return []wire.Platform{p}, nil
+	case list != "":
+		ps, err := wire.ParsePlatforms(list)
+		if err != nil {
+			return nil, usagef("--platforms: %v", err)
+		}
+		return ps, nil
+	}
+	return nil, nil
+}
+
+// printBuild says what build wrote: each platform's archive, launcher and deltas.
+func printBuild(s *stdio, r build.Result, dir string) {
+	m := r.Manifest
+	ps := m.PlatformList()
+	s.printf("built %s for %d %s, signed by %s; manifest schema %d\n", m.Version, len(ps), text.Plural(len(ps), "platform", "platforms"), m.KeyID, m.Schema)
+	for _, p := range ps {
+		b, err := m.For(p)
+		if err != nil {
+			continue
+		}
+		s.printf("%s: %s (%d bytes, %s), binary %s\n", p, filepath.Join(dir, b.Object), b.Size, b.Digest, b.BinaryDigest)
+		for _, d := range b.Deltas {
+			s.printf("  delta from %s: %s (%d bytes, %.1f%% of the archive)\n", d.BaseVersion, filepath.Join(dir, d.Object), d.Size, 100*float64(d.Size)/float64(b.Size))
+		}
+		l := b.Launcher
+		if l.Object == "" {
+			s.printf("  carries no mesh-launcher\n")
+			continue
+		}
+		s.printf("  mesh-launcher %s: %s (%d bytes; the binary %d bytes, %s)\n", l.Version, filepath.Join(dir, l.Object), l.Size, l.BinarySize, l.BinaryDigest)
+		for _, d := range l.Deltas {
+			s.printf("  launcher delta from %s: %s (%d bytes, %.1f%% of the object)\n", d.BaseVersion, filepath.Join(dir, d.Object), d.Size, 100*float64(d.Size)/float64(l.Size))
+		}
+	}
+	s.printf("manifest %s; next: mesh-release publish %s\n", r.ManifestPath, dir)
 }
 
 // deltaBases reads each --delta-from BASE: a directory is an earlier build's output; anything
@@ -79,7 +125,7 @@ func deltaBases(ctx context.Context, b *busFlags, from []string) ([]build.Base, 
 			if err != nil {
 				return nil, err
 			}
-			bases = append(bases, base)
+			bases = append(bases, base...)
 			continue
 		}
 		if !wire.ValidVersion(f) {
@@ -95,7 +141,7 @@ func deltaBases(ctx context.Context, b *busFlags, from []string) ([]build.Base, 
 		if err != nil {
 			return nil, err
 		}
-		bases = append(bases, base)
+		bases = append(bases, base...)
 	}
 	return bases, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -10,8 +11,8 @@ import (
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
-// `mesh-release build` packs the launcher it is given and says so; --no-launcher writes schema 1;
-// the two together are refused.
+// `mesh-release build` names the launcher it is given, as its own object, and says so;
+// --no-launcher names none; the two together are refused.
 func TestBuildCommandCarriesTheLauncherOrNone(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := build.Keygen(dir); err != nil {
@@ -31,8 +32,8 @@ func TestBuildCommandCarriesTheLauncherOrNone(t *testing.T) {
 		code  int
 		says  string
 	}{
-		{"with --launcher", []string{"--launcher", bins["launcher"]}, 0, "carries mesh-launcher v0.3.0 ("},
-		{"with --no-launcher", []string{"--no-launcher"}, 0, "carries no mesh-launcher; manifest schema 1"},
+		{"with --launcher", []string{"--launcher", bins["launcher"]}, 0, "/out/mesh-launcher-v0.3.0-linux-" + runtime.GOARCH + ".zst ("},
+		{"with --no-launcher", []string{"--no-launcher"}, 0, "carries no mesh-launcher"},
 		{"with both", []string{"--no-launcher", "--launcher", bins["launcher"]}, 1, "--launcher or --no-launcher, not both"},
 	}
 	for _, c := range cases {
@@ -43,8 +44,8 @@ func TestBuildCommandCarriesTheLauncherOrNone(t *testing.T) {
 			if code != c.code || !strings.Contains(stdout+stderr, c.says) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d saying %q", code, stdout, stderr, c.code, c.says)
 			}
-			if c.code == 0 && c.extra[0] == "--launcher" && !strings.Contains(stdout, "manifest schema 2") {
-				t.Fatalf("stdout %q does not name schema 2", stdout)
+			if c.code == 0 && (!strings.Contains(stdout, "built v1.2.3 for 1 platform, signed by ") || !strings.Contains(stdout, "manifest schema 4")) {
+				t.Fatalf("stdout %q does not name the platform and schema 4", stdout)
 			}
 		})
 	}
@@ -92,8 +93,42 @@ func TestBuildCommandWritesADeltaFromADirectoryOrAPublishedVersion(t *testing.T)
 			if code != tc.code || !strings.Contains(stdout+stderr, tc.says) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d saying %q", code, stdout, stderr, tc.code, tc.says)
 			}
-			if code == 0 && !strings.Contains(stdout, "manifest schema 3") {
-				t.Fatalf("stdout %q does not name schema 3", stdout)
+			if code == 0 && !strings.Contains(stdout, "manifest schema 4") {
+				t.Fatalf("stdout %q does not name schema 4", stdout)
+			}
+		})
+	}
+}
+
+// Platform lists are read before anything is built, and a bad one is refused by name.
+func TestBuildCommandRefusesABadPlatformList(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := build.Keygen(dir); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "host")
+	if err := build.GoBuild(context.Background(), build.GoBuildOptions{Package: "../../build/testdata/tiny", Out: bin}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		code  int
+		says  string
+	}{
+		{"arm without a variant", []string{"--platforms", "linux/amd64,linux/arm"}, 2, `platform "linux/arm" names no arm variant; say linux/arm/v7`},
+		{"a platform named twice", []string{"--platforms", "linux/amd64,linux/arm64,linux/amd64"}, 2, "platform linux/amd64 is named twice"},
+		{"not os/arch", []string{"--platforms", "amd64"}, 2, `platform "amd64" is not os/arch`},
+		{"another operating system", []string{"--platforms", "darwin/arm64"}, 1, "platform darwin/arm64: hosts are released for linux only"},
+		{"--platforms and --arch", []string{"--platforms", "linux/amd64", "--arch", "arm64"}, 2, "give --platforms or --arch, not both"},
+		{"one binary for two platforms", []string{"--platforms", "linux/amd64,linux/arm64", "--binary", bin}, 1, "2 platforms are asked (linux/amd64,linux/arm64)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"build", "--version", "v1.2.3", "--key", filepath.Join(dir, build.KeyFile), "-o", out}, tc.extra...)
+			code, stdout, stderr := runMain(t, nil, args...)
+			if code != tc.code || !strings.Contains(stderr, tc.says) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d saying %q", code, stdout, stderr, tc.code, tc.says)
 			}
 		})
 	}

@@ -279,10 +279,11 @@ func withdrawalsOf(c *bus.Conn, b busFlags) func(context.Context) (wire.Withdraw
 	}
 }
 
-const fleetAbout = `Without NODE, a table: every node's STATE (what it is doing, judged from its last heartbeat;
-SILENT when unheard for --silent-after), versions, launcher, last heard and last reconcile, the
-current rollout and the withdrawn versions above it. With NODE, that node's whole story from its
-last heartbeat: its versions, launcher, last reconcile, fetch progress, refusal, link failure,
+const fleetAbout = `Without NODE, a table: every node's PLATFORM (linux/arm64, from its heartbeat), STATE (what it
+is doing, judged from its last heartbeat; SILENT when unheard for --silent-after), versions,
+launcher, last heard and last reconcile, the current rollout and the withdrawn versions above it,
+and a mixed fleet's nodes counted by platform below. With NODE, that node's whole story from its
+last heartbeat: its platform, versions, launcher, last reconcile, fetch progress, refusal, link failure,
 rollbacks with the failed version's last output, drift, profile, inventory, and a timeline of
 what the heartbeat dates (the stream keeps each node's last heartbeat only; --watch adds each
 heartbeat as it arrives). --json writes the same as JSON. --watch redraws in place on a

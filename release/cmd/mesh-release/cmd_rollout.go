@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,8 +69,13 @@ waiting for the rollout does not take a pause for its end.`
 
 const startAbout = `VERSION (vX.Y.Z) must be published and not withdrawn. The fleet is every node heard from
 within --alive, except nodes whose known-good is already VERSION or newer. Canaries go first
-(--canary-nodes, else the --canary nodes with the smallest sha256(VERSION/node), the same on
-every run), then each --steps share of the fleet. A batch's nodes get their own target and must
+(--canary-nodes, else --canary nodes chosen by sha256(VERSION/node), the same on every run):
+at least one node of every platform the rollout targets (--canary below their number is
+refused; by default it is raised to it), then nodes of OS versions and kernels no canary runs yet;
+then each --steps share of the fleet. A version with no build for the platform of a node it
+would target (its heartbeat's machine profile), or of manifest schema 4 while a node's host
+cannot read it, is refused, naming the platforms and how many nodes each, unless those nodes are
+left out explicitly with --skip-platform (--skip-old-hosts); status reports them as left out. A batch's nodes get their own target and must
 run VERSION confirmed within --window, then keep it for --soak without restarting; after the
 last batch the fleet target is set to VERSION and the nodes' own targets are removed. A node
 that goes silent, rolls back, restarts, refuses VERSION or does not confirm halts the rollout
@@ -85,9 +91,10 @@ process is gone is taken over at once. A halted or aborted rollout whose targets
 set back is set back.` + driveAbout + "\n" + exitsAbout
 
 const statusAbout = `Shows the current rollout, or the one named ID (like 20261129T131200Z-v1.2.0, as its events
-print it): its status and controller, what it was asked, each batch and its nodes, the nodes
-left out, and for a halt each node and why, with the last lines of a rolled-back version's
-output. --json writes the stored state. Exits 1 when no rollout was ever started on the bus.`
+print it): its status and controller, what it was asked, each batch and its nodes (by
+platform), the nodes left out (silent, or by platform), and for a halt how each platform fared
+and each node and why, with the last lines of a rolled-back version's output. --json writes the
+stored state. Exits 1 when no rollout was ever started on the bus.`
 
 const abortAbout = `Marks the current rollout aborted (by "<user>@<host>") and sets the targets of its batch in
 progress back to what each node ran, signed with --key; the controller driving it stops at its
@@ -127,6 +134,8 @@ type rolloutFlags struct {
 	lease                       time.Duration
 	supersede, follow, asJSON   bool
 	urgent, includeMetered      bool
+	skipPlatforms               platformList
+	skipOldHosts                bool
 	fs                          *flag.FlagSet
 }
 
@@ -143,7 +152,7 @@ func (f *rolloutFlags) registerOutput(fs *flag.FlagSet, getenv func(string) stri
 // registerOptions adds the options of a rollout (start's and watch's).
 func (f *rolloutFlags) registerOptions(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", string(rollout.PolicyCanary), "canary (staged, halting on trouble) or immediate (the fleet target at once, for labs)")
-	fs.IntVar(&f.canary, "canary", rollout.DefaultCanary, "how many canaries go first, chosen by sha256(VERSION/node)")
+	fs.IntVar(&f.canary, "canary", rollout.DefaultCanary, "how many canaries go first, chosen by sha256(VERSION/node): at least one of every platform (default 2, or one per platform when more)")
 	fs.StringVar(&f.canaryNodes, "canary-nodes", "", "the canaries, named: comma-separated node `ids` (instead of --canary)")
 	fs.StringVar(&f.steps, "steps", rollout.FormatSteps(rollout.DefaultSteps), "cumulative `shares` of the whole fleet (canaries included) that each batch ends at, the last 100%")
 	fs.DurationVar(&f.window, "window", rollout.DefaultWindow, "a batch's nodes must confirm within this of their target being set")
@@ -151,12 +160,41 @@ func (f *rolloutFlags) registerOptions(fs *flag.FlagSet) {
 	fs.DurationVar(&f.alive, "alive", rollout.DefaultAlive, "the fleet is every node heard from within this when the rollout starts")
 	fs.DurationVar(&f.silent, "silent-after", rollout.DefaultSilentAfter, "leave out a node unheard this long when its batch begins")
 	fs.BoolVar(&f.includeMetered, "include-metered", false, "plan nodes on metered links (host.json link_class) as any other; by default they are never canaries and wait for the last batch")
+	registerSkips(fs, &f.skipPlatforms, &f.skipOldHosts, "the rollout")
+}
+
+// registerSkips adds --skip-platform and --skip-old-hosts: the nodes a command leaves out of
+// what it targets by platform, explicitly (decision 0043).
+func registerSkips(fs *flag.FlagSet, platforms *platformList, old *bool, what string) {
+	fs.Var(platforms, "skip-platform", "leave the nodes of `PLATFORM` (linux/arm/v7) out of "+what+", explicitly: a version with no build for a node's platform is refused without it (repeatable)")
+	fs.BoolVar(old, "skip-old-hosts", false, "leave out of "+what+" the nodes whose hosts cannot read the version's manifest schema (their heartbeats say no manifest_schema of it); without it such a version is refused")
+}
+
+// platformList is a repeatable flag of platforms, each checked (wire.ParsePlatform); a value
+// may also list several, comma-separated.
+type platformList []string
+
+func (l *platformList) String() string { return strings.Join(*l, ",") }
+
+func (l *platformList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		p, err := wire.ParsePlatform(strings.TrimSpace(s))
+		if err != nil {
+			return err
+		}
+		if slices.Contains(*l, p.String()) {
+			return fmt.Errorf("%s is named twice", p)
+		}
+		*l = append(*l, p.String())
+	}
+	return nil
 }
 
 // options are the rollout the flags ask for; a bad one is a usage error naming the flag.
 func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 	o := rollout.Options{Version: version, Policy: rollout.Policy(f.policy), Canary: f.canary,
-		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede, Urgent: f.urgent, IncludeMetered: f.includeMetered}
+		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede, Urgent: f.urgent, IncludeMetered: f.includeMetered,
+		SkipPlatforms: f.skipPlatforms, SkipOldHosts: f.skipOldHosts}
 	switch o.Policy {
 	case rollout.PolicyCanary, rollout.PolicyImmediate:
 	default:
@@ -172,6 +210,7 @@ func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 	if set["canary"] && set["canary-nodes"] {
 		return o, usagef("give --canary N or --canary-nodes a,b, not both")
 	}
+	o.CanaryGiven = set["canary"]
 	if f.canaryNodes != "" {
 		for _, node := range strings.Split(f.canaryNodes, ",") {
 			node = strings.TrimSpace(node)

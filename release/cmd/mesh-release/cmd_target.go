@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/publish"
+	"github.com/novox/mesh-host/release/rollout"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
@@ -23,12 +25,20 @@ trusted_target_keys) and valid for --target-ttl: a host refuses an unsigned targ
 act on an expired one, so keep ` + "`mesh-release serve --key`" + ` or a rollout controller running to
 sign targets again before they expire, or target again. A node stands aside for its target
 only inside its maintenance window (` + "`mesh-release window`" + `) unless the target is --urgent.
-To stage a release across the fleet, halting by itself on trouble, use ` + "`mesh-release rollout start VERSION`" + `.`
+--fleet is refused for a version with no build for the platform of a node heard within the
+last 10m (a rollout's default --alive; a node's heartbeat says its platform), or of manifest
+schema 4 while such a node's host cannot read it, naming the platforms and how many nodes each,
+unless those nodes are left out explicitly (--skip-platform, --skip-old-hosts): they keep what
+they run, their hosts refusing the fleet target by name. To stage a release across the fleet, halting by itself on
+trouble, use ` + "`mesh-release rollout start VERSION`" + `.`
 
 func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	fleet := fs.Bool("fleet", false, "set the fleet target every node without its own falls back to")
 	force := fs.Bool("force", false, "set it even for a NODE that has never heartbeated (a node not yet started)")
 	urgent := fs.Bool("urgent", false, "sign the target urgent: nodes stand aside for it as soon as it is staged, without waiting for their maintenance windows")
+	var skip platformList
+	var skipOld bool
+	registerSkips(fs, &skip, &skipOld, "the --fleet target")
 	var k keyFlags
 	k.register(fs, true, s.getenv)
 	var b busFlags
@@ -44,6 +54,8 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 		return usagef("give node ids or --fleet, not both")
 	case !*fleet && len(pos) == 1:
 		return usagef("no node ids given; name nodes before the version, or use --fleet for every node")
+	case !*fleet && (len(skip) > 0 || skipOld):
+		return usagef("--skip-platform and --skip-old-hosts leave nodes out of the --fleet target; a node named is targeted as named")
 	}
 	version, nodes := pos[len(pos)-1], pos[:len(pos)-1]
 	for _, node := range nodes {
@@ -69,7 +81,20 @@ func targetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) e
 	if len(never) > 0 && !*force {
 		return neverHeardError(ctx, c.JS, names, never, "no target was set.")
 	}
+	var skipped []rollout.SkippedPlatform
+	if *fleet && wire.ValidVersion(version) {
+		o := rollout.Options{Version: version, SkipPlatforms: skip, SkipOldHosts: skipOld}
+		if skipped, err = rollout.FleetGate(ctx, c.JS, names, o); err != nil {
+			if _, refused := errors.AsType[*rollout.PlatformError](err); refused {
+				return fmt.Errorf("no target was set: %w", err)
+			}
+			return err
+		}
+	}
 	set, err := publish.Target(ctx, c.JS, names, version, nodes, *fleet, signer)
+	if len(set) > 0 && len(skipped) > 0 {
+		s.println("left out by platform: " + rollout.SkippedText(skipped) + "; they keep what they run, their hosts refusing the fleet target by name")
+	}
 	if len(set) > 0 {
 		s.println(targetLine(version, set, never))
 	}
