@@ -86,6 +86,7 @@ bench:
 	$(BENCH) -bench DecodeHeartbeat -benchtime 20000x ./wire/
 	$(BENCH) -bench ThousandNodeUsers -benchtime 1x ./release/trust/
 	$(BENCH) -bench EnrolToFirstHeartbeat -benchtime 10x ./release/cmd/mesh-release/
+	$(BENCH) -bench ReleasePlatforms -benchtime 1x ./release/cmd/mesh-release/
 
 # `make package`: the node's .deb (nfpm, pinned) and its tarball floor for each of ARCHS, and the
 # release tool's .deb and tarball for each of RELEASE_ARCHS and its macOS binary (RELEASE_DARWIN),

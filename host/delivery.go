@@ -20,6 +20,13 @@ type delivery struct {
 	version string             // what is being delivered, or was last
 	run     uint64             // numbers deliveries: one that ends clears only its own cancel
 	refused refusal            // the last refusal a delivery recorded
+	// recheck is the version whose manifest is to be read again and the newest revision of its
+	// target (recheckPlatform); version "" when none is pending. One is pending at a time,
+	// however often the target arrives.
+	recheck struct {
+		version  string
+		revision uint64
+	}
 }
 
 // refusal is a delivery's refusal as recorded: the same one for the same target (it arrives
@@ -143,22 +150,39 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 // releases bucket; this costs one read of the manifest an interval, the same bytes refused again
 // unfetched and not recorded twice.
 func (h *Host) recheckPlatform(ctx context.Context, version string, revision uint64) {
+	h.mu.Lock()
+	dl := h.delivery
+	pending := dl.recheck.version == version
+	if !pending || revision > dl.recheck.revision {
+		dl.recheck.version, dl.recheck.revision = version, revision
+	}
+	h.mu.Unlock()
+	if pending {
+		return
+	}
+	every := h.opts.Config.HeartbeatInterval.Std()
+	if every <= 0 {
+		every = config.DefaultHeartbeatInterval // a Config not made by Load
+	}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		every := h.opts.Config.HeartbeatInterval.Std()
-		if every <= 0 {
-			every = config.DefaultHeartbeatInterval // a Config not made by Load
-		}
 		t := time.NewTimer(every)
 		defer t.Stop()
 		select {
 		case <-ctx.Done():
-			return
 		case <-t.C:
 		}
-		if v, expired := h.targetNow(time.Now()); v == version && expired == nil {
-			h.deliverTarget(ctx, version, revision)
+		// Cleared before delivering, so the refusal that delivery may end in arms the next one.
+		h.mu.Lock()
+		rc := dl.recheck
+		dl.recheck.version, dl.recheck.revision = "", 0
+		h.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		if v, expired := h.targetNow(time.Now()); v == rc.version && expired == nil {
+			h.deliverTarget(ctx, rc.version, rc.revision)
 		}
 	}()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/novox/mesh-host/host/deliver"
 	"github.com/novox/mesh-host/host/link"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
@@ -76,6 +77,8 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		StandingAsideFor: standingAsideFor, Target: target, TargetExpiredSince: expiredSince, Fetch: h.fetch(),
 		UptimeS: int64(time.Since(h.started).Seconds()), SentAt: time.Now().UTC(),
 		IntervalS: h.opts.Config.HeartbeatInterval.Std().Seconds(),
+		// The newest manifest schema this host reads: a rollout of a schema 4 release is gated on it.
+		ManifestSchema: deliver.ManifestSchema,
 	}
 	if h.link != nil {
 		hb.Link = h.link.LastFailure()

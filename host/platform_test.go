@@ -14,7 +14,7 @@ import (
 )
 
 // A target whose version has no build for this node's platform is refused by name and never
-// marked bad; once the manifest is republished with the platform, the node fetches it under the
+// marked bad (the heartbeat saying the node reads manifest schema 4); once the manifest is republished with the platform, the node fetches it under the
 // same target (it reads the manifest again each heartbeat interval while it refuses it).
 func TestATargetWithoutThisPlatformIsRefusedByNameThenFetchedOnceRepublished(t *testing.T) {
 	b, hbs, th := linkedHost(t, func(c *config.Config) {
@@ -33,6 +33,9 @@ func TestATargetWithoutThisPlatformIsRefusedByNameThenFetchedOnceRepublished(t *
 	want := v + " has no build for " + runtime.GOOS + "/" + runtime.GOARCH + " (it has " + runtime.GOOS + "/" + other + ")"
 	if !strings.Contains(hb.Refused.Error, want) || !strings.Contains(hb.Refused.Error, "(no-platform)") {
 		t.Fatalf("refusal %q, want one saying %q", hb.Refused.Error, want)
+	}
+	if hb.ManifestSchema != wire.ManifestSchemaPlatforms {
+		t.Errorf("heartbeat manifest_schema %d, want %d: the newest manifest schema this host reads", hb.ManifestSchema, wire.ManifestSchemaPlatforms)
 	}
 	if bad, why, err := th.h.records.IsBad(context.Background(), v); bad || err != nil {
 		t.Fatalf("%s marked bad (%s, %v) for a platform it lacks", v, why, err)

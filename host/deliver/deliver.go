@@ -50,6 +50,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,10 @@ import (
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/archive"
 )
+
+// ManifestSchema is the newest manifest schema a node delivers from (the heartbeat's
+// manifest_schema): checkManifest reads schemas 1 to 4 through wire.Manifest.For.
+const ManifestSchema = wire.ManifestSchemaPlatforms
 
 // downloadName is the archive's name in the staging directory while it is fetched.
 const downloadName = "download.tar.zst"
@@ -387,23 +392,34 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	}
 	b, err := m.For(d.platform)
 	if errors.Is(err, wire.ErrNoPlatformBuild) {
-		return release{}, refuse(version, KindNoPlatform, "%w; publish the version with a %s build (mesh-release build --platforms)", err, d.platform)
+		// For's sentence names both sides; the sentinel's own words after it add nothing.
+		said := strings.TrimSuffix(err.Error(), ": "+wire.ErrNoPlatformBuild.Error())
+		return release{}, &Error{Version: version, Kind: KindNoPlatform, Err: worded{
+			text: fmt.Sprintf("%s; publish the version with a %s build (mesh-release build --platforms)", said, d.platform), err: err}}
 	}
 	if err != nil {
 		return release{}, refuse(version, KindBadManifest, "%w", err)
 	}
-	r := release{Build: b, schema: m.Schema, keyID: m.KeyID}
+	r := release{Build: b, keyID: m.KeyID}
 	if r.Size > d.cfg.MaxArchive {
 		return r, refuse(version, KindTooLarge, "the archive is %d bytes, over this host's %d-byte limit", r.Size, d.cfg.MaxArchive)
 	}
 	return r, nil
 }
 
+// worded is err said in other words for the operator: errors.Is and As still see err.
+type worded struct {
+	text string
+	err  error
+}
+
+func (w worded) Error() string { return w.text }
+func (w worded) Unwrap() error { return w.err }
+
 // release is what a delivery works on: this node's platform's build of a verified manifest.
 type release struct {
 	wire.Build
-	schema int    // the manifest's
-	keyID  string // of the key that signed the manifest
+	keyID string // of the key that signed the manifest
 }
 
 // launcher is the launcher binary the release names (zero when it names none): its version,
@@ -415,7 +431,7 @@ func (r release) launcher() wire.ReleaseLauncher {
 }
 
 // hasLauncher reports whether the release names a launcher.
-func (r release) hasLauncher() bool { return r.Build.Launcher.Version != "" }
+func (r release) hasLauncher() bool { return !r.Build.Launcher.IsZero() }
 
 // launcherObject reports whether the release's launcher is its own object (schema 4).
 func (r release) launcherObject() bool { return r.hasLauncher() && !r.LauncherInArchive }

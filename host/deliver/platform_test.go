@@ -36,6 +36,8 @@ type launcherSpec struct {
 	bases   []base
 	// noObject and noDeltas leave the launcher's object, or its deltas, out of the store.
 	noObject, noDeltas bool
+	// edit, if not nil, changes the launcher's listing before the manifest is signed.
+	edit func(*wire.LauncherObject)
 }
 
 // compress is b zstd-compressed, as a launcher object holds it.
@@ -52,14 +54,14 @@ func compress(t testing.TB, b []byte) []byte {
 func (h *harness) platformBuild(version string, p wire.Platform, bin []byte, l *launcherSpec) (wire.PlatformBuild, map[string][]byte) {
 	h.t.Helper()
 	a := pack(h.t, bin)
-	pb := wire.PlatformBuild{Platform: p, Object: wire.PlatformObjectName(version, p), Size: int64(len(a)),
+	pb := wire.PlatformBuild{Platform: p.String(), Object: wire.PlatformObjectName(version, p), Size: int64(len(a)),
 		Digest: digest.FromBytes(a), BinaryDigest: digest.FromBytes(bin)}
 	objects := map[string][]byte{pb.Object: a}
 	if l == nil {
 		return pb, objects
 	}
 	obj := compress(h.t, l.bin)
-	lo := &wire.LauncherObject{Version: l.version, Object: wire.LauncherObjectName(l.version, p), Size: int64(len(obj)),
+	lo := wire.LauncherObject{Version: l.version, Object: wire.LauncherObjectName(l.version, p), Size: int64(len(obj)),
 		Digest: digest.FromBytes(obj), BinaryDigest: digest.FromBytes(l.bin), BinarySize: int64(len(l.bin))}
 	if !l.noObject {
 		objects[lo.Object] = obj
@@ -75,6 +77,9 @@ func (h *harness) platformBuild(version string, p wire.Platform, bin []byte, l *
 		if !l.noDeltas {
 			objects[rd.Object] = buf.Bytes()
 		}
+	}
+	if l.edit != nil {
+		l.edit(&lo)
 	}
 	pb.Launcher = lo
 	return pb, objects
@@ -110,10 +115,10 @@ func TestDeliverOfASchema4Release(t *testing.T) {
 		name     string
 		before   func(*testing.T, *harness) // the node's launchers
 		launcher *launcherSpec
-		schema3  bool   // publish schema 3 (the launcher in the archive) instead
+		schema3  bool                              // publish schema 3 (the launcher in the archive) instead
 		moved    func(pb wire.PlatformBuild) int64 // every byte the delivery must move
-		note     string // the staged progress's launcher note ("": none)
-		staged   bool   // launchers/<lv> holds the launcher afterwards
+		note     string                            // the staged progress's launcher note ("": none)
+		staged   bool                              // launchers/<lv> holds the launcher afterwards
 	}{
 		{name: "without a launcher moves the host archive alone",
 			moved: func(wire.PlatformBuild) int64 { return archiveSize }},
@@ -148,6 +153,10 @@ func TestDeliverOfASchema4Release(t *testing.T) {
 			launcher: &launcherSpec{version: lv, bin: launcher, noObject: true},
 			moved:    func(wire.PlatformBuild) int64 { return archiveSize },
 			note:     "launcher " + lv + " not staged: object " + wire.LauncherObjectName(lv, this) + " is not in"},
+		{name: "with a launcher object larger than its signed binary_size stages the host and says why",
+			launcher: &launcherSpec{version: lv, bin: launcher, edit: func(l *wire.LauncherObject) { l.BinarySize-- }},
+			moved:    func(pb wire.PlatformBuild) int64 { return archiveSize + pb.Launcher.Size },
+			note:     "launcher " + lv + " not staged: " + wire.LauncherObjectName(lv, this) + " decompresses to more than"},
 		{name: "of schema 3 with the launcher in its archive is delivered as before",
 			schema3: true, note: "launcher " + lv + " staged", staged: true},
 	}
@@ -168,7 +177,7 @@ func TestDeliverOfASchema4Release(t *testing.T) {
 					objects[k] = v
 				}
 				builds := []wire.PlatformBuild{pb, other}
-				if other.Platform.String() < pb.Platform.String() {
+				if other.Platform < pb.Platform {
 					builds = []wire.PlatformBuild{other, pb}
 				}
 				h.releaseSchema4(v1, builds, objects)
@@ -227,7 +236,7 @@ func TestDeliverRefusesAVersionWithoutThisPlatformThenTakesItRepublished(t *test
 		var log progressLog
 		err := h.d.Deliver(context.Background(), v1, log.report)
 		var e *Error
-		if !errors.As(err, &e) || e.Kind != KindNoPlatform || !strings.Contains(err.Error(), want) {
+		if !errors.As(err, &e) || e.Kind != KindNoPlatform || !strings.Contains(err.Error(), want+"; publish") || !errors.Is(err, wire.ErrNoPlatformBuild) {
 			t.Fatalf("attempt %d: got %v, want a %s refusal saying %q", i+1, err, KindNoPlatform, want)
 		}
 		if len(log.p) != 0 {
@@ -242,7 +251,7 @@ func TestDeliverRefusesAVersionWithoutThisPlatformThenTakesItRepublished(t *test
 		objects[k] = v
 	}
 	builds := []wire.PlatformBuild{pb, other}
-	if other.Platform.String() < pb.Platform.String() {
+	if other.Platform < pb.Platform {
 		builds = []wire.PlatformBuild{other, pb}
 	}
 	h.releaseSchema4(v1, builds, objects)

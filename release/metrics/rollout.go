@@ -74,7 +74,7 @@ func collectRollout(ch chan<- prometheus.Metric, st rollout.State, rows []fleet.
 		ch <- gauge(descBatchConfirmed, float64(batchConfirmed))
 		ch <- gauge(descBatchSoaked, float64(batchSoaked))
 	}
-	collectPlatforms(ch, st, byPlatform, judged)
+	collectRolloutPlatforms(ch, st, byPlatform, judged)
 	why := make(map[string]int, len(haltReasons))
 	if h := st.Halt; h != nil {
 		for _, r := range h.Nodes {
@@ -145,10 +145,10 @@ func labelIn(p string, by map[string]*platformCounts) string {
 	return platformOther
 }
 
-// collectPlatforms says the current rollout by platform: its nodes (as planned), the confirmed
+// collectRolloutPlatforms says the current rollout by platform: its nodes (as planned), the confirmed
 // and soaked among them (judged: from heartbeats, as the totals), the troubled ones of its halt,
 // and those it left out by platform.
-func collectPlatforms(ch chan<- prometheus.Metric, st rollout.State, by map[string]*platformCounts, judged bool) {
+func collectRolloutPlatforms(ch chan<- prometheus.Metric, st rollout.State, by map[string]*platformCounts, judged bool) {
 	if by == nil {
 		return
 	}

@@ -26,7 +26,7 @@ func startedMessage(st State) string {
 		then = append(then, b.Name)
 	}
 	order := fmt.Sprintf("canary %s", list(st.BatchNodes(0)))
-	if ps := st.Batches[0].Platforms; len(ps) > 0 {
+	if ps := st.Batches[0].Platforms; mixedCounts(ps) {
 		order += " (" + platformsCell(ps) + ")" // a canary on every platform
 	}
 	if st.Batches[0].Name != "canary" {
@@ -75,7 +75,7 @@ func batchLabel(st State, i int) string {
 
 func batchMessage(st State, i int, targeted, already []string, leftOut int) string {
 	m := fmt.Sprintf("%s: targets set for %s", batchLabel(st, i), count(len(targeted), "node"))
-	if ps := st.Batches[i].Platforms; len(ps) > 0 {
+	if ps := st.Batches[i].Platforms; mixedCounts(ps) {
 		m += " (the batch: " + platformsCell(ps) + ")"
 	}
 	if len(targeted) > 0 {
@@ -113,8 +113,8 @@ func leftOutMessage(st State, i int, node string, since time.Time, now time.Time
 // linux/arm64 canaries rolled back; linux/amd64 canaries confirmed"), else in all.
 func haltedMessage(st State, i, troubled, nodes int) string {
 	what := fmt.Sprintf("%d of %s showed trouble", troubled, count(nodes, "node"))
-	if h := st.Halt; h != nil && len(h.Platforms) > 0 {
-		what = outcomesText(h.Platforms, isCanary(st, i))
+	if by := st.HaltByPlatform(); by != "" {
+		what = by
 	}
 	return fmt.Sprintf("HALTED in %s: %s; %s was not set as the fleet target and the batch's targets are set back",
 		batchLabel(st, i), what, st.Version)

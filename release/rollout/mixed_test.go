@@ -71,3 +71,37 @@ func TestARollbackOnlyOnArm64HaltsTheCanariesAndSaysWhichPlatformFailed(t *testi
 		t.Errorf("the skipped arm/v7 node took %v", got)
 	}
 }
+
+// A rollout started before issue 28 — its state with no platform anywhere, as that controller
+// wrote it — is resumed by this one: its batches run as planned, and a halt is still said by
+// platform, from the nodes' heartbeats.
+func TestARolloutStartedBeforePlatformsResumesAndItsHaltIsSaidByPlatform(t *testing.T) {
+	b := meshtest.StartBus(t)
+	publishRelease(t, b, "v1.2.0")
+	amd, arm := node("amd-1", "v1.1.0"), node("arm-1", "v1.1.0", "v1.2.0", rollsBack)
+	amd.platform, arm.platform = "linux/amd64", "linux/arm64"
+	startSim(t, b, amd, arm, node("old-1", "v1.1.0"))
+	ctx := meshtest.Context(t, time.Minute)
+	st := planned("20261202T020000Z-v1.2.0", 3)
+	st.Nodes, st.Ran = []string{"amd-1", "arm-1", "old-1"}, []string{"v1.1.0", "v1.1.0", "v1.1.0"}
+	st.WindowS, st.SoakS, st.SilentAfterS = 3, 1, 1
+	s := testStore(t, b)
+	if _, err := s.saveState(ctx, st, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.savePointer(ctx, st.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	ev := &events{}
+	got, err := newController(t, connect(t, b), ev, "").Resume(ctx)
+	ev.dump(t)
+	if err != nil || got.Status != StatusHalted {
+		t.Fatalf("resume = %s, %v; want halted", got.Status, err)
+	}
+	if h := got.HaltByPlatform(); !strings.Contains(h, "1 of 1 linux/arm64 canary rolled back") {
+		t.Errorf("the halt by platform: %q", h)
+	}
+	if got.Batches[0].Platforms != nil || got.Skipped != nil {
+		t.Errorf("a state planned without platforms got some: %+v, %+v", got.Batches[0].Platforms, got.Skipped)
+	}
+}

@@ -1,10 +1,11 @@
 package rollout
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -110,7 +111,7 @@ type planMember struct {
 // release — deterministic for a release, different from one release to the next — and why
 // each heard node left out is not a member, for --canary-nodes.
 func fleetMembers(o Options, entries []fleet.Entry, now time.Time) ([]planMember, map[string]string) {
-	var members []planMember
+	members := make([]planMember, 0, len(entries))
 	why := make(map[string]string)
 	for _, e := range newestPerNode(entries) {
 		switch {
@@ -126,11 +127,8 @@ func fleetMembers(o Options, entries []fleet.Entry, now time.Time) ([]planMember
 		}
 		members = append(members, memberOf(o.Version, e))
 	}
-	sort.Slice(members, func(i, j int) bool {
-		if c := strings.Compare(string(members[i].hash[:]), string(members[j].hash[:])); c != 0 {
-			return c < 0
-		}
-		return members[i].node < members[j].node
+	slices.SortFunc(members, func(a, b planMember) int {
+		return cmp.Or(bytes.Compare(a.hash[:], b.hash[:]), strings.Compare(a.node, b.node))
 	})
 	return members, why
 }

@@ -179,7 +179,7 @@ func gate(o Options, rel release, members []planMember, why map[string]string) (
 	missing := map[string]int{}
 	old := map[string]int{}
 	served := map[string]bool{}
-	var kept []planMember
+	kept := make([]planMember, 0, len(members))
 	for _, m := range members {
 		switch {
 		case m.platform != "" && skip[m.platform]:
@@ -594,12 +594,28 @@ func (st State) Platforms() []string {
 }
 
 // HaltByPlatform says how each platform of st's halted batch fared ("2 of 2 linux/arm64
-// canaries rolled back; linux/amd64 canaries confirmed"); "" when the halt says none by platform.
+// canaries rolled back; linux/amd64 canaries confirmed"); "" when the halt says none by
+// platform, or its batch held one platform only (the halt's nodes say it all then).
 func (st State) HaltByPlatform() string {
-	if st.Halt == nil {
+	if st.Halt == nil || len(st.Halt.Platforms) < 2 {
 		return ""
 	}
 	return outcomesText(st.Halt.Platforms, isCanary(st, st.Halt.Batch))
+}
+
+// mixedCounts reports whether cs holds two platforms or more: a text about a batch of one
+// platform says nothing by platform, as before issue 28.
+func mixedCounts(cs []PlatformCount) bool { return len(cs) >= 2 }
+
+// mixedBatches reports whether st's batches hold two platforms or more between them.
+func (st State) mixedBatches() bool {
+	seen := map[string]bool{}
+	for _, b := range st.Batches {
+		for _, c := range b.Platforms {
+			seen[c.Platform] = true
+		}
+	}
+	return len(seen) >= 2
 }
 
 // SkippedWhy says why a platform's nodes were left out of st, for a person.

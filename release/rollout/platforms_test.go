@@ -310,3 +310,47 @@ func TestProgressIsSaidByPlatformWhenABatchHoldsSeveral(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPlanHundredThousandMixedNodes plans a rollout of 100,000 nodes of three platforms,
+// four OS versions and six kernels, with 10 canaries: the gate, the canaries spread over them,
+// the batches counted by platform.
+func BenchmarkPlanHundredThousandMixedNodes(b *testing.B) {
+	platforms := []string{"linux/amd64", "linux/arm64", "linux/arm/v7"}
+	var es []fleet.Entry
+	for i := range 100_000 {
+		es = append(es, on(fmt.Sprintf("web-%06d.eu-west-1", i), platforms[i%3], fmt.Sprint(10+i%4), fmt.Sprintf("6.%d.0", i%6)))
+	}
+	o := Options{Version: "v1.4.0", Canary: 10, Steps: []int{1, 10, 50, 100}}.WithDefaults()
+	rel := releaseOf(manifestOf(b, "v1.4.0", platforms...))
+	for b.Loop() {
+		p, err := planFleet(o, rel, es, planNow)
+		if err != nil || len(p.nodes) != 100_000 || p.canaries != 10 {
+			b.Fatalf("%d nodes, %d canaries, %v", len(p.nodes), p.canaries, err)
+		}
+	}
+}
+
+// A fleet of one platform reads as before issue 28: no text says anything by platform.
+func TestARolloutOfOnePlatformSaysNothingByPlatform(t *testing.T) {
+	st := sampleHalted()
+	one := []PlatformCount{{Platform: "linux/amd64", Nodes: 2}}
+	st.Batches[0].Platforms, st.Batches[2].Platforms = one, []PlatformCount{{Platform: "linux/amd64", Nodes: 3}}
+	st.Halt.Platforms = platformOutcomes([]judgedNode{{platform: "linux/amd64", why: WhyRolledBack}, {platform: "linux/amd64", why: WhySilent}})
+	var status strings.Builder
+	if err := WriteStatus(&status, st, at(13, 16, 0)); err != nil {
+		t.Fatal(err)
+	}
+	running := st
+	running.Status, running.Halt = StatusRunning, nil
+	for what, got := range map[string]string{
+		"halted": haltedMessage(st, 0, 2, 2), "status": status.String(), "summary": Summary(st, at(13, 16, 0)),
+		"started": startedMessage(running), "batch": batchMessage(running, 0, []string{"node-a", "node-b"}, nil, 0),
+	} {
+		if strings.Contains(got, "linux/") {
+			t.Errorf("%s speaks of platforms: %s", what, got)
+		}
+	}
+	if want := "HALTED in batch 1/3 (canary): 2 of 2 nodes showed trouble;"; !strings.Contains(haltedMessage(st, 0, 2, 2), want) {
+		t.Errorf("halted: %q, want %q", haltedMessage(st, 0, 2, 2), want)
+	}
+}

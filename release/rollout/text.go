@@ -259,11 +259,12 @@ func writeStatusBatches(b *strings.Builder, st State, now time.Time) {
 	b.WriteString("\nbatches\n")
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 	start := 0
+	mixed := st.mixedBatches()
 	for i, bt := range st.Batches {
 		end := clampedEnd(bt.End, start, len(st.Nodes))
 		nodes := st.Nodes[start:end]
 		size := countOf(len(nodes), "node", "nodes")
-		if len(bt.Platforms) > 0 {
+		if mixed && len(bt.Platforms) > 0 {
 			size += " (" + platformsCell(bt.Platforms) + ")"
 		}
 		fmt.Fprintf(tw, "  %d/%d\t%s\t%s\t%s\t%s\n", i+1, len(st.Batches), oneLine(bt.Name, maxIDText),
@@ -301,8 +302,8 @@ func writeStatusHalt(b *strings.Builder, st State, now time.Time) {
 	}
 	n := len(h.Nodes) + h.More
 	fmt.Fprintf(b, "\nhalted at %s in batch %s: %s showed trouble\n", clockAt(h.At, now), batchOf(st, h.Batch), countOf(n, "node", "nodes"))
-	if len(h.Platforms) > 0 {
-		fmt.Fprintf(b, "  by platform: %s\n", outcomesText(h.Platforms, isCanary(st, h.Batch)))
+	if by := st.HaltByPlatform(); by != "" {
+		fmt.Fprintf(b, "  by platform: %s\n", by)
 	}
 	for _, r := range h.Nodes {
 		writeReason(b, r, now, "  ")
@@ -379,6 +380,9 @@ func summary(st State, now time.Time) string {
 // troubledPlatforms is the platforms of a halt that showed trouble, said as outcomesText does:
 // "2 of 2 linux/arm64 canaries rolled back"; "" when the halt says none by platform.
 func troubledPlatforms(st State, h *Halt) string {
+	if len(h.Platforms) < 2 {
+		return ""
+	}
 	var bad []PlatformOutcome
 	for _, o := range h.Platforms {
 		if o.Troubled > 0 {

@@ -188,7 +188,7 @@ func rolloutOf(st rollout.State, rows []fleet.Row, now time.Time) *rolloutView {
 	if h := st.Halt; h != nil {
 		v.Halt = &haltView{Batch: h.Batch + 1, At: h.At.UTC().Format(time.RFC3339), Nodes: h.Nodes, More: h.More, ByPlatform: st.HaltByPlatform()}
 	}
-	v.Platforms, v.Skipped = platformsOf(st, byNode)
+	v.Platforms, v.Skipped = rolloutPlatforms(st, byNode)
 	return v
 }
 

@@ -25,8 +25,8 @@ type skippedView struct {
 // maxPlatformRows bounds the platforms drawn, each list: a manifest lists at most as many.
 const maxPlatformRows = wire.MaxPlatforms
 
-// platformsOf is st by platform: nil for a rollout whose nodes said no platform.
-func platformsOf(st rollout.State, byNode map[string]*wire.Heartbeat) ([]platformView, []skippedView) {
+// rolloutPlatforms is st by platform: nil for a rollout whose nodes said no platform.
+func rolloutPlatforms(st rollout.State, byNode map[string]*wire.Heartbeat) ([]platformView, []skippedView) {
 	var skipped []skippedView
 	for _, s := range st.Skipped[:min(len(st.Skipped), maxPlatformRows)] {
 		skipped = append(skipped, skippedView{Platform: s.Platform, Nodes: s.Nodes, Why: st.SkippedWhy(s)})
