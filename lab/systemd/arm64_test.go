@@ -10,37 +10,37 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/lab"
+	relbuild "github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/rollback"
+	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
 // arm64Node is issue 28, section 5: a real arm64 node under real systemd, only its CPU emulated
 // (qemu-user through binfmt_misc, whose F flag opens the emulator once, on this machine, so it
 // serves the node's processes too). The arm64 .deb installs with dpkg on a node told to take
-// arm64 packages; the host it seeds runs, confirms and says arm64 in its heartbeats; a release
-// holding an arm64 build upgrades it by standing aside, and one that crashes on start there is
-// rolled back — the launcher, systemd's main process, never restarted.
+// arm64 packages; the host it seeds runs, confirms and says arm64 in its heartbeats. Releases are
+// one version for linux/amd64 and linux/arm64 under one signed manifest (schema 4): the node takes
+// its platform's build of a good one by standing aside, and is rolled back from a broken one —
+// the launcher, systemd's main process, never restarted.
 func arm64Node(t *testing.T, ctx context.Context, w *world) {
 	const good, broken = "v1.3.0", "v1.4.0"
-	host := w.buildFor(t, ctx, lab.PkgHost, good, "arm64")
-	if out, err := exec.CommandContext(ctx, host, "version").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != good {
-		meshtest.SkipUnlessCI(t, "this machine does not run arm64 binaries (%v: %q): install qemu-user-static and binfmt-support (binfmt_misc mounted) to see an arm64 node", err, out)
-	}
 	deb := buildDebFor(t, ctx, w.builder.Src, packaged, t.TempDir(), "arm64")
 	if !strings.HasSuffix(deb, "_arm64.deb") {
 		t.Fatalf("make package ARCHS=arm64 wrote %s, want a .deb named for arm64", deb)
 	}
+	requireArm64(t, ctx, deb)
 
 	n := w.installDeb(t, ctx, "arm64", deb, "arm64", nil)
 	root := filepath.Join(n.Root(), "var/lib/mesh-host")
 	wantArm64(t, filepath.Join(n.Root(), "usr/bin/mesh-launcher"), rollback.BinaryPath(root, packaged))
-	w.waitBeat(t, ctx, n, "a profile saying arm64", func(b lab.Beat) bool {
-		return b.Profile != nil && b.Profile.Arch == "arm64"
+	w.waitBeat(t, ctx, n, "a profile saying linux/arm64", func(b lab.Beat) bool {
+		return b.Profile != nil && b.Profile.Arch == "arm64" && b.Profile.Platform == "linux/arm64"
 	})
 
-	ok := t.Run("a release's arm64 build upgrades it by standing aside", func(t *testing.T) {
+	ok := t.Run("it takes its platform's build of a release by standing aside", func(t *testing.T) {
 		before := show(t, ctx, n)
-		w.shipFor(t, ctx, host, good)
+		w.shipPlatforms(t, ctx, lab.PkgHost, good)
 		if err := w.rel.Target(ctx, good, n.Name); err != nil {
 			t.Fatal(err)
 		}
@@ -57,8 +57,8 @@ func arm64Node(t *testing.T, ctx context.Context, w *world) {
 		return
 	}
 
-	t.Run("a release crashing on start there is rolled back", func(t *testing.T) {
-		w.shipFor(t, ctx, w.buildFor(t, ctx, lab.PkgCrashRun, broken, "arm64"), broken)
+	t.Run("a release crashing on start is rolled back", func(t *testing.T) {
+		w.shipPlatforms(t, ctx, lab.PkgCrashRun, broken)
 		if err := w.rel.Target(ctx, broken, n.Name); err != nil {
 			t.Fatal(err)
 		}
@@ -75,24 +75,61 @@ func arm64Node(t *testing.T, ctx context.Context, w *world) {
 	})
 }
 
-// buildFor builds pkg as version for linux/goarch, as the lab builds for this machine
-// (lab.BuildArgs), into the builder's directory.
-func (w *world) buildFor(t *testing.T, ctx context.Context, pkg, version, goarch string) string {
+// requireArm64 skips t, saying what to install, unless this machine runs the arm64 launcher in
+// deb (under CI it fails: .ci/run installs the emulator).
+func requireArm64(t *testing.T, ctx context.Context, deb string) {
 	t.Helper()
-	out := filepath.Join(w.builder.Out, filepath.Base(pkg)+"-"+version+"-"+goarch)
-	cmd := exec.CommandContext(ctx, "go", append(lab.BuildArgs(pkg, version), "-o", out, pkg)...)
-	cmd.Dir = w.builder.Src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s (%s) for %s: %v\n%s", pkg, version, goarch, err, b)
+	tree := t.TempDir()
+	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, tree).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x %s: %v\n%s", deb, err, out)
 	}
-	return out
+	if out, err := exec.CommandContext(ctx, filepath.Join(tree, "usr/bin/mesh-launcher"), "version").CombinedOutput(); err != nil {
+		meshtest.SkipUnlessCI(t, "this machine does not run arm64 binaries (%v: %q): install qemu-user-static and binfmt-support (binfmt_misc mounted) to see an arm64 node", err, out)
+	}
 }
 
-// shipFor builds (packs and signs) the host binary as version and publishes it.
-func (w *world) shipFor(t *testing.T, ctx context.Context, binary, version string) {
+// platforms is what the lab's releases here are built for: one version for both.
+const platforms = "linux/amd64,linux/arm64"
+
+// shipPlatforms builds pkg as version for every one of platforms from this tree, one manifest
+// signed with the key the nodes trust, and publishes it. The host is built by `mesh-release build
+// --platforms`, as an operator builds a release; a fixture standing in for it by the same code
+// (release/build with HostPackage: the command builds the host's package only).
+func (w *world) shipPlatforms(t *testing.T, ctx context.Context, pkg, version string) {
 	t.Helper()
-	if err := w.rel.Ship(ctx, version, binary); err != nil {
+	dir := filepath.Join(w.rel.Out, version)
+	if pkg == lab.PkgHost {
+		cmd := exec.CommandContext(ctx, w.rel.Bin, "build", "--version", version, "--platforms", platforms, "--key", w.rel.KeyPath(), "-o", dir)
+		cmd.Dir = w.builder.Src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("mesh-release build --platforms %s: %v\n%s", platforms, err, out)
+		}
+	} else {
+		key, err := relbuild.LoadKey(w.rel.KeyPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := wire.ParsePlatforms(platforms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := relbuild.Build(ctx, relbuild.Options{Version: version, Key: key, OutDir: dir, Platforms: ps,
+			SourceDir: w.builder.Src, HostPackage: pkg}); err != nil {
+			t.Fatalf("build %s of %s for %s: %v", version, pkg, platforms, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.ParseManifest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Schema != wire.ManifestSchemaPlatforms || len(m.PlatformList()) != 2 {
+		t.Fatalf("%s's manifest is schema %d for %v, want schema %d for %s", version, m.Schema, m.PlatformList(), wire.ManifestSchemaPlatforms, platforms)
+	}
+	if err := w.rel.Publish(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
 }
