@@ -44,6 +44,8 @@ lint:
 
 # -trimpath as the lab's own builds use it, so the packages compiled for mesh-lab are the ones
 # its builds of the launcher, the host and mesh-release reuse (a cold cache compiles them once).
+# Where the machine runs linux/arm64 binaries (Debian's qemu-user-static and binfmt-support) the
+# fleet is four amd64 and two arm64 nodes; elsewhere it says so and runs the machine's platform.
 demo:
 	@echo 'make demo: compiling mesh-lab (on a fresh machine a minute or two with nothing printed; then it says what it builds)'
 	CGO_ENABLED=0 $(GO) run -trimpath ./lab/cmd/mesh-lab demo

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 )
@@ -65,31 +66,64 @@ func NewBuilder(ctx context.Context, dir, out string) (*Builder, error) {
 	return &Builder{Src: filepath.Dir(gomod), Out: out, built: map[string]string{}}, nil
 }
 
-// Build returns the path of pkg built with version stamped into main.version. The launcher has
-// its own version (launcher.Version) and is built as `make build` builds it (BuildArgs): at
-// ToolVersion it is not stamped at all, so it says the version its code carries; at any other
-// version that is stamped into launcher.Version (a "newer launcher").
+// Build returns the path of pkg built with version stamped into main.version, for this machine.
+// The launcher has its own version (launcher.Version) and is built as `make build` builds it
+// (BuildArgs): at ToolVersion it is not stamped at all, so it says the version its code carries;
+// at any other version that is stamped into launcher.Version (a "newer launcher").
 func (b *Builder) Build(ctx context.Context, pkg, version string) (string, error) {
-	key := pkg + "@" + version
+	return b.BuildFor(ctx, pkg, version, "")
+}
+
+// BuildFor is Build for linux/goarch ("" is this machine's architecture): an arm64 launcher or
+// host for a node the lab runs under qemu-user, say. A build for another architecture is named
+// with its platform (mesh-host-v1.1.0-linux-arm64), this machine's as Build names it.
+func (b *Builder) BuildFor(ctx context.Context, pkg, version, goarch string) (string, error) {
+	if goarch == runtime.GOARCH {
+		goarch = ""
+	}
+	key := pkg + "@" + version + "@linux/" + goarch
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p, ok := b.built[key]; ok {
 		return p, nil
 	}
-	out := filepath.Join(b.Out, filepath.Base(pkg)+"-"+version)
-	if b.Progress != nil {
-		fmt.Fprintf(b.Progress, "  go build %s as %s …\n", pkg, version)
+	name := filepath.Base(pkg) + "-" + version
+	if goarch != "" {
+		name += "-linux-" + goarch
 	}
-	cmd := exec.CommandContext(ctx, "go", append(BuildArgs(pkg, version), "-o", out, pkg)...)
-	cmd.Dir = b.Src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build %s (%s): %w\n%s", pkg, version, err, stderr.String())
+	out := filepath.Join(b.Out, name)
+	if b.Progress != nil {
+		fmt.Fprintf(b.Progress, "  go build %s as %s%s …\n", pkg, version, forArch(goarch))
+	}
+	if err := goBuild(ctx, b.Src, goarch, append(BuildArgs(pkg, version), "-o", out, pkg)); err != nil {
+		return "", fmt.Errorf("go build %s (%s%s): %w", pkg, version, forArch(goarch), err)
 	}
 	b.built[key] = out
 	return out, nil
+}
+
+func forArch(goarch string) string {
+	if goarch == "" {
+		return ""
+	}
+	return " for linux/" + goarch
+}
+
+// goBuild runs go with args in dir, static (CGO_ENABLED=0), for linux/goarch when goarch is set;
+// its error holds what go said.
+func goBuild(ctx context.Context, dir, goarch string, args []string) error {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if goarch != "" {
+		cmd.Env = append(cmd.Env, "GOOS=linux", "GOARCH="+goarch)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%w\n%s", err, stderr.String())
+	}
+	return nil
 }
 
 // LauncherVersionVar is the variable holding the launcher's own version, for -ldflags -X.
@@ -139,14 +173,27 @@ func (b *Builder) BuildX(ctx context.Context, pkg, name string, x ...string) (st
 // LauncherVersionX is the -X that stamps a launcher version into mesh-launcher.
 const LauncherVersionX = LauncherVersionVar + "="
 
-// BuildStory builds what the demo and `mesh-lab up` run: the launcher and mesh-release, the
-// host as v1.0.0 (installed) and v1.1.0 (a good release), and crashrun as v1.2.0 (a broken one).
-func (b *Builder) BuildStory(ctx context.Context) error {
-	for _, x := range []struct{ pkg, version string }{
-		{PkgLauncher, ToolVersion}, {PkgRelease, ToolVersion}, {PkgHost, "v1.0.0"}, {PkgHost, "v1.1.0"}, {PkgCrashRun, "v1.2.0"},
-	} {
-		if _, err := b.Build(ctx, x.pkg, x.version); err != nil {
-			return err
+// BuildStory builds what the demo and `mesh-lab up` run: mesh-release, and for each of arches
+// (GOARCH names; none is this machine's) the launcher and the host as v1.0.0 (installed); with
+// releases, also the host as v1.1.0 (a good release) and broken as v1.2.0 (a broken one:
+// PkgCrashRun, or PkgCrashArm64) — what a fleet of one platform ships (a mixed fleet's releases
+// are built from the tree by mesh-release itself, Release.BuildTree).
+func (b *Builder) BuildStory(ctx context.Context, arches []string, broken string, releases bool) error {
+	if _, err := b.Build(ctx, PkgRelease, ToolVersion); err != nil {
+		return err
+	}
+	if len(arches) == 0 {
+		arches = []string{runtime.GOARCH}
+	}
+	for _, a := range arches {
+		bins := []struct{ pkg, version string }{{PkgLauncher, ToolVersion}, {PkgHost, "v1.0.0"}}
+		if releases {
+			bins = append(bins, struct{ pkg, version string }{PkgHost, "v1.1.0"}, struct{ pkg, version string }{broken, "v1.2.0"})
+		}
+		for _, x := range bins {
+			if _, err := b.BuildFor(ctx, x.pkg, x.version, a); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

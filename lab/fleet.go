@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -44,6 +46,29 @@ type FleetOptions struct {
 	Env []string
 	// LogDir, if set, also gets each node's output, in <node>.log, for a person to follow.
 	LogDir string
+	// Arches are the nodes' architectures (GOARCH names), node-1 first; nodes past the list run
+	// this machine's. A node of another architecture runs a launcher and hosts built for it,
+	// through qemu-user: check first that the machine runs them (emulator.Runs).
+	Arches []string
+}
+
+// arch is node i's architecture (i from 0).
+func (o FleetOptions) arch(i int) string {
+	if i < len(o.Arches) && o.Arches[i] != "" {
+		return o.Arches[i]
+	}
+	return runtime.GOARCH
+}
+
+// Platforms are the architectures the fleet's nodes run, each once, in node order.
+func (o FleetOptions) Platforms() []string {
+	var out []string
+	for i := range o.Nodes {
+		if a := o.arch(i); !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (o FleetOptions) withDefaults() FleetOptions {
@@ -92,17 +117,19 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 	if o.Dir == "" || o.Builder == nil {
 		return nil, errors.New("StartFleet: Dir and Builder are required")
 	}
-	launcherBin, err := o.Builder.Build(ctx, PkgLauncher, ToolVersion)
-	if err != nil {
-		return nil, err
-	}
 	releaseBin, err := o.Builder.Build(ctx, PkgRelease, ToolVersion)
 	if err != nil {
 		return nil, err
 	}
-	baseBin, err := o.Builder.Build(ctx, PkgHost, o.Base)
-	if err != nil {
-		return nil, err
+	// Each architecture's launcher and base host.
+	launcherBin, baseBin := map[string]string{}, map[string]string{}
+	for _, a := range o.Platforms() {
+		if launcherBin[a], err = o.Builder.BuildFor(ctx, PkgLauncher, ToolVersion, a); err != nil {
+			return nil, err
+		}
+		if baseBin[a], err = o.Builder.BuildFor(ctx, PkgHost, o.Base, a); err != nil {
+			return nil, err
+		}
 	}
 
 	f = &Fleet{Opts: o}
@@ -127,14 +154,15 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 	if f.Reads, err = CountArchiveReads(f.observer, f.Bus.Names); err != nil {
 		return f, err
 	}
-	f.Release = &Release{Bin: releaseBin, KeyDir: filepath.Join(o.Dir, "keys"), Out: filepath.Join(o.Dir, "releases"), NATS: f.Bus.URL(), Launcher: launcherBin}
+	f.Release = &Release{Bin: releaseBin, KeyDir: filepath.Join(o.Dir, "keys"), Out: filepath.Join(o.Dir, "releases"), NATS: f.Bus.URL(),
+		Launcher: launcherBin[runtime.GOARCH]}
 	if f.Key, err = f.Release.Keygen(ctx); err != nil {
 		return f, err
 	}
 	for i := 1; i <= o.Nodes; i++ {
-		name := fmt.Sprintf("node-%d", i)
+		name, arch := fmt.Sprintf("node-%d", i), o.arch(i-1)
 		n := &Node{
-			Name: name, Root: filepath.Join(o.Dir, "nodes", name), Launcher: launcherBin,
+			Name: name, Root: filepath.Join(o.Dir, "nodes", name), Launcher: launcherBin[arch], Arch: arch,
 			Env: append([]string{"MESH_HOST_NODE=" + name, "MESH_HOST_NATS_URL=" + f.Bus.URL(), "MESH_HOST_TRUSTED_KEYS=" + f.Key,
 				"MESH_HOST_RECONCILE_INTERVAL=" + o.Interval.String(), "MESH_HOST_HEARTBEAT_INTERVAL=" + o.Interval.String()}, o.Env...),
 			Args: o.LauncherArgs,
@@ -149,7 +177,7 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 			}
 			f.logs, n.Tee = append(f.logs, log), log
 		}
-		if err := n.PlaceVersion(o.Base, baseBin); err != nil {
+		if err := n.PlaceVersion(o.Base, baseBin[arch]); err != nil {
 			return f, fmt.Errorf("seed %s with %s: %w", name, o.Base, err)
 		}
 		f.Nodes = append(f.Nodes, n)
@@ -184,9 +212,13 @@ func (f *Fleet) Node(name string) *Node {
 	return nil
 }
 
-// BuildRelease builds pkg stamped version and packs and signs it with mesh-release build, ready
-// to publish; it returns the release's directory.
+// BuildRelease builds pkg stamped version and packs and signs it with mesh-release build, ready to
+// publish; it returns the release's directory. A fleet of several architectures gets one release
+// for all of them, built from the tree (Release.BuildTree).
 func (f *Fleet) BuildRelease(ctx context.Context, version, pkg string) (string, error) {
+	if ps := f.Opts.Platforms(); len(ps) > 1 || ps[0] != runtime.GOARCH {
+		return f.Release.BuildTree(ctx, f.Opts.Builder.Src, version, pkg, ps)
+	}
 	bin, err := f.Opts.Builder.Build(ctx, pkg, version)
 	if err != nil {
 		return "", err

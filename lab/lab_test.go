@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/internal/emulator"
 	"github.com/novox/mesh-host/launcher"
 )
 
@@ -46,6 +47,14 @@ func prebuild(ctx context.Context) error {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("compile what the lab's tests build: %w\n%s", err, out)
+	}
+	// The mixed fleet's arm64 nodes (the demo): compiled only where they can run, as the tests
+	// that run them are skipped elsewhere (and fail under CI, which installs the emulator).
+	if emulator.Runs(ctx, DemoForeignArch) == nil {
+		if err := goBuild(ctx, bins.Src, DemoForeignArch, []string{"build", "-trimpath", "-buildvcs=false",
+			PkgLauncher, PkgHost, PkgCrashArm64}); err != nil {
+			return fmt.Errorf("compile the lab's linux/%s nodes: %w", DemoForeignArch, err)
+		}
 	}
 	for _, b := range []struct{ pkg, version string }{
 		{PkgLauncher, "v0.0.0-lab"}, {PkgLauncher, ToolVersion}, {PkgRelease, "v0.0.0-lab"}, {PkgRelease, ToolVersion},

@@ -25,9 +25,12 @@ import (
 type Node struct {
 	Name     string
 	Root     string
-	Launcher string   // path of the mesh-launcher binary
-	Env      []string // extra environment for the launcher (and so the host): MESH_HOST_*
-	Args     []string // flags every Start gives `mesh-launcher run` before its own
+	Launcher string // path of the mesh-launcher binary
+	// Arch is the GOARCH its launcher and hosts are built for ("" is this machine's): another
+	// architecture's run through qemu-user.
+	Arch string
+	Env  []string // extra environment for the launcher (and so the host): MESH_HOST_*
+	Args []string // flags every Start gives `mesh-launcher run` before its own
 	// Tee, if set, also receives everything the launcher and its hosts write (a log file for
 	// a person to follow).
 	Tee io.Writer

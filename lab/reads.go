@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -74,28 +73,47 @@ func (r *ArchiveReads) saw(m *nats.Msg) {
 	r.requests = append(r.requests, req.Next)
 }
 
-// Count is how many times the archive of version (for this machine's platform, as the lab
-// builds it) has been read so far.
+// Count is how many times a host archive of version has been read so far: the archive of each
+// platform its published manifest lists, added up. (The objects are found from the manifest, not
+// by listing the store: a listing is a consumer, which Created counts.)
 func (r *ArchiveReads) Count(ctx context.Context, version string) (int, error) {
 	js, err := jetstream.New(r.nc)
 	if err != nil {
 		return 0, err
 	}
+	kv, err := js.KeyValue(ctx, r.names.Releases())
+	if err != nil {
+		return 0, fmt.Errorf("open %s: %w", r.names.Releases(), err)
+	}
+	e, err := kv.Get(ctx, version)
+	if err != nil {
+		return 0, fmt.Errorf("the manifest of %s in %s: %w", version, r.names.Releases(), err)
+	}
+	m, err := wire.ParseManifest(e.Value())
+	if err != nil {
+		return 0, fmt.Errorf("the manifest of %s: %w", version, err)
+	}
 	obs, err := js.ObjectStore(ctx, r.names.Archives())
 	if err != nil {
 		return 0, fmt.Errorf("open %s: %w", r.names.Archives(), err)
 	}
-	object := wire.ObjectName(version, runtime.GOOS, runtime.GOARCH)
-	info, err := obs.GetInfo(ctx, object)
-	if err != nil {
-		return 0, fmt.Errorf("object %s: %w", object, err)
+	chunks := map[string]bool{}
+	for _, p := range m.PlatformList() {
+		b, err := m.For(p)
+		if err != nil {
+			return 0, err
+		}
+		info, err := obs.GetInfo(ctx, b.Object)
+		if err != nil {
+			return 0, fmt.Errorf("object %s: %w", b.Object, err)
+		}
+		chunks["$O."+r.names.Archives()+".C."+info.NUID] = true
 	}
-	chunks := "$O." + r.names.Archives() + ".C." + info.NUID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, filter := range r.requests {
-		if filter == chunks {
+		if chunks[filter] {
 			n++
 		}
 	}

@@ -8,6 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	relbuild "github.com/novox/mesh-host/release/build"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Release drives the real mesh-release binary against the lab's bus, as an operator would.
@@ -70,6 +73,40 @@ func (r *Release) Build(ctx context.Context, version, binary string) (string, er
 	}
 	_, err := r.Run(ctx, args...)
 	return dir, err
+}
+
+// BuildTree builds pkg as version for linux/<each of arches> from the source tree src, each with
+// the launcher built from the same tree, and signs it: one release for every platform, in
+// Out/<version>, whose directory it returns. The host is built by `mesh-release build
+// --platforms`, as an operator builds a release; a fixture standing in for the host (a release
+// broken on one platform) by the same code, release/build with Options.HostPackage, as the
+// command builds only the host's package.
+func (r *Release) BuildTree(ctx context.Context, src, version, pkg string, arches []string) (string, error) {
+	dir := filepath.Join(r.Out, version)
+	var ps []wire.Platform
+	for _, a := range arches {
+		ps = append(ps, wire.Platform{OS: "linux", Arch: a})
+	}
+	if pkg == PkgHost {
+		var names []string
+		for _, p := range ps {
+			names = append(names, p.String())
+		}
+		cmd := exec.CommandContext(ctx, r.Bin, "build", "--version", version, "--platforms", strings.Join(names, ","), "--key", r.KeyPath(), "-o", dir)
+		cmd.Dir, cmd.Env = src, append(os.Environ(), r.Env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return dir, fmt.Errorf("mesh-release build %s --platforms %s: %w\n%s", version, strings.Join(names, ","), err, out)
+		}
+		return dir, nil
+	}
+	key, err := relbuild.LoadKey(r.KeyPath())
+	if err != nil {
+		return dir, err
+	}
+	if _, err := relbuild.Build(ctx, relbuild.Options{Version: version, Key: key, OutDir: dir, Platforms: ps, SourceDir: src, HostPackage: pkg}); err != nil {
+		return dir, fmt.Errorf("build %s of %s for %d platforms: %w", version, pkg, len(ps), err)
+	}
+	return dir, nil
 }
 
 // Publish publishes a release directory Build made.

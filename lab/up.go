@@ -53,7 +53,7 @@ func Up(ctx context.Context, w io.Writer, o UpOptions) (err error) {
 	}
 	b.Progress = w
 	// Everything is built before the clocks start: a cold build takes minutes.
-	if err := b.BuildStory(ctx); err != nil {
+	if err := b.BuildStory(ctx, nil, PkgCrashRun, true); err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -48,9 +48,29 @@ func (l LauncherObject) IsZero() bool {
 	return l.Version == "" && l.Object == "" && l.Size == 0 && l.Digest == "" && l.BinaryDigest == "" && l.BinarySize == 0 && len(l.Deltas) == 0
 }
 
-// ErrNoPlatformBuild is Manifest.For's error when a release has no build for the node's
-// platform: the node refuses the version without marking it bad, until its manifest changes.
+// ErrNoPlatformBuild is what Manifest.For's error is (errors.Is) when a release has no build for
+// the node's platform: the node refuses the version without marking it bad, until its manifest
+// changes.
 var ErrNoPlatformBuild = errors.New("no build for this platform")
+
+// NoPlatformBuildError says which platform a release lacks and which it has:
+// "v1.4.0 has no build for linux/arm64 (it has linux/amd64)".
+type NoPlatformBuildError struct {
+	Version string
+	Want    Platform
+	Have    []Platform
+}
+
+func (e *NoPlatformBuildError) Error() string {
+	names := make([]string, len(e.Have))
+	for i, h := range e.Have {
+		names[i] = h.String()
+	}
+	return fmt.Sprintf("%s has no build for %s (it has %s)", e.Version, e.Want, strings.Join(names, ", "))
+}
+
+// Is makes errors.Is(err, ErrNoPlatformBuild) hold.
+func (e *NoPlatformBuildError) Is(target error) bool { return target == ErrNoPlatformBuild }
 
 // Build is one platform's view of a manifest of any schema: what a node of that platform
 // fetches, verifies and runs. Launcher is the launcher to stage: in schema 4 an object of its
@@ -102,11 +122,7 @@ func (m Manifest) For(p Platform) (Build, error) {
 		}
 	}
 	if best < 0 {
-		names := make([]string, len(have))
-		for i, h := range have {
-			names[i] = h.String()
-		}
-		return Build{}, fmt.Errorf("%s has no build for %s (it has %s): %w", m.Version, p, strings.Join(names, ", "), ErrNoPlatformBuild)
+		return Build{}, &NoPlatformBuildError{Version: m.Version, Want: p, Have: have}
 	}
 	if m.Schema != ManifestSchemaPlatforms {
 		b := Build{Version: m.Version, Schema: m.Schema, Platform: have[0], Object: m.Object, Size: m.Size,

@@ -121,6 +121,7 @@ func writeProfile(w io.Writer, d profileDoc) {
 	}
 	lines := []kv{
 		{"arch", or(p.Arch, "unknown")},
+		{"platform", or(p.Platform, "unknown")},
 		{"os", or(p.OS, "unknown")},
 		{"os_id", or(p.OSID, "unknown")},
 		{"os_version", or(p.OSVersion, "unknown")},

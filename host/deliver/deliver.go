@@ -50,7 +50,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -392,10 +391,8 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	}
 	b, err := m.For(d.platform)
 	if errors.Is(err, wire.ErrNoPlatformBuild) {
-		// For's sentence names both sides; the sentinel's own words after it add nothing.
-		said := strings.TrimSuffix(err.Error(), ": "+wire.ErrNoPlatformBuild.Error())
 		return release{}, &Error{Version: version, Kind: KindNoPlatform, Err: worded{
-			text: fmt.Sprintf("%s; publish the version with a %s build (mesh-release build --platforms)", said, d.platform), err: err}}
+			text: fmt.Sprintf("%v; publish the version with a %s build (mesh-release build --platforms)", err, d.platform), err: err}}
 	}
 	if err != nil {
 		return release{}, refuse(version, KindBadManifest, "%w", err)

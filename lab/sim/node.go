@@ -183,6 +183,8 @@ func (s *shard) beat(n *node) {
 		KnownGood: n.knownGood, Target: n.target, Rollbacks: n.rollbacks,
 		UptimeS: int64(now.Sub(n.started).Seconds()), SentAt: now.UTC(),
 		LastReconcile: &wire.LastReconcile{At: now.UTC(), Trigger: wire.TriggerTimer, OK: true, DurationMS: 1},
+		// As a host of this tree says it: a rollout of a schema 4 release is gated on it.
+		ManifestSchema: wire.ManifestSchemaPlatforms,
 	}
 	if _, err := s.js.PublishAsync(n.subject, hb.Marshal()); err != nil {
 		s.f.stats.errors.Add(1)

@@ -186,33 +186,39 @@ func WriteStory(w io.Writer, s Story, now time.Time) error {
 	}
 	kv.Flush()
 
+	writeSections(&b, hb)
+	return writeRest(w, &b, s, now)
+}
+
+// writeSections writes the story's sections from hb after its key lines: rollbacks with the
+// failed version's last output, drift, profile and inventory.
+func writeSections(b *strings.Builder, hb *wire.Heartbeat) {
 	if len(hb.Rollbacks) > 0 {
-		fmt.Fprintf(&b, "\nrollbacks (%d, newest first)\n", len(hb.Rollbacks))
+		fmt.Fprintf(b, "\nrollbacks (%d, newest first)\n", len(hb.Rollbacks))
 		for i := len(hb.Rollbacks) - 1; i >= 0; i-- {
 			rb := hb.Rollbacks[i]
-			fmt.Fprintf(&b, "  %s  from %s to %s: %s\n", rb.At.UTC().Format(time.RFC3339), dash(cell(rb.From, maxIDCell)), dash(cell(rb.To, maxIDCell)), cell(rb.Reason, maxTextCell))
+			fmt.Fprintf(b, "  %s  from %s to %s: %s\n", rb.At.UTC().Format(time.RFC3339), dash(cell(rb.From, maxIDCell)), dash(cell(rb.To, maxIDCell)), cell(rb.Reason, maxTextCell))
 			for _, l := range lastLines(rb.Output, maxOutputLines) {
-				fmt.Fprintf(&b, "    | %s\n", l)
+				fmt.Fprintf(b, "    | %s\n", l)
 			}
 		}
 	}
 	if len(hb.Drift) > 0 {
-		fmt.Fprintf(&b, "\ndrift (%d, oldest first)\n", len(hb.Drift))
+		fmt.Fprintf(b, "\ndrift (%d, oldest first)\n", len(hb.Drift))
 		for _, d := range hb.Drift {
-			fmt.Fprintf(&b, "  %s  %s\n", d.At.UTC().Format(time.RFC3339), driftText(d))
+			fmt.Fprintf(b, "  %s  %s\n", d.At.UTC().Format(time.RFC3339), driftText(d))
 		}
 	}
 	if p := hb.Profile; p != nil {
 		b.WriteString("\nprofile\n")
-		fmt.Fprintf(&b, "  %s\n", profileStory(p))
+		fmt.Fprintf(b, "  %s\n", profileStory(p))
 	}
 	if in := hb.Inventory; in != nil {
 		b.WriteString("\ninventory\n")
 		for _, l := range inventoryStory(in) {
-			fmt.Fprintf(&b, "  %s\n", l)
+			fmt.Fprintf(b, "  %s\n", l)
 		}
 	}
-	return writeRest(w, &b, s, now)
 }
 
 // writeRest writes the timeline and the heartbeats seen, then all of b to w.

@@ -9,8 +9,9 @@ import (
 )
 
 // platformOf is a node's platform as its heartbeat says it (wire.ProfilePlatform), "" when it
-// has no profile to say it. A host older than platforms sends only os and arch: its arm is
-// shown as linux/arm, not the linux/arm/v7 it is taken for, as the heartbeat does not say.
+// has no profile to say it. A host older than platforms sends only os and arch: its arm is taken
+// as linux/arm/v7, as the rollout's gate takes it, so that `fleet` and a refusal name one thing;
+// the node's story says where the variant came from.
 func platformOf(p *wire.Profile) string {
 	if p == nil {
 		return ""
@@ -18,9 +19,6 @@ func platformOf(p *wire.Profile) string {
 	pl := wire.ProfilePlatform(*p)
 	if pl.IsZero() {
 		return ""
-	}
-	if !saysPlatform(p) {
-		pl.Variant = ""
 	}
 	return pl.String()
 }
@@ -45,7 +43,7 @@ func platformStory(p *wire.Profile) string {
 	}
 	why := " (from its os and arch: its host names no platform)"
 	if p.Arch == "arm" {
-		why = " (from its os and arch: its host names no platform, so not its arm variant)"
+		why = " (from its os and arch: its host names no platform, so its arm variant is taken as v7)"
 	}
 	return cell(pl, maxIDCell) + why
 }

@@ -42,8 +42,8 @@ func TestFleetSaysEachNodesPlatformFromItsHeartbeat(t *testing.T) {
 	}{
 		{"a host naming its platform", `{"os":"linux","arch":"arm","platform":"linux/arm/v6"}`, "linux/arm/v6", "linux/arm/v6", "linux/arm/v6\n"},
 		{"an older host on amd64: its os and arch", `{"os":"linux","arch":"amd64"}`, "linux/amd64", "linux/amd64", "linux/amd64 (from its os and arch"},
-		{"an older host on arm: no variant claimed", `{"os":"linux","arch":"arm"}`, "linux/arm", "linux/arm",
-			"linux/arm (from its os and arch: its host names no platform, so not its arm variant)"},
+		{"an older host on arm: taken as v7, as the rollout's gate takes it", `{"os":"linux","arch":"arm"}`, "linux/arm/v7", "linux/arm/v7",
+			"linux/arm/v7 (from its os and arch: its host names no platform, so its arm variant is taken as v7)"},
 		{"a platform that is not one: its os and arch", `{"os":"linux","arch":"arm64","platform":"linux/arm64\u001b[2J"}`, "linux/arm64", "linux/arm64", "linux/arm64 (from its os and arch"},
 		{"no profile yet", "", "", "-", "- (its heartbeat has no profile yet)"},
 		{"a hostile arch is printable and bounded", `{"os":"linux","arch":"x\u001b[2J` + strings.Repeat("y", 60) + `"}`,
@@ -106,7 +106,7 @@ func TestFleetTableCountsAMixedFleetByPlatform(t *testing.T) {
 		{"one platform", []string{amd, amd}, 1, ""},
 		{"mixed", []string{arm, amd, amd, amd, amd, arm}, -1, "by platform: 4 linux/amd64, 2 linux/arm64"},
 		{"mixed, an arm64 node rolled back", []string{arm, amd, amd, amd, amd, arm}, 5, "by platform: 4 linux/amd64, 2 linux/arm64 (1 rolled back)"},
-		{"some say none", []string{amd, "", arm, `{"os":"linux","arch":"arm"}`}, -1, "by platform: 1 linux/amd64, 1 linux/arm, 1 linux/arm64, 1 unknown"},
+		{"some say none", []string{amd, "", arm, `{"os":"linux","arch":"arm"}`}, -1, "by platform: 1 linux/amd64, 1 linux/arm/v7, 1 linux/arm64, 1 unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var es []Entry

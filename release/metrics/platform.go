@@ -28,7 +28,7 @@ var descNodesPlatform = prometheus.NewDesc("mesh_fleet_nodes_by_platform",
 var platformWord = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
 
 // platformLabel is a row's platform as a label value: os/arch or os/arch/variant as the node
-// said it (an older host's arm has no variant: linux/arm), else unknown or invalid.
+// said it (an older host's arm taken as linux/arm/v7), else unknown or invalid.
 func platformLabel(p string) string {
 	if p == "" {
 		return platformUnknown

@@ -309,3 +309,45 @@ func TestPublishManifestSchema3Refuses(t *testing.T) {
 		t.Fatalf("a refused publish announced v1.0.0: %v", err)
 	}
 }
+
+// The first schema 4 release's new launcher gets its delta from the launcher a schema 2 release
+// carried in its archive, as well as its host delta from that archive's host.
+func TestPublishMakesALauncherDeltaFromALauncherThatRodeInAnArchive(t *testing.T) {
+	ctx := context.Background()
+	js := meshtest.StartBus(t).Conn.JS
+	priv := meshtest.ReleaseKey.Private
+	hosts, launchers := payloads(2), payloads(2)
+	var a bytes.Buffer
+	if err := archive.PackWithLauncher(&a, bytes.NewReader(hosts[0]), int64(len(hosts[0])), bytes.NewReader(launchers[0]), int64(len(launchers[0]))); err != nil {
+		t.Fatal(err)
+	}
+	old := wire.Manifest{Schema: wire.ManifestSchemaWithLauncher, Version: "v1.0.0", OS: "linux", Arch: "amd64",
+		Object: wire.ObjectName("v1.0.0", "linux", "amd64"), Size: int64(a.Len()), Digest: digest.FromBytes(a.Bytes()),
+		BinaryDigest: digest.FromBytes(hosts[0]), Created: time.Now().UTC().Format(time.RFC3339),
+		Launcher: wire.ReleaseLauncher{Version: "v0.1.0", Digest: digest.FromBytes(launchers[0]), Size: int64(len(launchers[0]))}}
+	if err := old.Sign(priv); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, old.Object), a.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, ManifestFile), old.Marshal(), 0o644)
+	if _, err := Publish(ctx, js, names, dir); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ = buildDir4(t, priv, "v1.1.0", plat{"linux/amd64", hosts[1], "v0.2.0", launchers[1]})
+	if _, err := PublishWith(ctx, js, names, dir, Options{Key: priv, Deltas: DefaultDeltas}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := announced(t, js, "v1.1.0").For(amd64)
+	if got := baseVersions(b.Deltas); !slices.Equal(got, []string{"v1.0.0"}) {
+		t.Errorf("host deltas from %v, want v1.0.0", got)
+	}
+	if len(b.Launcher.Deltas) != 1 || b.Launcher.Deltas[0].Object != "mesh-launcher-v0.2.0-linux-amd64.delta-from-v0.1.0.zst" {
+		t.Fatalf("launcher deltas %+v, want one from v0.1.0", b.Launcher.Deltas)
+	}
+	var out bytes.Buffer
+	res, err := delta.Apply(ctx, &out, launchers[0], bytes.NewReader(storedObject(t, js, b.Launcher.Deltas[0].Object)), 1<<20)
+	if err != nil || res.Digest != b.Launcher.BinaryDigest {
+		t.Fatalf("the launcher delta rebuilds %s, %v; want %s", res.Digest, err, b.Launcher.BinaryDigest)
+	}
+}

@@ -19,9 +19,9 @@ func TestFleetPageShowsEachNodesPlatformAndCountsAMixedFleet(t *testing.T) {
 		counts string // the line above the table; "" for none
 	}{
 		{"one platform", []node{{"a1", "amd64", "linux/amd64"}, {"a2", "amd64", "linux/amd64"}},
-			[]string{`<td class="platform">linux/amd64</td>`}, ""},
+			[]string{`<td class="node-platform">linux/amd64</td>`}, ""},
 		{"mixed", []node{{"a1", "amd64", "linux/amd64"}, {"a2", "amd64", "linux/amd64"}, {"b1", "arm64", "linux/arm64"}, {"c1", "arm", ""}, {"d1", "", ""}},
-			[]string{`<td class="platform">linux/arm64</td>`, `<td class="platform">linux/arm</td>`, `<td class="platform">-</td>`},
+			[]string{`<td class="node-platform">linux/arm64</td>`, `<td class="node-platform">linux/arm</td>`, `<td class="node-platform">-</td>`},
 			"by platform: 2 linux/amd64, 1 linux/arm, 1 linux/arm64 (1 rolled back), 1 unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,10 +45,10 @@ func TestFleetPageShowsEachNodesPlatformAndCountsAMixedFleet(t *testing.T) {
 				}
 			}
 			counts := ""
-			if i := strings.Index(body, `id="platforms">`); i >= 0 {
-				counts = body[i+len(`id="platforms">`):]
+			if i := strings.Index(body, `id="fleet-platforms">`); i >= 0 {
+				counts = body[i+len(`id="fleet-platforms">`):]
 				counts = counts[:strings.Index(counts, "</p>")]
-				counts = strings.NewReplacer(`<span class="platform">`, "", "</span>", "").Replace(counts)
+				counts = strings.NewReplacer(`<span class="platform-count">`, "", "</span>", "").Replace(counts)
 			}
 			if counts != tc.counts {
 				t.Errorf("counts %q, want %q", counts, tc.counts)

@@ -1,10 +1,14 @@
 package meshtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/novox/mesh-host/internal/emulator"
 )
 
 // UnderCI reports whether the tests run in CI: CI set to anything but "", "0" or "false" (as CI
@@ -27,4 +31,16 @@ func SkipUnlessCI(tb testing.TB, format string, args ...any) {
 		tb.Fatalf("%s (CI is set: .ci/run installs what the tests need, so this fails instead of skipping)", why)
 	}
 	tb.Skip(why)
+}
+
+// RequireArch skips tb unless this machine runs linux/<goarch> binaries (natively, or through
+// qemu-user under binfmt_misc: internal/emulator runs a tiny program built for it), saying what
+// to install; under CI it fails instead, .ci/run having installed the emulator.
+func RequireArch(tb testing.TB, goarch string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := emulator.Runs(ctx, goarch); err != nil {
+		SkipUnlessCI(tb, "needs linux/%s binaries to run here: %v", goarch, err)
+	}
 }

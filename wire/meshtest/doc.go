@@ -14,7 +14,8 @@
 //     Eventually polls a condition; tests wait on records, store state and heartbeats, never on
 //     log text or a fixed sleep;
 //   - what a test may not do without: SkipUnlessCI skips when a tool or prerequisite is missing
-//     here, and fails under CI, where .ci/run installs them all.
+//     here, and fails under CI, where .ci/run installs them all; RequireArch does the same for
+//     another architecture's binaries (qemu-user under binfmt_misc).
 //
 // It lives beside the contract it speaks (as net/http/httptest beside net/http), so internal/
 // imports nothing of wire/. It is imported only by _test.go files; lab's

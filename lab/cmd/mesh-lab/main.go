@@ -44,7 +44,7 @@ type runners struct {
 // cli runs the command line args (without the program name) and returns the exit status.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer, run runners) int {
 	return prog.Dispatch(args, stdout, stderr, version, "Run `mesh-lab <command> --help` for what a command does. Both build what they run from the\nmesh-host source tree they are started in (they need Go).", []cmdline.Command{
-		{Name: "demo", Summary: "run the narrated demo: a staged rollout across six nodes (from inside the source tree)", Run: func(args []string) int {
+		{Name: "demo", Summary: "run the narrated demo: a staged rollout across six nodes, amd64 and arm64 (from inside the source tree)", Run: func(args []string) int {
 			if code, ok := prog.Parse(prog.NewFlagSet("demo", demoAbout), args, stdout, stderr); !ok {
 				return code
 			}
@@ -72,13 +72,16 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer, run runne
 }
 
 const demoAbout = `Tell the fleet's story with real processes: an embedded NATS server and six nodes, each a
-mesh-launcher process with its own root on v1.0.0. ` + "`mesh-release rollout watch`" + ` rolls out v1.1.0
-as soon as it is published: two canaries, then half the fleet, then all of it. Then a broken
-v1.2.0 (it passes preflight, crashes when run) is published: the rollout halts after the
-canaries, which roll back to v1.1.0 by themselves, and no other node fetches it. It prints the
-fleet table and a canary's status at each step; about a minute. Run it from inside the
-mesh-host source tree: it builds what it runs (needs Go). Exit 1 if anything does not happen as
-it says.`
+mesh-launcher process with its own root on v1.0.0. Where this machine runs linux/arm64 binaries
+(qemu-user-static and binfmt-support) the fleet is mixed: four linux/amd64 nodes and two
+linux/arm64 ones, each version one release for both platforms. ` + "`mesh-release rollout watch`" + `
+rolls out v1.1.0 as soon as it is published: two canaries, then half the fleet, then all of it.
+Then v1.2.0, broken on arm64 only (it passes preflight, crashes when run there), is published: the
+rollout halts in its canary batch, which held an arm64 node, the canaries go back to v1.1.0, and
+no other node fetches it. Without the emulator it says what to install and runs all six nodes on
+this machine's platform, v1.2.0 broken on every one. It prints the fleet table and a canary's
+status at each step; a minute or two. Run it from inside the mesh-host source tree: it builds what
+it runs (needs Go). Exit 1 if anything does not happen as it says.`
 
 const upAbout = `Build the binaries from this tree, start a NATS server and --nodes nodes on v1.0.0 (each a
 mesh-launcher process with its own root, heartbeating every second, with the launcher's clocks

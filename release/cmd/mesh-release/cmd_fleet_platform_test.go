@@ -11,7 +11,7 @@ import (
 )
 
 // A mixed fleet on the real bus, one node an older host whose heartbeat names no platform (only
-// os and arch): `fleet` gives every node its PLATFORM, the older arm one as linux/arm, and counts
+// os and arch): `fleet` gives every node its PLATFORM, the older arm one as linux/arm/v7, and counts
 // them under the table; --json and `fleet NODE` say the same.
 func TestFleetShowsEachNodesPlatformAnOlderHostsToo(t *testing.T) {
 	url, c := startServeConnected(t)
@@ -37,8 +37,8 @@ func TestFleetShowsEachNodesPlatformAnOlderHostsToo(t *testing.T) {
 		regexp.MustCompile(`(?m)^NODE +STATE +RUNNING +KNOWN-GOOD +TARGET +PLATFORM +LAUNCHER `),
 		regexp.MustCompile(`(?m)^x86-1 +ok +v1\.0\.0 +v1\.0\.0 +- +linux/amd64 +- `),
 		regexp.MustCompile(`(?m)^pi-64 .* linux/arm64 `),
-		regexp.MustCompile(`(?m)^pi-32 .* linux/arm +- `),
-		regexp.MustCompile(`\nby platform: 2 linux/amd64, 1 linux/arm, 1 linux/arm64\n$`),
+		regexp.MustCompile(`(?m)^pi-32 .* linux/arm/v7 +- `),
+		regexp.MustCompile(`\nby platform: 2 linux/amd64, 1 linux/arm/v7, 1 linux/arm64\n$`),
 	} {
 		if !want.MatchString(out.String()) {
 			t.Errorf("the table does not match %s:\n%s", want, out.String())
@@ -53,7 +53,7 @@ func TestFleetShowsEachNodesPlatformAnOlderHostsToo(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"x86-1": "linux/amd64", "x86-2": "linux/amd64", "pi-64": "linux/arm64", "pi-32": "linux/arm"}
+	want := map[string]string{"x86-1": "linux/amd64", "x86-2": "linux/amd64", "pi-64": "linux/arm64", "pi-32": "linux/arm/v7"}
 	for _, r := range rows {
 		if r.Platform != want[r.Node] {
 			t.Errorf("--json: %s's platform %q, want %q", r.Node, r.Platform, want[r.Node])
@@ -64,7 +64,7 @@ func TestFleetShowsEachNodesPlatformAnOlderHostsToo(t *testing.T) {
 	if err := execCmd(ctx, "fleet", nil, &out, "pi-32", "--nats", url); err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^  platform +linux/arm \(from its os and arch: its host names no platform, so not its arm variant\)$`).MatchString(out.String()) {
+	if !regexp.MustCompile(`(?m)^  platform +linux/arm/v7 \(from its os and arch: its host names no platform, so its arm variant is taken as v7\)$`).MatchString(out.String()) {
 		t.Errorf("fleet pi-32 does not say its platform and whence:\n%s", out.String())
 	}
 }
