@@ -90,18 +90,20 @@ bench:
 	$(BENCH) -bench EnrolToFirstHeartbeat -benchtime 10x ./release/cmd/mesh-release/
 	$(BENCH) -bench ReleasePlatforms -benchtime 1x ./release/cmd/mesh-release/
 
-# `make package`: the node's .deb (nfpm, pinned) and its tarball floor for ARCH, and the release
-# tool's .deb and tarball for each of RELEASE_ARCHS and its macOS binary (RELEASE_DARWIN), into OUT.
-# docs/decisions/0009-packaging.md and 0033-the-release-tool-packaged.md. Each tarball is built from
-# a staging directory, which is also its top-level directory; each file lands in OUT by a rename,
-# so OUT never holds half of one. SOURCE_DATE_EPOCH (the last commit's time) stamps every file,
-# so the same tree and Go give the same bytes. nfpm names Debian's architecture from GOARCH, except
-# plain arm: Go builds for ARMv7 by default, which Debian calls armhf and nfpm arm7.
+# `make package`: the node's .deb (nfpm, pinned) and its tarball floor for each of ARCHS, and the
+# release tool's .deb and tarball for each of RELEASE_ARCHS and its macOS binary (RELEASE_DARWIN),
+# into OUT. docs/decisions/0009-packaging.md and 0033-the-release-tool-packaged.md. Each tarball is
+# built from a staging directory, which is also its top-level directory; each file lands in OUT by
+# a rename, so OUT never holds half of one. SOURCE_DATE_EPOCH (the last commit's time) stamps every
+# file, so the same tree and Go give the same bytes.
+# ARCHS are GOARCHs; every artifact is named with Debian's word for it, which is GOARCH's except for
+# arm: built GOARM=7 (ARMv7, hard float), Debian's armhf, which nfpm calls arm7. Each tarball's
+# install.sh is stamped with that word (its tarball_arch line) and refuses a machine of another.
 # The man pages, completions and changelogs are written by dist/gendoc from the four binaries'
 # own --help, built for this machine (they must run here) into .stage/native; OUT/man keeps all
 # four pages (mesh-lab's included: it is run from a source tree and has no package).
 OUT     ?= dist/out
-ARCH    ?= $(shell $(GO) env GOARCH)
+ARCHS   ?= amd64 arm64 arm
 RELEASE_ARCHS ?= amd64 arm64
 # The release tool for macOS: a GOARCH, or empty for none (the systemd lab builds the node's alone).
 RELEASE_DARWIN ?= arm64
@@ -109,15 +111,15 @@ NFPM    := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 MAINTAINER := mesh-host maintainers <maintainers@mesh-host.invalid>
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 package: PKGVERSION := $(VERSION)
-package: TARNAME = mesh-host-$(PKGVERSION)-linux-$(ARCH)
-package: STAGE = $(OUT)/.stage/$(TARNAME)
 package: NATIVE = $(OUT)/.stage/native
 package: GEN = $(OUT)/.stage/gen
 package: READY = $(OUT)/.stage/ready
 package: RELFLAGS = -trimpath -ldflags '-s -w -X main.version=$(PKGVERSION)'
 package: TAR = tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH) -I 'gzip -n -9'
 package:
-	rm -rf $(OUT)/.stage && mkdir -p $(STAGE) $(NATIVE) $(GEN) $(READY)
+	@set -e; for a in $(ARCHS); do case $$a in amd64 | arm64 | arm) ;; \
+		*) echo "make package: ARCHS names $$a; the node is packaged for amd64, arm64 and arm (armhf)" >&2; exit 2 ;; esac; done
+	rm -rf $(OUT)/.stage && mkdir -p $(NATIVE) $(GEN) $(READY)
 	$(LAUNCHERBUILD) -o $(NATIVE)/mesh-launcher ./launcher/cmd/mesh-launcher
 	CGO_ENABLED=0 $(GO) build $(RELFLAGS) -o $(NATIVE)/ ./host/cmd/mesh-host ./release/cmd/mesh-release ./lab/cmd/mesh-lab
 	$(GO) build -o $(NATIVE)/gendoc ./dist/gendoc
@@ -125,13 +127,18 @@ package:
 		$(NATIVE)/mesh-host:8 $(NATIVE)/mesh-launcher:8 $(NATIVE)/mesh-release:1 $(NATIVE)/mesh-lab:1
 	for p in mesh-host mesh-release; do $(NATIVE)/gendoc changelog -o $(GEN)/$$p/changelog.gz -package $$p \
 		-version $(PKGVERSION) -date $(SOURCE_DATE_EPOCH) -maintainer '$(MAINTAINER)' || exit 1; done
-	GOOS=linux GOARCH=$(ARCH) $(LAUNCHERBUILD) -o $(STAGE)/mesh-launcher ./launcher/cmd/mesh-launcher
-	GOOS=linux GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build $(RELFLAGS) -o $(STAGE)/mesh-host ./host/cmd/mesh-host
-	install -m 0644 dist/mesh-launcher.service dist/tarball/README $(STAGE)/
-	install -m 0755 dist/tarball/install.sh $(STAGE)/
-	VERSION=$(PKGVERSION) ARCH=$(if $(filter arm,$(ARCH)),arm7,$(ARCH)) STAGE=$(STAGE) GEN=$(GEN) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
-		$(GO) run $(NFPM) package -f dist/nfpm.yaml -p deb -t $(READY)/
-	$(TAR) -C $(OUT)/.stage -cf $(READY)/$(TARNAME).tar.gz $(TARNAME)
+	set -e; for a in $(ARCHS); do \
+		case $$a in arm) deb=armhf nfpm=arm7 ;; *) deb=$$a nfpm=$$a ;; esac; \
+		top=mesh-host-$(PKGVERSION)-linux-$$deb; st=$(OUT)/.stage/$$top; mkdir -p $$st; \
+		GOOS=linux GOARCH=$$a GOARM=7 $(LAUNCHERBUILD) -o $$st/mesh-launcher ./launcher/cmd/mesh-launcher; \
+		GOOS=linux GOARCH=$$a GOARM=7 CGO_ENABLED=0 $(GO) build $(RELFLAGS) -o $$st/mesh-host ./host/cmd/mesh-host; \
+		install -m 0644 dist/mesh-launcher.service dist/tarball/README $$st/; \
+		sed "s/^tarball_arch=.*/tarball_arch=$$deb/" dist/tarball/install.sh >$$st/install.sh; chmod 0755 $$st/install.sh; \
+		grep -qx "tarball_arch=$$deb" $$st/install.sh; \
+		VERSION=$(PKGVERSION) ARCH=$$nfpm STAGE=$$st GEN=$(GEN) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+			$(GO) run $(NFPM) package -f dist/nfpm.yaml -p deb -t $(READY)/; \
+		$(TAR) -C $(OUT)/.stage -cf $(READY)/$$top.tar.gz $$top; \
+	done
 	set -e; for a in $(RELEASE_ARCHS); do \
 		rs=$(OUT)/.stage/mesh-release-$(PKGVERSION)-linux-$$a; mkdir -p $$rs; \
 		GOOS=linux GOARCH=$$a CGO_ENABLED=0 $(GO) build $(RELFLAGS) -o $$rs/mesh-release ./release/cmd/mesh-release; \
@@ -153,8 +160,10 @@ package:
 # The real-systemd lab: Debian nodes booted with systemd as PID 1 under systemd-nspawn. Needs
 # root; installs systemd-container and debootstrap with apt-get when they are missing; caches the
 # rootfs under $$MESH_LAB_CACHE, $$XDG_CACHE_HOME/mesh-lab or /var/cache/mesh-lab.
+# LAB_RUN picks tests as go test's -run does (LAB_RUN=TestPackagedNode/arm64: the arm64 node alone).
+LAB_RUN ?=
 lab-systemd:
-	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 30m ./lab/systemd/
+	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 30m -run '$(LAB_RUN)' ./lab/systemd/
 
 clean:
 	rm -rf bin dist/out

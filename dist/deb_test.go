@@ -23,7 +23,15 @@ func needDpkgDeb(t *testing.T) {
 func TestDebHoldsTheBinariesAndTheUnitAtTheirPathsAndModes(t *testing.T) {
 	needDpkgDeb(t)
 	a := built(t)
-	wantDebFiles(t, a.deb, map[string]string{
+	for _, p := range a.nodes {
+		t.Run(p.name, func(t *testing.T) { wantNodeDebFiles(t, p.deb) })
+	}
+}
+
+// wantNodeDebFiles fails unless deb holds exactly the node's files.
+func wantNodeDebFiles(t *testing.T, deb string) {
+	t.Helper()
+	wantDebFiles(t, deb, map[string]string{
 		"./usr/bin/mesh-launcher":                               "-rwxr-xr-x",
 		"./usr/share/mesh-host/mesh-host":                       "-rwxr-xr-x",
 		"./lib/systemd/system/mesh-launcher.service":            "-rw-r--r--",
@@ -74,18 +82,22 @@ func wantDebFiles(t *testing.T, deb string, want map[string]string) {
 func TestDebControlNamesThePackageVersionAndArchitecture(t *testing.T) {
 	needDpkgDeb(t)
 	a := built(t)
-	for _, tc := range []struct{ field, want string }{
-		{"Package", "mesh-host"},
-		{"Version", debVersion},
-		{"Architecture", debArch()},
-	} {
-		if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", a.deb, tc.field)); got != tc.want {
-			t.Errorf("%s is %q, want %q", tc.field, got, tc.want)
-		}
-	}
-	// Static binaries and POSIX sh: a floor that acquires no dependency starts with the package.
-	if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", a.deb, "Depends", "Pre-Depends")); got != "" {
-		t.Errorf("the .deb depends on %q; it must depend on nothing", got)
+	for _, p := range a.nodes {
+		t.Run(p.name, func(t *testing.T) {
+			for _, tc := range []struct{ field, want string }{
+				{"Package", "mesh-host"},
+				{"Version", debVersion},
+				{"Architecture", p.name},
+			} {
+				if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", p.deb, tc.field)); got != tc.want {
+					t.Errorf("%s is %q, want %q", tc.field, got, tc.want)
+				}
+			}
+			// Static binaries and POSIX sh: a floor that acquires no dependency starts with the package.
+			if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", p.deb, "Depends", "Pre-Depends")); got != "" {
+				t.Errorf("the .deb depends on %q; it must depend on nothing", got)
+			}
+		})
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // systemctl, when the machine has it). The tests run it with a PATH holding only these, so a
 // command added to the script without adding it here fails them: the floor acquires no
 // dependency unnoticed.
-var installTools = []string{"cat", "chmod", "cp", "id", "mkdir", "mv", "rm", "rmdir", "sync"}
+var installTools = []string{"cat", "chmod", "cp", "id", "mkdir", "mv", "rm", "rmdir", "sync", "uname"}
 
 // toolsPath makes a directory of links to installTools (and systemctl when asked) for PATH.
 func toolsPath(t *testing.T, withSystemctl bool) string {

@@ -13,32 +13,36 @@ import (
 
 func TestTarballHoldsBothBinariesTheUnitAReadmeAndTheInstaller(t *testing.T) {
 	a := built(t)
-	entries := readTarball(t, a.tarball)
-	want := map[string]int64{
-		a.topDir + "/":                      0o755,
-		a.topDir + "/mesh-launcher":         0o755,
-		a.topDir + "/mesh-host":             0o755,
-		a.topDir + "/mesh-launcher.service": 0o644,
-		a.topDir + "/README":                0o644,
-		a.topDir + "/install.sh":            0o755,
-	}
-	for name, mode := range want {
-		h, ok := entries[name]
-		if !ok {
-			t.Errorf("the tarball has no %s", name)
-			continue
-		}
-		if h.Mode&0o7777 != mode {
-			t.Errorf("%s has mode %o, want %o", name, h.Mode&0o7777, mode)
-		}
-		if h.Uid != 0 || h.Gid != 0 {
-			t.Errorf("%s is owned by %d:%d, want 0:0 (an unpacking root keeps it)", name, h.Uid, h.Gid)
-		}
-	}
-	for name := range entries {
-		if _, ok := want[name]; !ok {
-			t.Errorf("the tarball holds %s, which nothing asked for", name)
-		}
+	for _, p := range a.nodes {
+		t.Run(p.deb, func(t *testing.T) {
+			entries := readTarball(t, p.tarball)
+			want := map[string]int64{
+				p.topDir + "/":                      0o755,
+				p.topDir + "/mesh-launcher":         0o755,
+				p.topDir + "/mesh-host":             0o755,
+				p.topDir + "/mesh-launcher.service": 0o644,
+				p.topDir + "/README":                0o644,
+				p.topDir + "/install.sh":            0o755,
+			}
+			for name, mode := range want {
+				h, ok := entries[name]
+				if !ok {
+					t.Errorf("the tarball has no %s", name)
+					continue
+				}
+				if h.Mode&0o7777 != mode {
+					t.Errorf("%s has mode %o, want %o", name, h.Mode&0o7777, mode)
+				}
+				if h.Uid != 0 || h.Gid != 0 {
+					t.Errorf("%s is owned by %d:%d, want 0:0 (an unpacking root keeps it)", name, h.Uid, h.Gid)
+				}
+			}
+			for name := range entries {
+				if _, ok := want[name]; !ok {
+					t.Errorf("the tarball holds %s, which nothing asked for", name)
+				}
+			}
+		})
 	}
 }
 
@@ -68,12 +72,19 @@ func readTarball(t *testing.T, path string) map[string]*tar.Header {
 	}
 }
 
-// unpack extracts the tarball into a new temporary directory as `tar -xzf` would and returns the
-// directory holding its files.
+// unpack extracts the tarball for this machine into a new temporary directory as `tar -xzf`
+// would and returns the directory holding its files.
 func unpack(t *testing.T, a artifacts) string {
 	t.Helper()
+	return unpackTarball(t, a.tarball, a.topDir)
+}
+
+// unpackTarball extracts tarball, whose top-level directory is top, into a new temporary
+// directory and returns the directory holding its files.
+func unpackTarball(t *testing.T, tarball, top string) string {
+	t.Helper()
 	dir := t.TempDir()
-	f, err := os.Open(a.tarball)
+	f, err := os.Open(tarball)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +126,5 @@ func unpack(t *testing.T, a artifacts) string {
 			t.Fatalf("the tarball's %s is neither a file nor a directory", h.Name)
 		}
 	}
-	return filepath.Join(dir, a.topDir)
+	return filepath.Join(dir, top)
 }

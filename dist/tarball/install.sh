@@ -2,7 +2,7 @@
 # install.sh: installs mesh-host from this directory as the .deb does, on a machine with no package
 # manager, no package repository and no network (seed 000: the tarball is the path that is never
 # allowed to acquire a dependency). It needs only a POSIX sh and cp, mv, rm, mkdir, rmdir, chmod,
-# id and sync; systemctl when the machine has it.
+# id, sync and uname; systemctl when the machine has it.
 #
 #   ./install.sh [--root DIR]                       install, or upgrade in place
 #   ./install.sh --uninstall [--purge] [--root DIR] stop and remove; --purge also deletes the state
@@ -11,6 +11,9 @@
 # There the unit is enabled with `systemctl --root` and nothing is started.
 set -eu
 
+# The architecture this tarball's binaries are built for, as Debian names it: `make package`
+# stamps this line in each tarball's copy.
+tarball_arch=unstamped
 unit=mesh-launcher.service
 state=/var/lib/mesh-host
 
@@ -67,6 +70,32 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ "$purge" = no ] || [ "$mode" = uninstall ] || die "--purge goes with --uninstall"
+
+# debian_arch WORD: Debian's name for what a kernel calling its machine WORD (uname -m) runs, or
+# nothing for a machine no tarball is built for. ARMv8 kernels running 32-bit say armv8l.
+debian_arch() {
+	case "$1" in
+	x86_64 | amd64) echo amd64 ;;
+	aarch64 | arm64) echo arm64 ;;
+	armv7* | armv8l) echo armhf ;;
+	esac
+}
+
+# Binaries of another architecture would not run (or run only under an emulator): refuse, naming
+# both, before anything is written. --uninstall removes files of any architecture.
+if [ "$mode" = install ]; then
+	case "$tarball_arch" in
+	amd64 | arm64 | armhf) ;;
+	*) die "this install.sh names no architecture ($tarball_arch): use the one in a tarball \`make package\` built" ;;
+	esac
+	machine=$(uname -m)
+	have=$(debian_arch "$machine")
+	if [ -z "$have" ]; then
+		die "this tarball is for $tarball_arch; this machine is $machine, for which mesh-host is not built (amd64, arm64, armhf)"
+	elif [ "$have" != "$tarball_arch" ]; then
+		die "this tarball is for $tarball_arch; this machine is $machine ($have): install the $have tarball"
+	fi
+fi
 
 # The files come from beside this script, wherever it is run from.
 case "$0" in

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -361,6 +362,13 @@ func TestPackagedNode(t *testing.T) {
 		appliersThroughTheHost(t, ctx, w)
 	})
 
+	// 11. An arm64 node (issue 28): the arm64 .deb, an upgrade to a release's arm64 build and a
+	// rollback, under real systemd with only the CPU emulated. `make lab-systemd
+	// LAB_RUN=TestPackagedNode/arm64` runs it alone.
+	t.Run("arm64 node takes the arm64 package, an upgrade and a rollback", func(t *testing.T) {
+		arm64Node(t, ctx, w)
+	})
+
 	// 5. `systemctl reboot` inside the node: it comes back on its known-good version, the records
 	// as they were.
 	t.Run("reboot comes back on known-good", func(t *testing.T) {
@@ -447,13 +455,20 @@ func newWorld(t *testing.T, ctx context.Context) *world {
 	return w
 }
 
-// buildDeb runs `make package` on this tree into out and returns the node's .deb, as an operator
-// would build it; without the release tool's packages (RELEASE_ARCHS, RELEASE_DARWIN empty), which
-// no node installs and which would add cross-compiles to every build.
+// buildDeb runs `make package` on this tree into out and returns the node's .deb for this
+// machine, as an operator would build it (buildDebFor).
 func buildDeb(t *testing.T, ctx context.Context, src, version, out string) string {
 	t.Helper()
+	return buildDebFor(t, ctx, src, version, out, runtime.GOARCH)
+}
+
+// buildDebFor runs `make package` on this tree into out for goarch alone (ARCHS) and returns the
+// node's .deb; without the release tool's packages (RELEASE_ARCHS, RELEASE_DARWIN empty), which
+// no node installs and which would add cross-compiles to every build.
+func buildDebFor(t *testing.T, ctx context.Context, src, version, out, goarch string) string {
+	t.Helper()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "make", "package", "VERSION="+version, "OUT="+out, "RELEASE_ARCHS=", "RELEASE_DARWIN=")
+	cmd := exec.CommandContext(ctx, "make", "package", "VERSION="+version, "OUT="+out, "ARCHS="+goarch, "RELEASE_ARCHS=", "RELEASE_DARWIN=")
 	cmd.Dir = src
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make package: %v\n%s", err, b)
@@ -470,6 +485,14 @@ func buildDeb(t *testing.T, ctx context.Context, src, version, out string) strin
 // release key and files (paths in the node: contents), and installs the .deb with dpkg -i; it returns once the unit is active, says the packaged
 // version runs confirmed, and the host heartbeats that over the bridge.
 func (w *world) install(t *testing.T, ctx context.Context, name string, files map[string]string) *Node {
+	t.Helper()
+	return w.installDeb(t, ctx, name, w.deb, "", files)
+}
+
+// installDeb is install with the .deb deb, whose Debian architecture foreign, when not "", is
+// not the node's own: dpkg is told to take it (`dpkg --add-architecture`), as on a multiarch
+// machine; what runs it is the kernel's binfmt_misc (qemu-user), as for any other binary.
+func (w *world) installDeb(t *testing.T, ctx context.Context, name, deb, foreign string, files map[string]string) *Node {
 	t.Helper()
 	n, _, err := w.lab.Boot(ctx, name)
 	if err != nil {
@@ -500,7 +523,12 @@ func (w *world) install(t *testing.T, ctx context.Context, name string, files ma
 			t.Fatal(err)
 		}
 	}
-	dpkgInstall(t, ctx, n, w.deb)
+	if foreign != "" {
+		if out, err := n.Exec(ctx, "dpkg", "--add-architecture", foreign); err != nil {
+			t.Fatalf("dpkg --add-architecture %s: %v\n%s", foreign, err, out)
+		}
+	}
+	dpkgInstall(t, ctx, n, deb)
 	want := "running " + packaged + " (confirmed)"
 	p := waitShow(t, ctx, n, "STATUS= "+want, func(p map[string]string) bool { return p["StatusText"] == want })
 	if p["ActiveState"] != "active" || p["SubState"] != "running" || p["NRestarts"] != "0" {
