@@ -163,7 +163,7 @@ package:
 # LAB_RUN picks tests as go test's -run does (LAB_RUN=TestPackagedNode/arm64: the arm64 node alone).
 LAB_RUN ?=
 lab-systemd:
-	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 30m -run '$(LAB_RUN)' ./lab/systemd/
+	MESH_LAB_SYSTEMD=1 CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 60m -run '$(LAB_RUN)' ./lab/systemd/
 
 clean:
 	rm -rf bin dist/out
