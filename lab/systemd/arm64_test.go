@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/novox/mesh-host/lab"
-	relbuild "github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
@@ -91,32 +90,14 @@ func requireArm64(t *testing.T, ctx context.Context, deb string) {
 // platforms is what the lab's releases here are built for: one version for both.
 const platforms = "linux/amd64,linux/arm64"
 
-// shipPlatforms builds pkg as version for every one of platforms from this tree, one manifest
-// signed with the key the nodes trust, and publishes it. The host is built by `mesh-release build
-// --platforms`, as an operator builds a release; a fixture standing in for it by the same code
-// (release/build with HostPackage: the command builds the host's package only).
+// shipPlatforms builds pkg as version for both platforms from this tree (lab.Release.BuildTree:
+// the host by `mesh-release build --platforms`, a fixture by the same code), one manifest signed
+// with the key the nodes trust, and publishes it.
 func (w *world) shipPlatforms(t *testing.T, ctx context.Context, pkg, version string) {
 	t.Helper()
-	dir := filepath.Join(w.rel.Out, version)
-	if pkg == lab.PkgHost {
-		cmd := exec.CommandContext(ctx, w.rel.Bin, "build", "--version", version, "--platforms", platforms, "--key", w.rel.KeyPath(), "-o", dir)
-		cmd.Dir = w.builder.Src
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("mesh-release build --platforms %s: %v\n%s", platforms, err, out)
-		}
-	} else {
-		key, err := relbuild.LoadKey(w.rel.KeyPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps, err := wire.ParsePlatforms(platforms)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := relbuild.Build(ctx, relbuild.Options{Version: version, Key: key, OutDir: dir, Platforms: ps,
-			SourceDir: w.builder.Src, HostPackage: pkg}); err != nil {
-			t.Fatalf("build %s of %s for %s: %v", version, pkg, platforms, err)
-		}
+	dir, err := w.rel.BuildTree(ctx, w.builder.Src, version, pkg, []string{"amd64", "arm64"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
