@@ -527,7 +527,14 @@ func TestRolloutHaltsNamingTheNodeThatRefusesAReleaseItCannotVerify(t *testing.T
 		t.Fatal(err)
 	}
 	wary.Env = append(wary.Env, "MESH_HOST_TRUSTED_KEYS="+key) // the last value of a variable wins
-	s.startAgain(wary, "node-2 back on v1.0.0", RunningConfirmed("v1.0.0"))
+	// Both nodes' platforms known (a profile is detected after the host starts): a node whose
+	// heartbeat names none counts as a platform of its own, which the canary batch would cover
+	// with node-1 too.
+	profiled := func(b Beat) bool { return b.Profile != nil }
+	s.startAgain(wary, "node-2 back on v1.0.0 with its profile", func(b Beat) bool { return RunningConfirmed("v1.0.0")(b) && profiled(b) })
+	if _, err := s.f.Beats.Wait(s.ctx, "node-1's profile", func(b Beat) bool { return b.Node == "node-1" && profiled(b) }); err != nil {
+		t.Fatal(err)
+	}
 
 	st, _ := s.halted("v1.1.0", "--json", "--canary-nodes", "node-2", "--steps", "100%", "--window", "20s", "--soak", "2s")
 	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != 0 || len(st.Halt.Nodes) != 1 {

@@ -431,7 +431,9 @@ func waitMetaLeader(tb testing.TB, ctx context.Context, c *stockCluster, sys *na
 func resumed(tb testing.TB, ctx context.Context, c *stockCluster, sys *nats.Conn, beats *HeartbeatLog, from int, names, on []string, gone string) {
 	tb.Helper()
 	if len(on) == 0 {
-		tb.Errorf("no node was connected to %s when it was killed", gone)
+		// Which server a node is on is nats.go's shuffle and the first loss's reconnections:
+		// none on this one leaves its loss to the controller and the streams' leaders alone.
+		tb.Logf("no node was connected to %s when it was killed: its loss tested the controller and the streams' leaders only", gone)
 	}
 	for _, n := range names {
 		if _, err := beats.WaitAfter(ctx, from, n+" heartbeating after "+gone+" was killed", func(b Beat) bool { return b.Node == n }); err != nil {

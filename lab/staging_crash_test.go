@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/rollback"
-	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
@@ -42,7 +41,7 @@ func TestKillingTheHostWhileStagingNeverLeavesAHalfVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := wire.ParseManifest(manifest)
+	m, err := nativeBuild(manifest)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ func TestFleetPageShowsEachNodesPlatformAndCountsAMixedFleet(t *testing.T) {
 		{"one platform", []node{{"a1", "amd64", "linux/amd64"}, {"a2", "amd64", "linux/amd64"}},
 			[]string{`<td class="node-platform">linux/amd64</td>`}, ""},
 		{"mixed", []node{{"a1", "amd64", "linux/amd64"}, {"a2", "amd64", "linux/amd64"}, {"b1", "arm64", "linux/arm64"}, {"c1", "arm", ""}, {"d1", "", ""}},
-			[]string{`<td class="node-platform">linux/arm64</td>`, `<td class="node-platform">linux/arm</td>`, `<td class="node-platform">-</td>`},
-			"by platform: 2 linux/amd64, 1 linux/arm, 1 linux/arm64 (1 rolled back), 1 unknown"},
+			[]string{`<td class="node-platform">linux/arm64</td>`, `<td class="node-platform">linux/arm/v7</td>`, `<td class="node-platform">-</td>`},
+			"by platform: 2 linux/amd64, 1 linux/arm/v7, 1 linux/arm64 (1 rolled back), 1 unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, hs := newTestServer(t)
