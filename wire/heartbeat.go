@@ -42,6 +42,7 @@ func (t Trigger) Known() bool {
 // size"), so readers can rely on them.
 const (
 	MaxErrorBytes  = 4096 // last_reconcile.error, refused.error, fetch.error
+	MaxBusCAs      = 8    // bus_cas
 	MaxReasonBytes = 1024 // rollbacks[].reason
 	MaxOutputBytes = 4096 // rollbacks[].output
 	// MaxLauncherVersionBytes bounds launcher.version, .floor and .rolled_back_from: a
@@ -60,7 +61,8 @@ const MaxHeartbeatBytes = 1 << 20
 // reconcile, every heartbeat interval while idle, when standing aside and when stopping. The
 // stream keeps the last one per node, so it is each node's last word. Every key is always
 // present except target_expired_since, refused, fetch, link, profile, inventory, drift,
-// launcher, window, link_class, interval_s, manifest_schema and truncated.
+// launcher, window, link_class, interval_s, manifest_schema, trust_root,
+// trust_expired_since, bus_seq, bus_cas and truncated.
 type Heartbeat struct {
 	Schema           int      `json:"schema"`
 	Node             string   `json:"node"`
@@ -86,10 +88,22 @@ type Heartbeat struct {
 	// ManifestSchema is the newest manifest schema the host reads (ManifestSchemaPlatforms since
 	// issue 28): absent (0) from hosts that read schema 3 at most, which refuse a schema 4
 	// manifest — a rollout of one is gated on it.
-	ManifestSchema int          `json:"manifest_schema,omitempty"`
-	Refused        *Refusal     `json:"refused,omitempty"`
-	Fetch          *Fetch       `json:"fetch,omitempty"`
-	Link           *LinkFailure `json:"link,omitempty"`
+	ManifestSchema int `json:"manifest_schema,omitempty"`
+	// TrustRoot is the version of the newest root the host holds (decision 0045); absent (0)
+	// while it trusts host.json's keys only, and from hosts older than issue 29.
+	TrustRoot uint64 `json:"trust_root,omitempty"`
+	// TrustExpiredSince is, while the newest root the host holds has expired, when it did: the
+	// host keeps running and reconciling what it has and takes no new target. Absent otherwise.
+	TrustExpiredSince *time.Time `json:"trust_expired_since,omitempty"`
+	// BusSeq is the seq of the last bus configuration (CA bundle, URLs) the host applied; BusCAs
+	// the SHA-256 fingerprints ("sha256:<hex>") of the CAs its ca.pem holds, at most
+	// MaxBusCAs. A CA rollover switches the servers' certificates once every node reports the
+	// new CA here. Absent from hosts older than issue 29.
+	BusSeq  uint64       `json:"bus_seq,omitempty"`
+	BusCAs  []string     `json:"bus_cas,omitempty"`
+	Refused *Refusal     `json:"refused,omitempty"`
+	Fetch   *Fetch       `json:"fetch,omitempty"`
+	Link    *LinkFailure `json:"link,omitempty"`
 	// Profile is what the machine can do, as last detected (at the host's start and on each
 	// drift timer, not per heartbeat): absent until the first detection ends, and from
 	// hosts older than issue 12.
