@@ -47,18 +47,18 @@ const (
 //	url=tls://bus-2.example.net:4222
 //
 // each line ending in "\n", the ca= lines in the order of CAs, the url= lines in the order of
-// URLs. The fingerprints cover the certificates, so a node writes the certificates it parsed
+// URLs; a configuration without CAs (or URLs) has no such lines, and changes none on a node. The fingerprints cover the certificates, so a node writes the certificates it parsed
 // (CAPEM), never other bytes the PEM text carried. A node keeps the highest Seq it accepted and
 // refuses a lower one (a replay); it does not apply a configuration past Expires, and never
 // undoes one it applied because it expired.
 type Bus struct {
 	Seq uint64 `json:"seq"`
 	// CAs is a PEM bundle of the CA certificates a node trusts for the bus's TLS: 1 to
-	// MaxBusCAs CERTIFICATE blocks, nothing else.
-	CAs string `json:"cas"`
+	// MaxBusCAs CERTIFICATE blocks, nothing else; empty leaves a node's CA file as it is.
+	CAs string `json:"cas,omitempty"`
 	// URLs are the bus's servers, as host.json nats_urls holds them: nats, tls, ws or wss, each
-	// with a host and no user or password.
-	URLs    []string `json:"urls"`
+	// with a host and no user or password; absent leaves a node's nats_urls as they are.
+	URLs    []string `json:"urls,omitempty"`
 	Expires string   `json:"expires"`
 	SignatureList
 }
@@ -85,11 +85,18 @@ func (d Bus) Validate() error {
 	if _, err := time.Parse(time.RFC3339, d.Expires); err != nil {
 		return fmt.Errorf("bus: expires %q is not an RFC 3339 time like 2027-12-02T12:00:00Z", txt.Bound(d.Expires))
 	}
-	if _, err := ParseBusCAs(d.CAs); err != nil {
-		return fmt.Errorf("bus: cas: %w", err)
+	if d.CAs == "" && d.URLs == nil {
+		return fmt.Errorf("bus: neither cas nor urls: a bus configuration changes at least one")
 	}
-	if err := CheckBusURLs(d.URLs); err != nil {
-		return fmt.Errorf("bus: urls: %w", err)
+	if d.CAs != "" {
+		if _, err := ParseBusCAs(d.CAs); err != nil {
+			return fmt.Errorf("bus: cas: %w", err)
+		}
+	}
+	if d.URLs != nil {
+		if err := CheckBusURLs(d.URLs); err != nil {
+			return fmt.Errorf("bus: urls: %w", err)
+		}
 	}
 	return d.SignatureList.Check("bus")
 }
@@ -235,7 +242,7 @@ func (d Bus) Envelope() Envelope {
 		Text: d.SigningText(), Signatures: d.List(), Expires: d.ExpiresAt()}
 }
 
-// NewBus is a bus configuration of cas and urls numbered after prev (the seq the key holds now,
+// NewBus is a bus configuration of cas and urls (either may be empty, not both) numbered after prev (the seq the key holds now,
 // or zero) and valid for ttl from now, unsigned (Sign adds signatures). Its seq is the larger of
 // prev + 1 and now in Unix milliseconds, as a target's.
 func NewBus(cas []*x509.Certificate, urls []string, prev uint64, now time.Time, ttl time.Duration) (Bus, error) {

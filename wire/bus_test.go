@@ -93,6 +93,17 @@ func TestBusAlteredAfterSigningIsRefused(t *testing.T) {
 	}
 }
 
+func TestBusWithURLsOnlyHasNoCALines(t *testing.T) {
+	d := signedBus(t, nil, []string{"tls://bus.example.net:4222"}, meshtest.ReleaseKey.Private)
+	got, err := wire.ParseBus(d.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(got.SigningText()), "ca=") || got.CAs != "" || bytes.Contains(d.Marshal(), []byte(`"cas"`)) {
+		t.Fatalf("a configuration of URLs alone: %s / %s", got.SigningText(), d.Marshal())
+	}
+}
+
 func TestParseBusRefusesWhatANodeCannotUse(t *testing.T) {
 	ca := meshtest.NewCA(t, "ca")
 	leaf := meshtest.NewCA(t, "x")
@@ -109,13 +120,14 @@ func TestParseBusRefusesWhatANodeCannotUse(t *testing.T) {
 		raw   string
 		want  string
 	}{
-		{name: "no CA", alter: func(d *wire.Bus) { d.CAs = "" }, want: "bus: cas: no certificate"},
+		{name: "neither CAs nor URLs", alter: func(d *wire.Bus) { d.CAs, d.URLs = "", nil }, want: "bus: neither cas nor urls"},
+		{name: "an empty bundle", alter: func(d *wire.Bus) { d.CAs = "\n" }, want: "bus: cas: no certificate"},
 		{name: "a server certificate", alter: func(d *wire.Bus) { d.CAs = leafPEM }, want: "not a CA certificate"},
 		{name: "a private key", alter: func(d *wire.Bus) { d.CAs = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n" }, want: "a PRIVATE KEY block"},
 		{name: "text beside the certificates", alter: func(d *wire.Bus) { d.CAs = string(ca.PEM) + "junk" }, want: "certificate 2: not a PEM block"},
 		{name: "too many CAs", alter: func(d *wire.Bus) { d.CAs = nine.String() }, want: "more than 8 certificates"},
 		{name: "a CA twice", alter: func(d *wire.Bus) { d.CAs = string(append(ca.PEM, ca.PEM...)) }, want: "certificate 2 is certificate 1 again"},
-		{name: "no URL", alter: func(d *wire.Bus) { d.URLs = nil }, want: "bus: urls: 0 URLs"},
+		{name: "an empty URL list", raw: `{"seq":1,"urls":[],"expires":"2026-12-29T12:00:00Z","key_id":"","signature":""}`, want: "bus: urls: 0 URLs"},
 		{name: "a URL with a password", alter: func(d *wire.Bus) { d.URLs = []string{"tls://u:pw@bus:4222"} }, want: "carries a user or password"},
 		{name: "an http URL", alter: func(d *wire.Bus) { d.URLs = []string{"http://bus:4222"} }, want: `scheme "http" is not nats, tls, ws or wss`},
 		{name: "a URL twice", alter: func(d *wire.Bus) { d.URLs = []string{"tls://a:1", "tls://a:1"} }, want: "URL 2 is URL 1 again"},
