@@ -49,9 +49,9 @@ type Row struct {
 	// only, or a host older than roots); TrustBehind is true when it is older than the newest
 	// root on the bus (RowOptions.TrustRoot); TrustExpiredSince is when the node's trust
 	// expired, while it has (decision 0045).
-	TrustRoot         uint64     `json:"trust_root,omitempty"`
-	TrustBehind       bool       `json:"trust_behind,omitempty"`
-	TrustExpiredSince *time.Time `json:"trust_expired_since,omitempty"`
+	TrustRoot         uint64          `json:"trust_root,omitempty"`
+	TrustBehind       bool            `json:"trust_behind,omitempty"`
+	TrustExpiredSince *time.Time      `json:"trust_expired_since,omitempty"`
 	Heartbeat         *wire.Heartbeat `json:"heartbeat,omitempty"`
 	// newest is the root the row was judged against, for the node's story.
 	newest uint64
