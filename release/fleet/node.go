@@ -153,7 +153,7 @@ func WriteStory(w io.Writer, s Story, now time.Time) error {
 	}
 	line("host", fmt.Sprintf("%s, running %s, up %s", dash(cell(hb.State, maxIDCell)), dash(cell(hb.Running, maxIDCell)), time.Duration(hb.UptimeS)*time.Second))
 	line("platform", platformStory(hb.Profile))
-	if showsTrust([]Row{s.Row}) {
+	if ShowsTrust([]Row{s.Row}) {
 		line("trust", cell(trustStory(s.Row, s.newest), maxHeaderCell))
 	}
 	if hb.StandingAsideFor != "" {

@@ -186,7 +186,7 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	trust := showsTrust(rows)
+	trust := ShowsTrust(rows)
 	trustHead := ""
 	if trust {
 		trustHead = "\tTRUST"
@@ -197,7 +197,7 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 		counts[r.StatusKind]++
 		trustCell := ""
 		if trust {
-			trustCell = "\t" + trustText(r)
+			trustCell = "\t" + TrustText(r)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
 			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)), dash(cell(r.Platform, maxIDCell)),
@@ -213,7 +213,7 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 	if _, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)%s\n", len(rows), nodes, counts[KindSilent], silentAfter, kindCounts(counts)); err != nil {
 		return err
 	}
-	for _, line := range []string{platformsLine(rows), trustLine(rows, o.TrustRoot, o.TrustProblem)} {
+	for _, line := range []string{platformsLine(rows), TrustLine(rows, o.TrustRoot, o.TrustProblem)} {
 		if line == "" {
 			continue
 		}

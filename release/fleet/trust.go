@@ -102,9 +102,9 @@ func (r *Row) trustFacts(hb wire.Heartbeat, newest uint64) {
 	r.TrustBehind = hb.TrustRoot < newest
 }
 
-// showsTrust reports whether the fleet has any trust to show: a root on the bus or held by a
+// ShowsTrust reports whether the fleet has any trust to show: a root on the bus or held by a
 // node, or a node whose trust expired. A fleet with no roots shows no TRUST column.
-func showsTrust(rows []Row) bool {
+func ShowsTrust(rows []Row) bool {
 	return slices.ContainsFunc(rows, func(r Row) bool {
 		return r.TrustRoot > 0 || r.TrustBehind || r.TrustExpiredSince != nil
 	})
@@ -118,9 +118,9 @@ func rootName(v uint64) string {
 	return "root v" + strconv.FormatUint(v, 10)
 }
 
-// trustText is the TRUST cell: `root v4`, `root v3 (behind)`, `no root (behind)`,
+// TrustText is the TRUST cell: `root v4`, `root v3 (behind)`, `no root (behind)`,
 // `root v4 (expired)`, `root v3 (behind, expired)`; `-` for a row without a heartbeat.
-func trustText(r Row) string {
+func TrustText(r Row) string {
 	if r.Heartbeat == nil {
 		return "-"
 	}
@@ -228,10 +228,11 @@ func (c TrustCount) Line() string {
 	return "trust: " + strings.Join(parts, ", ")
 }
 
-// trustLine is the trust line under the table, "" for a fleet with no trust to show; problem,
-// when not empty, says why the roots on the bus could not be read, or the next is refused.
-func trustLine(rows []Row, busRoot uint64, problem string) string {
-	if !showsTrust(rows) && problem == "" {
+// TrustLine is the trust line under the table (TrustCount.Line), "" for a fleet with no trust
+// to show (ShowsTrust); problem, when not empty, says why the roots on the bus could not be
+// read, or the next is refused. busRoot is RowOptions.TrustRoot.
+func TrustLine(rows []Row, busRoot uint64, problem string) string {
+	if !ShowsTrust(rows) && problem == "" {
 		return ""
 	}
 	line := TrustOf(rows, NewestRootOf(rows, busRoot)).Line()

@@ -132,10 +132,10 @@ func TestTheTrustLineCountsTheNodesBehindByRoot(t *testing.T) {
 	}
 	es = append(es, Entry{Node: "z", Heard: now, Err: errUnreadable})
 	rows := RowsWith(es, now, RowOptions{TrustRoot: 5})
-	if got, want := trustLine(rows, 5, ""), "trust: 3 on root v5, 4 behind (v4, v3, no root)"; got != want {
+	if got, want := TrustLine(rows, 5, ""), "trust: 3 on root v5, 4 behind (v4, v3, no root)"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
-	if got, want := trustLine(rows, 5, "root.6 in mesh_host_releases is refused: why"), "trust: 3 on root v5, 4 behind (v4, v3, no root) (root.6 in mesh_host_releases is refused: why)"; got != want {
+	if got, want := TrustLine(rows, 5, "root.6 in mesh_host_releases is refused: why"), "trust: 3 on root v5, 4 behind (v4, v3, no root) (root.6 in mesh_host_releases is refused: why)"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
 }
