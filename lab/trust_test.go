@@ -154,6 +154,10 @@ func TestARootOfTrustRotatesOverTheMeshAndNothingIsDoneOnANode(t *testing.T) {
 	if err := s.f.Beats.WaitAll(s.ctx, online, "root v4", onRoot(4)); err != nil {
 		t.Fatal(err)
 	}
+	// The fleet table says who is behind, from node-3's last heartbeat before it stopped.
+	if table, err := s.f.FleetTable(s.ctx); err != nil || !strings.Contains(table, "1 behind (v2)") {
+		t.Errorf("mesh-release fleet (%v) does not say node-3 is behind on root v2:\n%s", err, table)
+	}
 	s.startAgain(n3, "root v4, the chain walked", onRoot(4))
 
 	t.Log("expired: every host keeps running and reconciling, and takes no new target")
@@ -216,6 +220,9 @@ func TestARootOfTrustRotatesOverTheMeshAndNothingIsDoneOnANode(t *testing.T) {
 		if text := n.StatusText(s.ctx); !strings.Contains(text, wire.TrustExpiredLine(expiredAt)) {
 			t.Errorf("mesh-launcher status of %s does not say %q:\n%s", n.Name, wire.TrustExpiredLine(expiredAt), text)
 		}
+	}
+	if table, err := s.f.FleetTable(s.ctx); err != nil || !strings.Contains(table, wire.TrustExpiredLine(expiredAt)) {
+		t.Errorf("mesh-release fleet (%v) does not say %q:\n%s", err, wire.TrustExpiredLine(expiredAt), table)
 	}
 	if reads, err := s.f.Reads.Count(s.ctx, "v1.3.0"); err != nil || reads != 0 {
 		t.Errorf("v1.3.0 was read %d times (%v) while trust was expired; want never", reads, err)
