@@ -92,8 +92,8 @@ type Config struct {
 	// roots it walked, or host.json's keys). A manifest refused for its signature is read again
 	// once Trust's version differs from the one it was refused under: trust moved (a root
 	// walked), and a release signed under the newer root is taken. Nil: TrustedKeys.
-	Trust func() wire.Trust
-	Records     Records
+	Trust   func() wire.Trust
+	Records Records
 	// Platform is the platform this node takes builds for; zero: this machine's
 	// (wire.NodePlatform of its GOOS, GOARCH and the kernel's machine word, for arm's variant).
 	Platform wire.Platform
