@@ -33,6 +33,8 @@ func (h *Host) readEvents(ctx context.Context) {
 			h.withdrawalsArrived(ctx, ev)
 		case link.WindowChanged:
 			h.windowChanged(ctx, ev)
+		case link.BusArrived:
+			h.busArrived(ctx, ev)
 		}
 	}
 }

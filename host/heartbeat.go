@@ -125,6 +125,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	}
 	hb.Window = h.windowState()
 	hb.LinkClass = h.opts.Config.LinkClass
+	hb.BusSeq, hb.BusCAs = h.busState()
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb

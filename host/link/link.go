@@ -66,7 +66,7 @@ func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived, TargetChanged, WithdrawalsArrived or WindowChanged.
+// DeclarationArrived, TargetChanged, WithdrawalsArrived, WindowChanged or BusArrived.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -614,7 +614,8 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 }
 
 // startSession starts the watches for one connected period — the declaration, the withdrawal
-// list, the target's fold (the node's key and the fleet's) and the window's — and returns a
+// list, the target's fold (the node's key and the fleet's), the window's and the bus
+// configuration (bus.go) — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
@@ -633,6 +634,9 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 	// credentials are renewed; the reconnect that follows starts a session with them).
 	if !l.legacy.Load() {
 		keys = append(keys, l.windowWatches(&l.windows))
+	}
+	if l.followsBus() {
+		keys = append(keys, l.busWatch())
 	}
 	var wg sync.WaitGroup
 	for _, k := range keys {
