@@ -1,9 +1,11 @@
 package link
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/novox/mesh-host/internal/text"
@@ -51,23 +53,33 @@ func (l *Link) busWatch() watchedKeys {
 // ErrNotTLS is CheckServerCAs' answer when the link is up without TLS: no CA to lose.
 var ErrNotTLS = errors.New("the link to the bus does not use TLS")
 
+// notePeer keeps the chain a TLS handshake verified (tls.Config.VerifyConnection). nats.go's
+// TLSConnectionState reads the connection's status without its lock, so the link keeps its own.
+func (l *Link) notePeer(cs tls.ConnectionState) error {
+	certs := slices.Clone(cs.PeerCertificates)
+	l.peer.Store(&certs)
+	return nil
+}
+
 // CheckServerCAs checks that the certificate of the server the link is connected to now
 // verifies against pool: a bundle it does not would cut this node off at its next reconnect.
-// ErrNotTLS when the connection is not TLS, ErrNotConnected while the link is down.
+// ErrNotTLS when the link verifies no server certificate with a CA file, ErrNotConnected while
+// the link is down.
 func (l *Link) CheckServerCAs(pool *x509.CertPool) error {
 	if !l.nc.IsConnected() {
 		return ErrNotConnected
 	}
-	cs, err := l.nc.TLSConnectionState()
-	if err != nil || len(cs.PeerCertificates) == 0 {
+	p := l.peer.Load()
+	if p == nil || len(*p) == 0 {
 		return ErrNotTLS
 	}
+	peer := *p
 	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
+	for _, c := range peer[1:] {
 		inter.AddCert(c)
 	}
-	leaf := cs.PeerCertificates[0]
-	_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, CurrentTime: time.Now(),
+	leaf := peer[0]
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, CurrentTime: time.Now(),
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	if err != nil {
 		return fmt.Errorf("the certificate of the server this node is connected to (%s, %q, issued by %q) does not verify against these CAs: %w",

@@ -9,6 +9,8 @@ package link
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -170,6 +172,9 @@ type Link struct {
 	targetKey  string
 	targetRev  uint64
 	windows    windowFold // the maintenance window's keys (window.go)
+	// peer is the certificate chain the last TLS handshake verified (with a CA file only): the
+	// server the link is connected to while it is up (bus.go).
+	peer atomic.Pointer[[]*x509.Certificate]
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -310,7 +315,10 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		if _, err := os.Stat(o.CA); err != nil {
 			return nil, fmt.Errorf("link: CA file: %w", err)
 		}
-		opts = append(opts, nats.RootCAs(o.CA))
+		// The CA file is read at every connection attempt (nats.RootCAs' callback), so a bundle
+		// a bus configuration wrote is the next reconnect's (decision 0046); notePeer keeps the
+		// chain each handshake verified, for CheckServerCAs.
+		opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: l.notePeer}), nats.RootCAs(o.CA))
 	}
 	return opts, nil
 }
