@@ -116,7 +116,11 @@ func AddCA(dataDir string) (next *x509.Certificate, made bool, err error) {
 func SwitchCA(dataDir string) (CAs, error) {
 	c, err := ReadCAs(dataDir)
 	if err != nil {
-		return CAs{}, err
+		// A switch cut short between the CA's key and its certificate leaves a pair that does
+		// not load; next/ and previous/ say it was under way, and it is finished.
+		if c, err = switchUnderWay(dataDir, err); err != nil {
+			return CAs{}, err
+		}
 	}
 	if c.Next == nil {
 		return CAs{}, errors.New("tls: no new CA to switch to: add one first (mesh-release bus ca add), and switch once every node holds it")
@@ -158,6 +162,24 @@ func SwitchCA(dataDir string) (CAs, error) {
 		return CAs{}, fmt.Errorf("tls: %w", err)
 	}
 	return ReadCAs(dataDir)
+}
+
+// switchUnderWay is the CAs of a switch cut short (next/ and previous/ both there), else readErr.
+func switchUnderWay(dataDir string, readErr error) (CAs, error) {
+	dir := filepath.Join(dataDir, TLSDir)
+	next, _, err := loadCA(filepath.Join(dir, NextCADir))
+	if err != nil {
+		return CAs{}, readErr
+	}
+	b, err := os.ReadFile(filepath.Join(dir, PreviousCADir, CAFile))
+	if err != nil {
+		return CAs{}, readErr
+	}
+	prev, err := parseCertPEM(b)
+	if err != nil {
+		return CAs{}, readErr
+	}
+	return CAs{Next: next, Previous: prev}, nil
 }
 
 // DropCA ends a rollover: the CA used before the switch leaves previous/ for
