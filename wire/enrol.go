@@ -209,7 +209,9 @@ type TokenRoot struct {
 func (r TokenRoot) String() string { return fmt.Sprintf("root v%d (%s)", r.Version, r.Fingerprint) }
 
 // Tag is r as a token user's JWT tag.
-func (r TokenRoot) Tag() string { return fmt.Sprintf("%s%d:%s", TokenRootTag, r.Version, r.Fingerprint) }
+func (r TokenRoot) Tag() string {
+	return fmt.Sprintf("%s%d:%s", TokenRootTag, r.Version, r.Fingerprint)
+}
 
 // TokenRootOf finds the root a token user's JWT tags pin; ok is false when none does (a token
 // made before roots, or before one was published). A tag of TokenRootTag's form that does not
