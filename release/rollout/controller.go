@@ -228,7 +228,7 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 			c.emit(&done, Event{Kind: EventSuperseded, Message: supersededMessage(done)})
 		}
 	}
-	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st)})
+	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st) + trustWords(st, entries)})
 	if st.Policy == PolicyImmediate || len(st.Batches) == 0 {
 		r := c.newRunner(s, st, rev)
 		return r.completeNow(ctx)
