@@ -256,8 +256,9 @@ func (e *Exporter) readBuckets(now time.Time) buckets {
 	return b
 }
 
-// countReleases counts the manifests in the releases bucket (one key a version). Listing the
-// keys reads their last headers only, never the manifests.
+// countReleases counts the manifests in the releases bucket (one key a version; the bucket's
+// other keys, roots root.<n> and the bus document, are not releases). Listing the keys reads
+// their last headers only, never the manifests.
 func countReleases(ctx context.Context, js jetstream.JetStream, n wire.Names) (int, error) {
 	kv, err := js.KeyValue(ctx, n.Releases())
 	if err != nil {
@@ -269,8 +270,10 @@ func countReleases(ctx context.Context, js jetstream.JetStream, n wire.Names) (i
 	}
 	defer kl.Stop()
 	count := 0
-	for range kl.Keys() {
-		count++
+	for k := range kl.Keys() {
+		if wire.ValidVersion(k) {
+			count++
+		}
 	}
 	return count, nil
 }
