@@ -59,7 +59,7 @@ func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
 		return
 	}
 	t := *ev.Target
-	if err := t.Verify(ev.Key, h.trusted); err != nil {
+	if err := t.Verify(ev.Key, wire.LegacyTrust(nil, h.trusted), h.now()); err != nil {
 		h.refuse(ctx, "target", ev.Revision, fmt.Sprintf("%s %s refused: %v; %s", ev.Key, t.Version, err, keep))
 		return
 	}
@@ -158,7 +158,7 @@ func (h *Host) withdrawalsArrived(ctx context.Context, ev link.WithdrawalsArrive
 		h.refuse(ctx, "withdrawals", ev.Revision, fmt.Sprintf("%v; the versions withdrawn before stay withdrawn", err))
 		return
 	}
-	if err := w.Verify(h.trusted); err != nil {
+	if err := w.Verify(wire.LegacyTrust(nil, h.trusted), h.now()); err != nil {
 		h.refuse(ctx, "withdrawals", ev.Revision, fmt.Sprintf("%v; the versions withdrawn before stay withdrawn", err))
 		return
 	}

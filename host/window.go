@@ -200,7 +200,7 @@ func (h *Host) windowChanged(ctx context.Context, ev link.WindowChanged) {
 
 // verifyWindow checks that w was signed for key by a trusted target key and applies to node.
 func verifyWindow(key string, w wire.Window, node string, trusted []ed25519.PublicKey) (*keptWindow, error) {
-	if err := w.Verify(key, trusted); err != nil {
+	if err := w.Verify(key, wire.LegacyTrust(nil, trusted), time.Now()); err != nil {
 		return nil, fmt.Errorf("%s refused: %w", key, err)
 	}
 	if !w.For(key, node) {

@@ -386,7 +386,7 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	if m.Version != version {
 		return release{}, refuse(version, KindBadManifest, "the manifest under %s is for %s; republish it under its own version", version, m.Version)
 	}
-	if err := m.Verify(d.cfg.TrustedKeys); err != nil {
+	if err := m.Verify(wire.LegacyTrust(d.cfg.TrustedKeys, nil)); err != nil {
 		return release{}, refuse(version, KindSignature, "%w", err)
 	}
 	b, err := m.For(d.platform)
