@@ -62,12 +62,12 @@ type keeper struct {
 	check time.Duration
 
 	keys    map[string]Current
-	windows map[string]window     // the window keys
-	lists   jetstream.KeyValue   // the withdrawals bucket; nil on a bus without it
+	windows map[string]window  // the window keys
+	lists   jetstream.KeyValue // the withdrawals bucket; nil on a bus without it
 	// listWarned is the revision of the list last said unreadable, so it is said once.
 	listWarned uint64
 	retryAt    map[string]time.Time // a key whose re-signing failed, and when to try again
-	foreign map[string]uint64    // keys reported as not ours, at that revision (said once)
+	foreign    map[string]uint64    // keys reported as not ours, at that revision (said once)
 	// signed is, per key, whether its target at a revision verifies with this keeper's key:
 	// each pass looks over every key, and checking an ed25519 signature each time was a third
 	// of a rollout controller's CPU at 100,000 nodes. A revision's value never changes.
