@@ -66,7 +66,7 @@ func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived, TargetChanged, WithdrawalsArrived or WindowChanged.
+// DeclarationArrived, TargetChanged, WithdrawalsArrived, WindowChanged or RootNoticed.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -170,6 +170,8 @@ type Link struct {
 	targetKey  string
 	targetRev  uint64
 	windows    windowFold // the maintenance window's keys (window.go)
+	// rootNoticesSaid: the refusal of the root notices' subscription was logged (roots.go).
+	rootNoticesSaid atomic.Bool
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -289,6 +291,9 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			}
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
+			}
+			if l.rootNoticesRefused(err) {
+				return
 			}
 			if refusedConsumerDelete(err) {
 				// With legacy credentials nats.go deletes the consumer of an object fetch when
@@ -614,7 +619,8 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 }
 
 // startSession starts the watches for one connected period — the declaration, the withdrawal
-// list, the target's fold (the node's key and the fleet's) and the window's — and returns a
+// list, the target's fold (the node's key and the fleet's), the window's, and the notices of
+// new roots (roots.go) — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
@@ -635,6 +641,8 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 		keys = append(keys, l.windowWatches(&l.windows))
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); l.followRootNotices(ctx) }()
 	for _, k := range keys {
 		wg.Add(1)
 		go func() {
