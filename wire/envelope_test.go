@@ -240,8 +240,7 @@ func TestARootAlteredAfterSigningIsRefused(t *testing.T) {
 // counts for nothing, a key cannot count twice; each form of refusal still matches the
 // document's older sentinel.
 func TestThresholdOfTwoOfThreeReleaseKeys(t *testing.T) {
-	r := makeRoot(1, roleSpec{keys(rootA), 1, ""}, roleSpec{keys(relA, relB, relC), 2, ""}, roleSpec{keys(tgtA, tgtB), 2, ""})
-	tr := trustAt(t, r, rootA)
+	tr := thresholdTrust(t)
 	for _, tc := range []struct {
 		name    string
 		signers []ed25519.PrivateKey
@@ -273,72 +272,87 @@ func TestThresholdOfTwoOfThreeReleaseKeys(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a key signing twice", func(t *testing.T) {
-		m := testManifestDoc()
-		must(t, m.Sign(relA))
-		if err := m.AddSignature(relA); err == nil || !strings.Contains(err.Error(), "signed it already") {
-			t.Fatalf("adding the same key again: %v", err)
-		}
-		sg, _ := wire.SignText(m.SigningText(), relA)
-		m.SignatureList = wire.SignatureList{Signatures: []wire.Signature{sg, sg}}
-		if _, err := wire.ParseManifest(m.Marshal()); err == nil || !strings.Contains(err.Error(), "signed twice") {
-			t.Fatalf("parse a manifest signed twice by one key: %v", err)
-		}
-		if err := tr.Verify(m.Envelope(), envNow); err == nil || !strings.Contains(err.Error(), "signed twice") {
-			t.Fatalf("verify an envelope signed twice by one key: %v", err)
-		}
-	})
-	t.Run("a target, a window and the withdrawal list signed by two targets keys", func(t *testing.T) {
-		x := testTargetDoc()
-		must(t, x.Sign("fleet", tgtA))
-		if err := x.Verify("fleet", tr, envNow); !errors.Is(err, wire.ErrBelowThreshold) || !errors.Is(err, wire.ErrTargetUnknownKey) {
-			t.Fatalf("target signed by one: %v", err)
-		}
-		must(t, x.AddSignature("fleet", tgtB))
-		w := testWindowDoc()
-		must(t, w.Sign("window.fleet", tgtB))
-		must(t, w.AddSignature("window.fleet", tgtA))
-		l := testWithdrawalsDoc()
-		must(t, l.Sign(tgtA))
-		must(t, l.AddSignature(tgtB))
-		for _, c := range []struct {
-			name   string
-			b      []byte
-			verify func([]byte) error
-		}{
-			{"target", x.Marshal(), func(b []byte) error {
-				x, err := wire.ParseTarget(b)
-				if err != nil {
-					return err
-				}
-				return x.Verify("fleet", tr, envNow)
-			}},
-			{"window", w.Marshal(), func(b []byte) error {
-				x, err := wire.ParseWindow(b)
-				if err != nil {
-					return err
-				}
-				return x.Verify("window.fleet", tr, envNow)
-			}},
-			{"withdrawals", l.Marshal(), func(b []byte) error {
-				x, err := wire.ParseWithdrawals(b)
-				if err != nil {
-					return err
-				}
-				return x.Verify(tr, envNow)
-			}},
-		} {
-			if err := c.verify(c.b); err != nil {
-				t.Errorf("%s signed by two: %v", c.name, err)
+}
+
+// thresholdTrust is root v1 with releases relA, relB, relC and targets tgtA, tgtB, each
+// threshold 2.
+func thresholdTrust(t *testing.T) wire.Trust {
+	r := makeRoot(1, roleSpec{keys(rootA), 1, ""}, roleSpec{keys(relA, relB, relC), 2, ""}, roleSpec{keys(tgtA, tgtB), 2, ""})
+	return trustAt(t, r, rootA)
+}
+
+// A key counts once toward a threshold: adding it again, a list naming it twice, an envelope
+// naming it twice are refused.
+func TestAKeySigningTwiceIsRefused(t *testing.T) {
+	tr := thresholdTrust(t)
+	m := testManifestDoc()
+	must(t, m.Sign(relA))
+	if err := m.AddSignature(relA); err == nil || !strings.Contains(err.Error(), "signed it already") {
+		t.Fatalf("adding the same key again: %v", err)
+	}
+	sg, _ := wire.SignText(m.SigningText(), relA)
+	m.SignatureList = wire.SignatureList{Signatures: []wire.Signature{sg, sg}}
+	if _, err := wire.ParseManifest(m.Marshal()); err == nil || !strings.Contains(err.Error(), "signed twice") {
+		t.Fatalf("parse a manifest signed twice by one key: %v", err)
+	}
+	if err := tr.Verify(m.Envelope(), envNow); err == nil || !strings.Contains(err.Error(), "signed twice") {
+		t.Fatalf("verify an envelope signed twice by one key: %v", err)
+	}
+}
+
+// A target, a window and the withdrawal list signed by two targets keys are written as
+// signatures and verify with a threshold of 2.
+func TestOnlineDocumentsSignedByTwoKeys(t *testing.T) {
+	tr := thresholdTrust(t)
+	x := testTargetDoc()
+	must(t, x.Sign("fleet", tgtA))
+	if err := x.Verify("fleet", tr, envNow); !errors.Is(err, wire.ErrBelowThreshold) || !errors.Is(err, wire.ErrTargetUnknownKey) {
+		t.Fatalf("target signed by one: %v", err)
+	}
+	must(t, x.AddSignature("fleet", tgtB))
+	w := testWindowDoc()
+	must(t, w.Sign("window.fleet", tgtB))
+	must(t, w.AddSignature("window.fleet", tgtA))
+	l := testWithdrawalsDoc()
+	must(t, l.Sign(tgtA))
+	must(t, l.AddSignature(tgtB))
+	for _, c := range []struct {
+		name   string
+		b      []byte
+		verify func([]byte) error
+	}{
+		{"target", x.Marshal(), func(b []byte) error {
+			x, err := wire.ParseTarget(b)
+			if err != nil {
+				return err
 			}
-			var top map[string]json.RawMessage
-			must(t, json.Unmarshal(c.b, &top))
-			_, single := top["key_id"]
-			if _, list := top["signatures"]; single || !list {
-				t.Errorf("%s signed by two is not written as signatures: %s", c.name, c.b)
+			return x.Verify("fleet", tr, envNow)
+		}},
+		{"window", w.Marshal(), func(b []byte) error {
+			x, err := wire.ParseWindow(b)
+			if err != nil {
+				return err
 			}
+			return x.Verify("window.fleet", tr, envNow)
+		}},
+		{"withdrawals", l.Marshal(), func(b []byte) error {
+			x, err := wire.ParseWithdrawals(b)
+			if err != nil {
+				return err
+			}
+			return x.Verify(tr, envNow)
+		}},
+	} {
+		if err := c.verify(c.b); err != nil {
+			t.Errorf("%s signed by two: %v", c.name, err)
 		}
-	})
+		var top map[string]json.RawMessage
+		must(t, json.Unmarshal(c.b, &top))
+		_, single := top["key_id"]
+		if _, list := top["signatures"]; single || !list {
+			t.Errorf("%s signed by two is not written as signatures: %s", c.name, c.b)
+		}
+	}
 }
 
 // One signature is written as key_id and signature, more as signatures, never both; a list
