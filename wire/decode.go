@@ -495,6 +495,3 @@ func plainKey(key string) bool {
 	}
 	return true
 }
-
-// decodeStrict is DecodeStrict inside this package.
-func decodeStrict(b []byte, v any) error { return DecodeStrict(b, v) }

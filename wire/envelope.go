@@ -136,7 +136,8 @@ func verifyDocument(trust Trust, env Envelope, now time.Time, unsigned, unknown,
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotSigned):
-		also = unsigned
+		// Said in the document's own words, as before roots: "target node.web-01: target is not signed".
+		return &sentinelError{msg: env.what() + ": " + unsigned.Error(), is: []error{err, unsigned}}
 	case errors.Is(err, ErrKeyNotTrusted), errors.Is(err, ErrBelowThreshold):
 		also = unknown
 	case errors.Is(err, ErrSignatureInvalid):

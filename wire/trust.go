@@ -88,13 +88,21 @@ func (t Trust) Roots() []Root { return t.roots }
 // keys and a threshold of its own. A node holding no root accepts version 1 once (the
 // migration from host.json's keys), when a threshold of its own root keys and at least one key
 // the node already trusts signed it. A version that is not the next is refused by name: going
-// back is never possible, and skipping one is walking the chain instead.
+// back is never possible, and skipping one is walking the chain instead. The root the node holds,
+// read again, changes nothing; another root of the same version is refused by name.
 func (t Trust) Advance(next Root) (Trust, error) {
 	if err := next.Validate(); err != nil {
 		return t, err
 	}
 	cur, ok := t.Root()
 	want := cur.Version + 1
+	if ok && next.Version == cur.Version {
+		if next.Fingerprint() == cur.Fingerprint() {
+			return t, nil // the root this node holds, read again
+		}
+		return t, fmt.Errorf("root v%d refused: this node holds another root v%d (fingerprint %s, this one %s); one version has one content, so one of them was not made by the root keys' holders",
+			next.Version, cur.Version, cur.Fingerprint(), next.Fingerprint())
+	}
 	if next.Version < want {
 		return t, fmt.Errorf("root v%d refused: this node holds root v%d and never goes back a version", next.Version, cur.Version)
 	}
@@ -149,6 +157,9 @@ func (t Trust) Verify(env Envelope, now time.Time) error {
 	if !ok {
 		return t.verifyLegacy(env)
 	}
+	if err := checkSignatures(env.what(), env.Signatures); err != nil {
+		return err
+	}
 	if err := verifyEnvelope(r, env); err != nil {
 		if removed := t.removedBy(env); removed != "" {
 			return &sentinelError{msg: env.what() + ": " + removed, is: []error{ErrKeyRemoved, ErrKeyNotTrusted}}
@@ -188,6 +199,9 @@ func (t Trust) verifyLegacy(env Envelope) error {
 func verifyEnvelope(r Root, env Envelope) error {
 	if len(env.Signatures) == 0 {
 		return ErrNotSigned
+	}
+	if err := checkSignatures(env.what(), env.Signatures); err != nil {
+		return err // a key counted twice toward a threshold, or too many signatures
 	}
 	rk := r.Roles[env.Role]
 	good, outside := 0, []string{}
