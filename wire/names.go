@@ -62,9 +62,11 @@ func NodeCredentialsSubject(node string) string { return NodeInboxPrefix(node) +
 // JWT's tag NodeUserTagPrefix+version: a host whose user is of an older version asks for it on
 // RenewSubject. 1 is the permissions from before decision 0022 (no tag); 2 follows keys by
 // subscription and direct get and may ask RenewSubject (decision 0024); 3 may also read its
-// maintenance window and the fleet's (decision 0029).
+// maintenance window and the fleet's (decision 0029); 4 may also subscribe to the notices of the
+// roots and of the bus configuration, the releases bucket's keys root.<n> and BusKey (decisions
+// 0045, 0046).
 const (
-	NodeUserVersion   = 3
+	NodeUserVersion   = 4
 	NodeUserTagPrefix = "mesh-node-user:"
 )
 

@@ -421,15 +421,7 @@ func (d *Deliverer) trust() wire.Trust {
 
 // verifyManifest checks m's signature as trust requires of the releases role.
 func verifyManifest(m wire.Manifest, trust wire.Trust) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	var sigs []wire.Signature
-	if m.KeyID != "" || m.Signature != "" {
-		sigs = []wire.Signature{{KeyID: m.KeyID, Signature: m.Signature}}
-	}
-	return trust.Verify(wire.Envelope{Kind: wire.KindManifest, Name: m.Version, Role: wire.RoleReleases,
-		Text: m.SigningText(), Signatures: sigs}, time.Now())
+	return m.Verify(trust)
 }
 
 // worded is err said in other words for the operator: errors.Is and As still see err.

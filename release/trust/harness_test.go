@@ -81,6 +81,8 @@ func startMeshIn(t testing.TB, data string) *mesh {
 		{m.names.Targets(), wire.NodeWindowKey("node-b"), `{"days": ["tue"]}`},
 		{m.names.Targets(), wire.FleetWindowKey, `{"days": ["wed"]}`},
 		{m.names.Releases(), "v1.0.0", `{"version": "v1.0.0"}`},
+		{m.names.Releases(), wire.RootKey(1), `{"version": 1}`},
+		{m.names.Releases(), wire.BusKey, `{"seq": 1}`},
 		{m.names.Withdrawals(), wire.WithdrawalsKey, `{"seq": 1}`},
 		{m.names.Rollouts(), "r1", `{}`},
 	} {

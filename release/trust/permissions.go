@@ -47,6 +47,8 @@ func getKey(bucket, key string) string {
 //     (wire.NodeTargetKey), the fleet target (wire.FleetTargetKey), the withdrawals list
 //     (wire.WithdrawalsKey), and its maintenance window and the fleet's (wire.NodeWindowKey,
 //     wire.FleetWindowKey, in the targets bucket: decision 0029);
+//   - subscribe to the notices of the roots and of the bus configuration, the releases
+//     bucket's keys root.<n> and wire.BusKey (decisions 0045, 0046; wire.NodeUserVersion 4);
 //   - direct gets of a release manifest (kv.Get on releases), of an archive's or a blob's
 //     metadata (obs.GetInfo), and of the messages of the archive and blob stores (an object's
 //     chunks, one direct get each: internal/objfetch);
@@ -80,6 +82,10 @@ func NodePermissions(names wire.Names, node string) jwt.Permissions {
 	}
 	// A version may hold dots, so a manifest's key is one or more tokens.
 	p.Pub.Allow.Add(jsDirectGet + kvStream(names.Releases()) + "." + kvSubject(names.Releases(), ">"))
+	// The notices of the releases bucket's two keys every node follows besides its own: each
+	// root (root.<n>, decision 0045) and the bus configuration (decision 0046). Not the
+	// manifests' writes: a node fetches a manifest when a target names it.
+	p.Sub.Allow.Add(kvSubject(names.Releases(), "root.>"), kvSubject(names.Releases(), wire.BusKey))
 	for _, o := range objs {
 		p.Pub.Allow.Add(
 			// The next message on an object's chunk subject, $O.<bucket>.C.<nuid>, from a

@@ -246,6 +246,9 @@ func TestNodeUserMayDoExactlyWhatTheHostDoesAndNothingElse(t *testing.T) {
 		{name: "follow the withdrawals", do: follow(W, wire.WithdrawalsKey, "")},
 		{name: "follow its maintenance window", do: follow(T, wire.NodeWindowKey("node-a"), "")},
 		{name: "follow the fleet's maintenance window", do: follow(T, wire.FleetWindowKey, "")},
+		{name: "follow the roots", do: follow(R, wire.RootKey(1), `{"version": 1}`)},
+		{name: "subscribe to every root's notice", do: subscribe("$KV." + R + ".root.>")},
+		{name: "follow the bus configuration", do: follow(R, wire.BusKey, `{"seq": 1}`)},
 		{name: "get a release manifest", do: func(ctx context.Context, c *client) error {
 			kv, err := c.js.KeyValue(ctx, R)
 			if err != nil {
@@ -321,6 +324,10 @@ func TestNodeUserMayDoExactlyWhatTheHostDoesAndNothingElse(t *testing.T) {
 			refused: "Subscription $KV." + D + ".node-b"},
 		{name: "subscribe to the writes of the whole declarations bucket", do: subscribe("$KV." + D + ".>"), queued: true,
 			refused: "Subscription $KV." + D + ".>"},
+		{name: "subscribe to the writes of every release (a manifest's notice is not a node's)", do: subscribe("$KV." + R + ".>"), queued: true,
+			refused: "Subscription $KV." + R + ".>"},
+		{name: "subscribe to a release's writes", do: subscribe("$KV." + R + ".v1.0.0"), queued: true,
+			refused: "Subscription $KV." + R + ".v1.0.0"},
 		{name: "subscribe to the rollouts' writes", do: subscribe("$KV." + n.Rollouts() + ".r1"), queued: true,
 			refused: "Subscription $KV." + n.Rollouts() + ".r1"},
 		{name: "watch another node's declaration", do: watch(D, []string{"node-b"}, ""),
