@@ -168,7 +168,9 @@ func (h *Host) withdrawalsArrived(ctx context.Context, ev link.WithdrawalsArrive
 	}
 	h.mu.Lock()
 	h.withdrawalsRev = ev.Revision
+	h.withdrawalsList = keptList{seq: w.Seq, expires: w.ExpiresAt(), revision: ev.Revision}
 	h.mu.Unlock()
+	h.checkWithdrawalsExpiry(ctx)
 	h.applyWithdrawals(ctx, ev.Revision, !same)
 }
 

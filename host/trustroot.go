@@ -242,3 +242,30 @@ func (h *Host) heldByExpiry(key string, t wire.Target) string {
 	return fmt.Sprintf("%s %s not taken: %s (root v%d); this node takes no new target until a fresher root reaches it",
 		key, t.Version, wire.TrustExpiredLine(since), h.trustNow().Version())
 }
+
+// keptList is the withdrawal list accepted last: its seq, expiry (zero: none) and revision, and
+// the expiry already reported.
+type keptList struct {
+	seq      uint64
+	expires  time.Time
+	revision uint64
+	said     bool
+}
+
+// checkWithdrawalsExpiry reports, once per list, that the withdrawal list accepted has expired:
+// its withdrawals stay in force (a withdrawal is never undone), and a newer list is overdue —
+// the node may be cut off from the lists the release side signed since (a freeze).
+func (h *Host) checkWithdrawalsExpiry(ctx context.Context) {
+	h.mu.Lock()
+	l := h.withdrawalsList
+	due := !l.said && !l.expires.IsZero() && !h.now().Before(l.expires)
+	if due {
+		h.withdrawalsList.said = true
+	}
+	h.mu.Unlock()
+	if !due {
+		return
+	}
+	h.refuse(ctx, "withdrawals", l.revision, fmt.Sprintf("the withdrawal list (seq %d) expired at %s: the versions it withdraws stay withdrawn (a withdrawal is never undone), and a newer list is overdue — is this node cut off from the lists signed since?",
+		l.seq, l.expires.UTC().Format(time.RFC3339)))
+}
