@@ -208,3 +208,27 @@ func TestExpiredTrustKeepsTheHostRunningAndHoldsNewTargetsUntilAFreshRoot(t *tes
 		t.Errorf("mesh-launcher status and the heartbeat's readers say it differently")
 	}
 }
+
+// A trust store that does not load is named in a refusal and never replaced by host.json's
+// keys: the host runs and reconciles on, taking nothing signed, walking no root.
+func TestATrustStoreThatDoesNotLoadIsNamedAndTheHostRunsOn(t *testing.T) {
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
+	root := newRoot(t, "v1.0.0")
+	if err := os.MkdirAll(truststore.Dir(root), truststore.DirMode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(truststore.Dir(root), truststore.FileName(1)), []byte(`{"schema":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	putRoot(b, rootV(t, 1, time.Now().Add(time.Hour), meshtest.ReleaseKey, meshtest.ReleaseKey))
+	th := startHost(t, root, "n1", b.URL())
+	hb := meshtest.WaitHeartbeat(t, hbs, "the trust store refused", refusedAt(RefusedRoot, 0))
+	if !strings.Contains(hb.Refused.Error, "root.1.json is refused") || hb.TrustRoot != 0 || hb.State != wire.StateRunning {
+		t.Errorf("refusal %q, trust_root %d, state %s", hb.Refused.Error, hb.TrustRoot, hb.State)
+	}
+	key := wire.NodeTargetKey("n1")
+	rev := putTarget(b, key, signed(t, key, "v1.1.0", 1, time.Now().Add(time.Hour), meshtest.ReleaseKey.Private).Marshal())
+	meshtest.WaitHeartbeat(t, hbs, "a target signed by a host.json key refused", refusedAt("target", rev))
+	meshtest.Eventually(t, "a reconcile", func() bool { return th.reconciles().Count("start") >= 1 })
+}
