@@ -236,7 +236,7 @@ func (h *Host) heldByExpiry(key string, t wire.Target) string {
 	h.mu.Lock()
 	cur := h.target
 	h.mu.Unlock()
-	if cur != nil && cur.key == key && cur.target.Seq == t.Seq && cur.target.Signature == t.Signature {
+	if cur != nil && cur.key == key && cur.target.Seq == t.Seq && cur.target.Version == t.Version {
 		return ""
 	}
 	return fmt.Sprintf("%s %s not taken: %s (root v%d); this node takes no new target until a fresher root reaches it",
