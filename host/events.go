@@ -34,16 +34,15 @@ func (h *Host) readEvents(ctx context.Context) {
 		switch ev := ev.(type) {
 		case link.Connected:
 			h.log.Info("linked to the bus", "url", ev.URL)
-			h.kickRoots()
 			h.heartbeatSoon()
 		case link.Reconnected:
 			h.log.Info("linked to the bus again", "url", ev.URL)
-			h.kickRoots()
 			h.triggers.kick(wire.TriggerReconnect)
 			h.heartbeatSoon()
 		case link.Disconnected:
 			h.log.Warn("lost the bus; reconciling from the store until it returns", "err", ev.Err)
 		case link.RootNoticed:
+			// Also at the start of every session (each connect and reconnect): the walk.
 			h.kickRoots()
 		case link.DeclarationArrived:
 			h.declarationArrived(ctx, ev)
