@@ -14,8 +14,8 @@ import (
 // watches never stall). A declaration is validated and held before it triggers a reconcile; one
 // that is refused is recorded and reported, and the held one stays.
 //
-// When trust moves (a root walked), the target, withdrawal list and window last reported are
-// judged again with it: one refused for a key the node did not trust yet is taken now.
+// When trust moves (a root walked), the target, withdrawal list, window and bus configuration
+// last reported are judged again with it: one refused for a key the node did not trust yet is taken now.
 func (h *Host) readEvents(ctx context.Context) {
 	var last lastSigned
 	events := h.link.Events()
@@ -56,6 +56,7 @@ func (h *Host) readEvents(ctx context.Context) {
 			last.window = &ev
 			h.windowChanged(ctx, ev)
 		case link.BusArrived:
+			last.bus = &ev
 			h.busArrived(ctx, ev)
 		}
 	}
@@ -66,6 +67,7 @@ type lastSigned struct {
 	target      *link.TargetChanged
 	withdrawals *link.WithdrawalsArrived
 	window      *link.WindowChanged
+	bus         *link.BusArrived
 }
 
 // again judges each again with the trust held now; what was taken already is taken again
@@ -77,6 +79,9 @@ func (l lastSigned) again(ctx context.Context, h *Host) {
 	}
 	if l.window != nil {
 		h.windowChanged(ctx, *l.window)
+	}
+	if l.bus != nil && !l.bus.Deleted {
+		h.busArrived(ctx, *l.bus)
 	}
 	if l.target != nil {
 		h.targetChanged(ctx, *l.target)
