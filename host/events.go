@@ -14,8 +14,8 @@ import (
 // watches never stall). A declaration is validated and held before it triggers a reconcile; one
 // that is refused is recorded and reported, and the held one stays.
 //
-// When trust moves (a root walked), the target, withdrawal list and window last reported are
-// judged again with it: one refused for a key the node did not trust yet is taken now.
+// When trust moves (a root walked), the target, withdrawal list, window and bus configuration
+// last reported are judged again with it: one refused for a key the node did not trust yet is taken now.
 func (h *Host) readEvents(ctx context.Context) {
 	var last lastSigned
 	events := h.link.Events()
@@ -34,16 +34,15 @@ func (h *Host) readEvents(ctx context.Context) {
 		switch ev := ev.(type) {
 		case link.Connected:
 			h.log.Info("linked to the bus", "url", ev.URL)
-			h.kickRoots()
 			h.heartbeatSoon()
 		case link.Reconnected:
 			h.log.Info("linked to the bus again", "url", ev.URL)
-			h.kickRoots()
 			h.triggers.kick(wire.TriggerReconnect)
 			h.heartbeatSoon()
 		case link.Disconnected:
 			h.log.Warn("lost the bus; reconciling from the store until it returns", "err", ev.Err)
 		case link.RootNoticed:
+			// Also at the start of every session (each connect and reconnect): the walk.
 			h.kickRoots()
 		case link.DeclarationArrived:
 			h.declarationArrived(ctx, ev)
@@ -57,6 +56,7 @@ func (h *Host) readEvents(ctx context.Context) {
 			last.window = &ev
 			h.windowChanged(ctx, ev)
 		case link.BusArrived:
+			last.bus = &ev
 			h.busArrived(ctx, ev)
 		}
 	}
@@ -67,6 +67,7 @@ type lastSigned struct {
 	target      *link.TargetChanged
 	withdrawals *link.WithdrawalsArrived
 	window      *link.WindowChanged
+	bus         *link.BusArrived
 }
 
 // again judges each again with the trust held now; what was taken already is taken again
@@ -78,6 +79,9 @@ func (l lastSigned) again(ctx context.Context, h *Host) {
 	}
 	if l.window != nil {
 		h.windowChanged(ctx, *l.window)
+	}
+	if l.bus != nil && !l.bus.Deleted {
+		h.busArrived(ctx, *l.bus)
 	}
 	if l.target != nil {
 		h.targetChanged(ctx, *l.target)

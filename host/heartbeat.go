@@ -125,6 +125,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	}
 	hb.Window = h.windowState()
 	h.checkTrustExpiry()
+	h.checkWithdrawalsExpiry(ctx)
 	hb.TrustRoot = h.trustNow().Version()
 	if since, ok := h.trustExpiredSince(); ok {
 		since = since.UTC()

@@ -75,22 +75,23 @@ type Host struct {
 	engine    *apply.Engine     // applies the held declaration (set in Run, once the link is open)
 	blobStore apply.Blobs       // the blobs its appliers read: ROOT/blobs, filled over the link
 
-	mu             sync.Mutex
-	confirmed      bool
-	target         *inForce    // the target accepted last; nil for none
-	expiry         *time.Timer // fires when target expires
-	delivery       *delivery   // nil when the host does not fetch versions (no link or no trusted keys)
-	withdrawn      map[string]wire.Withdrawn
-	withdrawalsRev uint64      // KV revision of the withdrawal list accepted last (0: known from the store)
-	saidNoStepDown bool        // the refusal "withdrawn, nothing to step down to" was recorded
-	lastApplied    *time.Time  // when a declaration was last applied completely (nil: not known)
-	window         *keptWindow // the maintenance window in force (window.go); nil for none
-	windowTimer    *time.Timer // rechecks Choose when the window opens
-	lastChoice     string      // what Choose named at the last stand-aside check
-	waitingSaid    string      // the wait last logged and left for status ("" for none)
-	waitWritten    bool        // the wait file was written (or removed) once since start
-	busSeq         uint64      // the bus configuration applied last (bus.go); 0 for none
-	urls           []string    // the nats_urls host.json holds since a bus configuration wrote them; nil: as at start
+	mu              sync.Mutex
+	confirmed       bool
+	target          *inForce    // the target accepted last; nil for none
+	expiry          *time.Timer // fires when target expires
+	delivery        *delivery   // nil when the host does not fetch versions (no link or no trusted keys)
+	withdrawn       map[string]wire.Withdrawn
+	withdrawalsRev  uint64      // KV revision of the withdrawal list accepted last (0: known from the store)
+	saidNoStepDown  bool        // the refusal "withdrawn, nothing to step down to" was recorded
+	withdrawalsList keptList    // the withdrawal list accepted last in this run: its expiry is reported
+	lastApplied     *time.Time  // when a declaration was last applied completely (nil: not known)
+	window          *keptWindow // the maintenance window in force (window.go); nil for none
+	windowTimer     *time.Timer // rechecks Choose when the window opens
+	lastChoice      string      // what Choose named at the last stand-aside check
+	waitingSaid     string      // the wait last logged and left for status ("" for none)
+	waitWritten     bool        // the wait file was written (or removed) once since start
+	busSeq          uint64      // the bus configuration applied last (bus.go); 0 for none
+	urls            []string    // the nats_urls host.json holds since a bus configuration wrote them; nil: as at start
 }
 
 // New makes a host; nothing happens until Run.

@@ -49,7 +49,7 @@ func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
 		h.refuse(ctx, "target", ev.Revision, held+"; "+keep)
 		return
 	}
-	same, err := h.store.AcceptSigned(ctx, store.TargetWhat, ev.Key, t.Seq, t.Signature)
+	same, err := h.store.AcceptSigned(ctx, store.TargetWhat, ev.Key, t.Seq, store.ContentID(t.SignatureList, t.SigningText(ev.Key)))
 	switch {
 	case errors.Is(err, store.ErrReplay), errors.Is(err, store.ErrSeqReused), errors.Is(err, store.ErrSeqAhead):
 		h.refuse(ctx, "target", ev.Revision, fmt.Sprintf("%s %s refused: %v; %s", ev.Key, t.Version, err, keep))
@@ -168,7 +168,9 @@ func (h *Host) withdrawalsArrived(ctx context.Context, ev link.WithdrawalsArrive
 	}
 	h.mu.Lock()
 	h.withdrawalsRev = ev.Revision
+	h.withdrawalsList = keptList{seq: w.Seq, expires: w.ExpiresAt(), revision: ev.Revision}
 	h.mu.Unlock()
+	h.checkWithdrawalsExpiry(ctx)
 	h.applyWithdrawals(ctx, ev.Revision, !same)
 }
 

@@ -91,7 +91,7 @@ func TestForgedAndReplayedTargetsAreRefusedAndTheAcceptedOneStays(t *testing.T) 
 		value []byte
 		want  string
 	}{
-		{"unsigned", wire.Target{Version: "v9.0.0", Seq: 200, Expires: later.UTC().Format(time.RFC3339)}.Marshal(), "target is not signed"},
+		{"unsigned", wire.Target{Version: "v9.0.0", Seq: 200, Expires: later.UTC().Format(time.RFC3339)}.Marshal(), "not signed"},
 		{"signed by a key this node does not trust", signed(t, key, "v9.0.0", 200, later, meshtest.StrangerKey.Private).Marshal(), "does not trust"},
 		{"altered after signing", altered.Marshal(), "signature does not verify"},
 		{"moved from another node's key", signed(t, wire.NodeTargetKey("n2"), "v9.0.0", 202, later, meshtest.ReleaseKey.Private).Marshal(), "signature does not verify"},

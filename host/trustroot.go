@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/novox/mesh-host/host/config"
 	"github.com/novox/mesh-host/host/truststore"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -36,8 +37,10 @@ type trustState struct {
 	mu     sync.Mutex
 	trust  wire.Trust
 	broken error // the trust store did not load: nothing signed is taken, and no root is walked
-	// refused is the last root refusal recorded, not recorded again at every poll.
+	// refused is the last root refusal recorded, not recorded again at every poll; askErr the
+	// last failure to ask for a root, logged once until an ask succeeds.
 	refused string
+	askErr  string
 	// expired is the expiry last said (log and file); written says the file was put right
 	// once since the start.
 	expired time.Time
@@ -95,7 +98,11 @@ func (h *Host) kickRoots() {
 // followRoots walks the chain when kicked and every RootPollBeats heartbeat intervals, until
 // ctx ends.
 func (h *Host) followRoots(ctx context.Context) {
-	poll := time.NewTicker(RootPollBeats * h.opts.Config.HeartbeatInterval.Std())
+	every := h.opts.Config.HeartbeatInterval.Std()
+	if every <= 0 {
+		every = config.DefaultHeartbeatInterval // a Config not made by Load
+	}
+	poll := time.NewTicker(RootPollBeats * every)
 	defer poll.Stop()
 	for {
 		select {
@@ -130,11 +137,12 @@ func (h *Host) walkRoots(ctx context.Context) (moved bool) {
 		want := cur.Version() + 1
 		raw, revision, found, err := h.link.Root(ctx, want)
 		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("could not ask the bus for the next root; asking again at the next connect, notice or poll", "root", want, "err", err)
-			}
+			h.walkFailed(ctx, want, err)
 			return moved
 		}
+		h.trust.mu.Lock()
+		h.trust.askErr = ""
+		h.trust.mu.Unlock()
 		if !found {
 			return moved
 		}
@@ -150,6 +158,23 @@ func (h *Host) walkRoots(ctx context.Context) (moved bool) {
 		moved = true
 	}
 	return moved
+}
+
+// walkFailed logs that the next root could not be asked for: at warning level once, then at
+// debug level while the same failure repeats (a user that may not get it fails every poll).
+func (h *Host) walkFailed(ctx context.Context, want uint64, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	h.trust.mu.Lock()
+	again := h.trust.askErr == err.Error()
+	h.trust.askErr = err.Error()
+	h.trust.mu.Unlock()
+	log := h.log.Warn
+	if again {
+		log = h.log.Debug
+	}
+	log("could not ask the bus for the next root; asking again at the next connect, notice or poll", "root", want, "err", err)
 }
 
 // keepsTrust says what a node keeps when a root is refused, for the refusal's text.
@@ -236,9 +261,36 @@ func (h *Host) heldByExpiry(key string, t wire.Target) string {
 	h.mu.Lock()
 	cur := h.target
 	h.mu.Unlock()
-	if cur != nil && cur.key == key && cur.target.Seq == t.Seq && cur.target.Signature == t.Signature {
+	if cur != nil && cur.key == key && cur.target.Seq == t.Seq && cur.target.Version == t.Version {
 		return ""
 	}
 	return fmt.Sprintf("%s %s not taken: %s (root v%d); this node takes no new target until a fresher root reaches it",
 		key, t.Version, wire.TrustExpiredLine(since), h.trustNow().Version())
+}
+
+// keptList is the withdrawal list accepted last: its seq, expiry (zero: none) and revision, and
+// the expiry already reported.
+type keptList struct {
+	seq      uint64
+	expires  time.Time
+	revision uint64
+	said     bool
+}
+
+// checkWithdrawalsExpiry reports, once per list, that the withdrawal list accepted has expired:
+// its withdrawals stay in force (a withdrawal is never undone), and a newer list is overdue —
+// the node may be cut off from the lists the release side signed since (a freeze).
+func (h *Host) checkWithdrawalsExpiry(ctx context.Context) {
+	h.mu.Lock()
+	l := h.withdrawalsList
+	due := !l.said && !l.expires.IsZero() && !h.now().Before(l.expires)
+	if due {
+		h.withdrawalsList.said = true
+	}
+	h.mu.Unlock()
+	if !due {
+		return
+	}
+	h.refuse(ctx, "withdrawals", l.revision, fmt.Sprintf("the withdrawal list (seq %d) expired at %s: the versions it withdraws stay withdrawn (a withdrawal is never undone), and a newer list is overdue — is this node cut off from the lists signed since?",
+		l.seq, l.expires.UTC().Format(time.RFC3339)))
 }

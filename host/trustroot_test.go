@@ -124,7 +124,7 @@ func TestARotationTakesWhatTheNewKeysSignAndRefusesTheRemovedKeyByName(t *testin
 		want          string
 	}{
 		{"a target signed by the removed key", "v1.2.0", old, "which root v2 removed from targets"},
-		{"a release signed by the removed key", "v1.3.0", newTgt, "(signature): manifest v1.3.0: signed by a key a root removed: signed by key " + wire.ShortKeyID(wire.KeyID(old.Public)) + " which root v2 removed from releases"},
+		{"a release signed by the removed key", "v1.3.0", newTgt, "(signature): manifest v1.3.0: signed by key " + wire.ShortKeyID(wire.KeyID(old.Public)) + " which root v2 removed from releases"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			publishFakeSigned(t, b, tc.version, runtime.GOARCH, old)
@@ -145,7 +145,8 @@ func TestARotationTakesWhatTheNewKeysSignAndRefusesTheRemovedKeyByName(t *testin
 
 // A node whose newest root has expired keeps running and reconciling, says since when (its
 // heartbeat, its log once, ROOT/trust-expired.json for `mesh-launcher status`), and takes no
-// new target; a fresh root ends it and the target held is taken.
+// new target; a fresh root ends it and the target held is taken. An expired withdrawal list is
+// reported and stays in force.
 func TestExpiredTrustKeepsTheHostRunningAndHoldsNewTargetsUntilAFreshRoot(t *testing.T) {
 	b := meshtest.StartBus(t)
 	hbs := b.Heartbeats("n1")
@@ -156,9 +157,26 @@ func TestExpiredTrustKeepsTheHostRunningAndHoldsNewTargetsUntilAFreshRoot(t *tes
 	th := startHostWith(t, newRoot(t, "v1.0.0"), "n1", b.URL(), "v1.0.0", func(o *Options) { o.Now = clk.Now })
 	meshtest.WaitHeartbeat(t, hbs, "root v1 taken, fresh", func(hb wire.Heartbeat) bool { return hb.TrustRoot == 1 && hb.TrustExpiredSince == nil })
 
+	// A withdrawal list valid for an hour, accepted while fresh.
+	withdrawalsBucket(t, b)
+	list, err := wire.Withdrawals{}.WithdrawFor("v0.9.0", "corrupts the store", time.Now(), time.Hour, rel.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Put(b.Names.Withdrawals(), wire.WithdrawalsKey, list.Marshal())
+	meshtest.Eventually(t, "the withdrawal list accepted", func() bool { _, ok := th.h.isWithdrawn("v0.9.0"); return ok })
+
 	clk.Set(clk.Now().Add(2 * time.Hour))
 	th.h.heartbeatSoon()
-	hb := meshtest.WaitHeartbeat(t, hbs, "trust expired", func(hb wire.Heartbeat) bool { return hb.TrustExpiredSince != nil })
+	hb := meshtest.WaitHeartbeat(t, hbs, "trust and the withdrawal list expired", func(hb wire.Heartbeat) bool {
+		return hb.TrustExpiredSince != nil && hb.Refused != nil && hb.Refused.What == "withdrawals"
+	})
+	if !strings.Contains(hb.Refused.Error, "expired at "+list.Expires+": the versions it withdraws stay withdrawn") {
+		t.Errorf("the expired withdrawal list reported as %q", hb.Refused.Error)
+	}
+	if _, ok := th.h.isWithdrawn("v0.9.0"); !ok {
+		t.Error("an expired withdrawal list undid its withdrawal")
+	}
 	since := v1.ExpiresAt()
 	if !hb.TrustExpiredSince.Equal(since) || hb.State != wire.StateRunning {
 		t.Errorf("trust_expired_since %v, state %s; want %v, running", hb.TrustExpiredSince, hb.State, since)
@@ -189,4 +207,28 @@ func TestExpiredTrustKeepsTheHostRunningAndHoldsNewTargetsUntilAFreshRoot(t *tes
 	if (rollback.TrustExpired{Since: since}).Line() != wire.TrustExpiredLine(since) {
 		t.Errorf("mesh-launcher status and the heartbeat's readers say it differently")
 	}
+}
+
+// A trust store that does not load is named in a refusal and never replaced by host.json's
+// keys: the host runs and reconciles on, taking nothing signed, walking no root.
+func TestATrustStoreThatDoesNotLoadIsNamedAndTheHostRunsOn(t *testing.T) {
+	b := meshtest.StartBus(t)
+	hbs := b.Heartbeats("n1")
+	root := newRoot(t, "v1.0.0")
+	if err := os.MkdirAll(truststore.Dir(root), truststore.DirMode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(truststore.Dir(root), truststore.FileName(1)), []byte(`{"schema":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	putRoot(b, rootV(t, 1, time.Now().Add(time.Hour), meshtest.ReleaseKey, meshtest.ReleaseKey))
+	th := startHost(t, root, "n1", b.URL())
+	hb := meshtest.WaitHeartbeat(t, hbs, "the trust store refused", refusedAt(RefusedRoot, 0))
+	if !strings.Contains(hb.Refused.Error, "root.1.json is refused") || hb.TrustRoot != 0 || hb.State != wire.StateRunning {
+		t.Errorf("refusal %q, trust_root %d, state %s", hb.Refused.Error, hb.TrustRoot, hb.State)
+	}
+	key := wire.NodeTargetKey("n1")
+	rev := putTarget(b, key, signed(t, key, "v1.1.0", 1, time.Now().Add(time.Hour), meshtest.ReleaseKey.Private).Marshal())
+	meshtest.WaitHeartbeat(t, hbs, "a target signed by a host.json key refused", refusedAt("target", rev))
+	meshtest.Eventually(t, "a reconcile", func() bool { return th.reconciles().Count("start") >= 1 })
 }

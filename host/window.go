@@ -178,7 +178,7 @@ func (h *Host) windowChanged(ctx context.Context, ev link.WindowChanged) {
 		h.refuse(ctx, "window", ev.Revision, fmt.Sprintf("%v; %s", err, keep))
 		return
 	}
-	same, err := h.store.AcceptSigned(ctx, StoreWindowWhat, ev.Key, k.Window.Seq, k.Window.Signature)
+	same, err := h.store.AcceptSigned(ctx, StoreWindowWhat, ev.Key, k.Window.Seq, store.ContentID(k.Window.SignatureList, k.Window.SigningText(ev.Key)))
 	switch {
 	case errors.Is(err, store.ErrReplay), errors.Is(err, store.ErrSeqReused), errors.Is(err, store.ErrSeqAhead):
 		h.refuse(ctx, "window", ev.Revision, fmt.Sprintf("%s refused: %v; %s", ev.Key, err, keep))

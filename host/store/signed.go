@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -58,6 +60,18 @@ func accepted(ctx context.Context, q querier, what, key string, wrap func(string
 	}
 	a.Seq, a.At = uint64(seq), time.UnixMilli(at)
 	return a, true, nil
+}
+
+// ContentID is what the store keeps of a signed value to tell the same value arriving again
+// from another with the same seq: its signature when it carries one (what every host before
+// roots kept, so a value accepted by one is the same value to this one), else, for a value
+// signed by several keys, "sha256:" and the hex of its signing text's SHA-256.
+func ContentID(sl wire.SignatureList, text []byte) string {
+	if len(sl.Signatures) == 0 {
+		return sl.Signature
+	}
+	sum := sha256.Sum256(text)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // AcceptSigned records that the signed value under (what, key) with seq and signature is
@@ -123,7 +137,7 @@ func (s *Store) AcceptWithdrawals(ctx context.Context, w wire.Withdrawals) (same
 		return false, s.wrap("accept the withdrawal list", err)
 	}
 	defer tx.Rollback()
-	same, err = s.acceptTx(ctx, tx, WithdrawalsWhat, wire.WithdrawalsKey, w.Seq, w.Signature)
+	same, err = s.acceptTx(ctx, tx, WithdrawalsWhat, wire.WithdrawalsKey, w.Seq, ContentID(w.SignatureList, w.SigningText()))
 	if err != nil || same {
 		return same, err
 	}

@@ -155,3 +155,21 @@ func TestStoreAdditionsKeepTheSchemaAnOlderHostOpens(t *testing.T) {
 		t.Errorf("check: %v", err)
 	}
 }
+
+// A value signed by several keys carries no single signature: the store tells it from another
+// with the same seq by its signed text, and the same value signed again by more keys is the
+// same value; a value with one signature is known by it, as hosts before roots kept it.
+func TestContentIDTellsValuesSignedBySeveralKeysApart(t *testing.T) {
+	one := wire.SignatureList{KeyID: "k1", Signature: "sig"}
+	two := wire.SignatureList{Signatures: []wire.Signature{{KeyID: "k1", Signature: "a"}, {KeyID: "k2", Signature: "b"}}}
+	three := wire.SignatureList{Signatures: append(two.Signatures, wire.Signature{KeyID: "k3", Signature: "c"})}
+	if got := ContentID(one, []byte("text")); got != "sig" {
+		t.Errorf("one signature: %q, want the signature", got)
+	}
+	if ContentID(two, []byte("text")) != ContentID(three, []byte("text")) {
+		t.Error("the same text signed by more keys is another value")
+	}
+	if ContentID(two, []byte("text")) == ContentID(two, []byte("other text")) {
+		t.Error("two texts under several signatures are the same value")
+	}
+}
