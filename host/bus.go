@@ -29,9 +29,9 @@ import (
 // BusWhat is the kind of signed value the store keeps the bus configuration's seq for.
 const BusWhat = "bus"
 
-// busTrust is what a bus configuration is verified with. Until the host holds its trust store
-// (helper "node", decision 0045), it is the trust of host.json's keys.
-func (h *Host) busTrust() wire.Trust { return wire.LegacyTrust(nil, h.trusted) }
+// busTrust is what a bus configuration is verified with: the trust the host holds now (its
+// roots, else host.json's target keys).
+func (h *Host) busTrust() wire.Trust { return h.trustNow() }
 
 // signatureText is a document's signatures as one string, what the store compares to tell the
 // same document from other content under the same seq.

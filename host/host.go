@@ -9,7 +9,6 @@ package host
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -69,12 +68,12 @@ type Host struct {
 	recheck  chan struct{} // a version was staged: check Choose once no reconcile runs
 	wg       sync.WaitGroup
 
-	trusted   []ed25519.PublicKey // verify targets and the withdrawal list (trusted_target_keys, else trusted_keys)
-	wmu       sync.Mutex          // one application of the withdrawal list at a time
-	machine   machineReport       // owned and drifted, from the reconciles, for the heartbeat
-	detector  *profile.Detector   // shared by the hosts of one process
-	engine    *apply.Engine       // applies the held declaration (set in Run, once the link is open)
-	blobStore apply.Blobs         // the blobs its appliers read: ROOT/blobs, filled over the link
+	trust     trustState        // the roots walked, or host.json's keys: verifies every signed document (trustroot.go)
+	wmu       sync.Mutex        // one application of the withdrawal list at a time
+	machine   machineReport     // owned and drifted, from the reconciles, for the heartbeat
+	detector  *profile.Detector // shared by the hosts of one process
+	engine    *apply.Engine     // applies the held declaration (set in Run, once the link is open)
+	blobStore apply.Blobs       // the blobs its appliers read: ROOT/blobs, filled over the link
 
 	mu             sync.Mutex
 	confirmed      bool
@@ -116,6 +115,7 @@ func New(opts Options) (*Host, error) {
 		triggers: newTriggers(),
 		beat:     make(chan struct{}, 1),
 		recheck:  make(chan struct{}, 1),
+		trust:    newTrustState(),
 	}, nil
 }
 
@@ -192,9 +192,7 @@ func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
 		return nil, err
 	}
 	closers = append(closers, func() { h.store.Close() })
-	if h.trusted, err = h.targetKeys(); err != nil {
-		return nil, err
-	}
+	h.loadTrust(ctx)
 	if err := h.loadWithdrawn(ctx); err != nil {
 		return nil, err
 	}
@@ -233,9 +231,10 @@ func (h *Host) startLink(bg context.Context) error {
 	if h.delivery, err = h.newDelivery(); err != nil {
 		return err
 	}
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go func() { defer h.wg.Done(); h.readEvents(bg) }()
 	go func() { defer h.wg.Done(); h.heartbeatLoop(bg) }()
+	go func() { defer h.wg.Done(); h.followRoots(bg) }()
 	return nil
 }
 
@@ -299,6 +298,7 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 			return Result{}, nil
 		}
 		drift.Reset(interval)
+		h.checkTrustExpiry()
 		if trigger == wire.TriggerTimer {
 			// The drift timer also detects the machine again (a runtime's engine may have
 			// started since), apart from the loop: detection may take seconds.

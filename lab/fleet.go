@@ -50,6 +50,9 @@ type FleetOptions struct {
 	// this machine's. A node of another architecture runs a launcher and hosts built for it,
 	// through qemu-user: check first that the machine runs them (emulator.Runs).
 	Arches []string
+	// BaseBinaries seeds the named nodes with this host binary as Base instead of the one built
+	// from the tree: a host built from an older commit, for an upgrade from it.
+	BaseBinaries map[string]string
 }
 
 // arch is node i's architecture (i from 0).
@@ -177,7 +180,11 @@ func StartFleet(ctx context.Context, o FleetOptions) (f *Fleet, err error) {
 			}
 			f.logs, n.Tee = append(f.logs, log), log
 		}
-		if err := n.PlaceVersion(o.Base, baseBin[arch]); err != nil {
+		bin := baseBin[arch]
+		if b, ok := o.BaseBinaries[name]; ok {
+			bin = b
+		}
+		if err := n.PlaceVersion(o.Base, bin); err != nil {
 			return f, fmt.Errorf("seed %s with %s: %w", name, o.Base, err)
 		}
 		f.Nodes = append(f.Nodes, n)

@@ -282,7 +282,7 @@ func signedTarget(ctx context.Context, tb testing.TB, js jetstream.JetStream, na
 	if err != nil {
 		return "", err
 	}
-	return t.Version, t.Verify(key, []ed25519.PublicKey{pub})
+	return t.Version, t.Verify(key, wire.LegacyTrust(nil, []ed25519.PublicKey{pub}), time.Now())
 }
 
 // planBatches is the order decision 0006 documents: canaries are the canary nodes with the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	txt "github.com/novox/mesh-host/internal/text"
@@ -51,14 +52,25 @@ const (
 	KindBus         = "bus"
 )
 
-// MaxSignedBytes is each kind's size cap.
+// The size caps of the kinds whose documents had one before the envelope; the others are in
+// maxSignedBytes alone.
+const (
+	MaxManifestBytes    = 64 << 10  // the releases bucket's max value size
+	MaxTargetBytes      = 1 << 10   // the targets bucket's: about 250 bytes with one signature, 5 fit
+	MaxWindowBytes      = 8 << 10   // a window naming MaxWindowNodes nodes
+	MaxWithdrawalsBytes = 256 << 10 // MaxWithdrawn entries with their reasons
+	MaxRootBytes        = 64 << 10  // MaxRootKeys keys and their signatures
+	MaxBusBytes         = 64 << 10
+)
+
+// maxSignedBytes is each kind's size cap, the one table DecodeSigned reads.
 var maxSignedBytes = map[string]int{
-	KindManifest:    64 << 10,
-	KindTarget:      1 << 10,
-	KindWindow:      8 << 10,
-	KindWithdrawals: 256 << 10,
-	KindRoot:        64 << 10,
-	KindBus:         64 << 10,
+	KindManifest:    MaxManifestBytes,
+	KindTarget:      MaxTargetBytes,
+	KindWindow:      MaxWindowBytes,
+	KindWithdrawals: MaxWithdrawalsBytes,
+	KindRoot:        MaxRootBytes,
+	KindBus:         MaxBusBytes,
 }
 
 // MaxSignedBytes is the size cap of kind's documents; 0 for an unknown kind.
@@ -96,8 +108,49 @@ type Envelope struct {
 }
 
 // ExpiredAt is the one expiry rule: a document is expired from its expiry on.
-func (e Envelope) ExpiredAt(now time.Time) bool {
-	return !e.Expires.IsZero() && !now.Before(e.Expires)
+func (e Envelope) ExpiredAt(now time.Time) bool { return expiredAt(e.Expires, now) }
+
+// expiredAt is ExpiredAt for a document's expiry: never when zero, from the expiry on.
+func expiredAt(expires, now time.Time) bool {
+	return !expires.IsZero() && !now.Before(expires)
+}
+
+// sentinelError is an error matching more than one sentinel: a Trust.Verify error that is also
+// the document's own older sentinel (ErrUnknownKey, ErrTargetBadSignature, ...), so callers
+// testing either with errors.Is keep working.
+type sentinelError struct {
+	msg string
+	is  []error
+}
+
+func (e *sentinelError) Error() string   { return e.msg }
+func (e *sentinelError) Unwrap() []error { return e.is }
+
+// verifyDocument is trust.Verify(env, now) for a document whose API had its own sentinels
+// before roots: an error also matches unsigned, unknown (a key not trusted, removed, or too few
+// keys) or bad (a signature that does not verify).
+func verifyDocument(trust Trust, env Envelope, now time.Time, unsigned, unknown, bad error) error {
+	err := trust.Verify(env, now)
+	var also error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotSigned):
+		also = unsigned
+	case errors.Is(err, ErrKeyNotTrusted), errors.Is(err, ErrBelowThreshold):
+		also = unknown
+	case errors.Is(err, ErrSignatureInvalid):
+		also = bad
+	default:
+		return err
+	}
+	return &sentinelError{msg: err.Error(), is: []error{err, also}}
+}
+
+// signed reports whether any of the envelope's signatures holds a signature: a key_id alone is
+// not signed.
+func (e Envelope) signed() bool {
+	return slices.ContainsFunc(e.Signatures, func(sg Signature) bool { return sg.Signature != "" })
 }
 
 // what is "target node.web-01" for messages.
@@ -124,8 +177,8 @@ var (
 // root writes them: one signature as the pair key_id and signature (the form hosts older than
 // roots read), two or more as the list signatures, never both.
 type SignatureList struct {
-	KeyID      string      `json:"key_id"`
-	Signature  string      `json:"signature"`
+	KeyID      string      `json:"key_id,omitempty"`
+	Signature  string      `json:"signature,omitempty"`
 	Signatures []Signature `json:"signatures,omitempty"`
 }
 
@@ -137,6 +190,18 @@ func (s SignatureList) List() []Signature {
 	return slices.Clone(s.Signatures)
 }
 
+// Joined is every signature as one string, what a node keeps to tell a sequence number reused
+// with other content: the one signature itself (as before roots), or the signatures joined by
+// commas, in the document's order.
+func (s SignatureList) Joined() string {
+	list := s.List()
+	parts := make([]string, len(list))
+	for i, sg := range list {
+		parts[i] = sg.Signature
+	}
+	return strings.Join(parts, ",")
+}
+
 // Check refuses a list in both forms, too many signatures, a key signing twice and a key id not
 // of KeyID's form.
 func (s SignatureList) Check(what string) error {
@@ -146,17 +211,25 @@ func (s SignatureList) Check(what string) error {
 	if len(s.Signatures) == 1 {
 		return fmt.Errorf("%s: signatures holds one signature; one is written as key_id and signature", what)
 	}
-	return checkSignatures(what, s.List())
+	if len(s.Signatures) == 0 {
+		// One signature, or none yet: key_id may be empty (unsigned), else of KeyID's form.
+		if s.KeyID != "" && !validKeyID(s.KeyID) {
+			return fmt.Errorf("%s: key_id %q is not 16 hex digits", what, txt.Bound(s.KeyID))
+		}
+		return nil
+	}
+	return checkSignatures(what, s.Signatures)
 }
 
-// checkSignatures refuses too many signatures, a key signing twice and a malformed key id.
+// checkSignatures refuses too many signatures, a key signing twice and a malformed key id in a
+// list of signatures.
 func checkSignatures(what string, list []Signature) error {
 	if len(list) > MaxSignatures {
 		return fmt.Errorf("%s: %d signatures, more than the %d allowed", what, len(list), MaxSignatures)
 	}
 	for i, sg := range list {
 		if !validKeyID(sg.KeyID) {
-			return fmt.Errorf("%s: signature %d: key_id %q is not 16 hex digits", what, i+1, txt.Bound(sg.KeyID))
+			return fmt.Errorf("%s: signatures[%d].key_id %q is not 16 hex digits", what, i, txt.Bound(sg.KeyID))
 		}
 		for _, prev := range list[:i] {
 			if prev.KeyID == sg.KeyID {

@@ -34,10 +34,10 @@ func ExampleManifest_Verify() {
 	fmt.Println("signed by key_id", m.KeyID)
 
 	trusted := []ed25519.PublicKey{release.Public} // a host's trusted_keys, parsed
-	fmt.Println("verify:", m.Verify(trusted))
+	fmt.Println("verify:", m.Verify(wire.LegacyTrust(trusted, nil)))
 
 	m.Size++ // altered after signing
-	err := m.Verify(trusted)
+	err := m.Verify(wire.LegacyTrust(trusted, nil))
 	fmt.Println("verify:", err)
 	fmt.Println("bad signature:", errors.Is(err, wire.ErrBadSignature))
 
@@ -47,12 +47,12 @@ func ExampleManifest_Verify() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("unknown key:", errors.Is(m.Verify(trusted), wire.ErrUnknownKey))
+	fmt.Println("unknown key:", errors.Is(m.Verify(wire.LegacyTrust(trusted, nil)), wire.ErrUnknownKey))
 
 	// Output:
 	// signed by key_id 4259bb68525d2293
 	// verify: <nil>
-	// verify: v1.4.0: manifest signature does not verify: a field was altered after signing, or the signature is corrupt (key 4259bb68525d2293)
+	// verify: manifest v1.4.0: a signature does not verify: the document was altered after signing, or the signature is corrupt (key 4259bb68525d2293)
 	// bad signature: true
 	// unknown key: true
 }

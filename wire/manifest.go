@@ -109,7 +109,8 @@ type ReleaseLauncher struct {
 //	launcher_size=9437184
 //
 // Signature is the standard base64 of the ed25519 signature over those bytes; KeyID is KeyID
-// of the public key that verifies it.
+// of the public key that verifies it. A manifest signed by more keys (the releases role's
+// threshold) lists them as signatures instead (SignatureList).
 type Manifest struct {
 	Schema       int           `json:"schema"`
 	Version      string        `json:"version"`
@@ -128,8 +129,9 @@ type Manifest struct {
 	Deltas []ReleaseDelta `json:"deltas,omitempty"`
 	// Platforms are the builds of a schema 4 manifest, sorted by platform, one a platform.
 	Platforms []PlatformBuild `json:"platforms,omitempty"`
-	KeyID     string          `json:"key_id,omitempty"`
-	Signature string          `json:"signature,omitempty"`
+	// SignatureList holds the signatures, last in the JSON: one as key_id and signature (byte
+	// for byte what hosts before roots read), two or more as signatures (decision 0045).
+	SignatureList
 }
 
 // Errors Verify returns (wrapped, with the details); test them with errors.Is.
@@ -164,8 +166,8 @@ const VersionRule = layout.VersionRule
 // and validates every field. It does not check the signature: that is Verify.
 func ParseManifest(b []byte) (Manifest, error) {
 	var m Manifest
-	if err := decodeStrict(b, &m); err != nil {
-		return Manifest{}, fmt.Errorf("manifest: %w", err)
+	if err := DecodeSigned(KindManifest, b, &m); err != nil {
+		return Manifest{}, err
 	}
 	if err := m.Validate(); err != nil {
 		return Manifest{}, err
@@ -242,12 +244,15 @@ func (m Manifest) Validate() error {
 	}); err != nil {
 		return err
 	}
-	if m.KeyID != "" {
-		if !validKeyID(m.KeyID) {
-			return bad("key_id", "%q is not 16 hex digits", m.KeyID)
-		}
+	return m.checkSignatures()
+}
+
+// checkSignatures checks the signatures' form, a single key_id's as manifest fields are named.
+func (m Manifest) checkSignatures() error {
+	if m.KeyID != "" && !validKeyID(m.KeyID) {
+		return fmt.Errorf("manifest key_id: %q is not 16 hex digits", text.Bound(m.KeyID))
 	}
-	return nil
+	return m.SignatureList.Check("manifest")
 }
 
 // HasLauncher reports whether the manifest names a launcher (any of its fields set).
@@ -374,45 +379,42 @@ func (m Manifest) SigningText() []byte {
 	return b.Bytes()
 }
 
-// Sign validates the manifest and signs it with priv, setting KeyID and Signature.
+// Sign validates the manifest and signs it with priv: the first signature, replacing any it had.
+// AddSignature adds another.
 func (m *Manifest) Sign(priv ed25519.PrivateKey) error {
-	if len(priv) != ed25519.PrivateKeySize {
-		return fmt.Errorf("sign manifest: the release key is %d bytes, an ed25519 private key is %d", len(priv), ed25519.PrivateKeySize)
-	}
-	m.KeyID, m.Signature = "", ""
+	m.SignatureList = SignatureList{}
+	return m.AddSignature(priv)
+}
+
+// AddSignature validates the manifest and adds priv's signature to those it has (the releases
+// role's threshold). A key that has signed is refused.
+func (m *Manifest) AddSignature(priv ed25519.PrivateKey) error {
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("sign manifest: %w", err)
 	}
-	m.KeyID = KeyID(priv.Public().(ed25519.PublicKey))
-	m.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, m.SigningText()))
+	if err := m.SignatureList.Add(m.SigningText(), priv); err != nil {
+		return fmt.Errorf("sign manifest %s: %w", m.Version, err)
+	}
 	return nil
 }
 
-// Verify validates the manifest and checks its signature against the trusted keys. An
-// unsigned manifest, a key that is not trusted and a signature that does not verify are
-// distinct errors (ErrUnsigned, ErrUnknownKey, ErrBadSignature), each naming the version.
-func (m Manifest) Verify(trusted []ed25519.PublicKey) error {
+// Envelope is the manifest as the verifier sees it: signed by the releases role, never expiring
+// (a version's build does not go stale; the target naming it does).
+func (m Manifest) Envelope() Envelope {
+	return Envelope{Kind: KindManifest, Name: m.Version, Role: RoleReleases, Text: m.SigningText(), Signatures: m.List()}
+}
+
+// Verify validates the manifest and checks its signatures against trust (Trust.Verify: a
+// threshold of the releases role's keys, or one of host.json's trusted_keys before any root).
+// An unsigned manifest, a key that is not trusted (or too few of them) and a signature that
+// does not verify are distinct errors, each naming the version: ErrUnsigned, ErrUnknownKey
+// and ErrBadSignature, which are also Trust.Verify's ErrNotSigned, ErrKeyNotTrusted (or
+// ErrBelowThreshold) and ErrSignatureInvalid.
+func (m Manifest) Verify(trust Trust) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	if m.Signature == "" {
-		return fmt.Errorf("%s: %w; sign it with `mesh-release build --key`", m.Version, ErrUnsigned)
-	}
-	sig, err := base64.StdEncoding.DecodeString(m.Signature)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return fmt.Errorf("%s: %w (the signature is not %d bytes of standard base64)", m.Version, ErrBadSignature, ed25519.SignatureSize)
-	}
-	for _, pub := range trusted {
-		if KeyID(pub) != m.KeyID {
-			continue
-		}
-		if !ed25519.Verify(pub, m.SigningText(), sig) {
-			return fmt.Errorf("%s: %w (key %s)", m.Version, ErrBadSignature, m.KeyID)
-		}
-		return nil
-	}
-	return fmt.Errorf("%s: %w: key_id %q is not among the %d trusted_keys; add its release.pub to trusted_keys if it is yours",
-		m.Version, ErrUnknownKey, m.KeyID, len(trusted))
+	return verifyDocument(trust, m.Envelope(), time.Time{}, ErrUnsigned, ErrUnknownKey, ErrBadSignature)
 }
 
 // Marshal returns the manifest as indented JSON with a final newline, as manifest.json holds it.

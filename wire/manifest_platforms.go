@@ -200,10 +200,7 @@ func (m Manifest) validatePlatforms() error {
 			return bad(fmt.Sprintf("platforms[%d].platform", i), "%s comes after %s; platforms are listed once each, sorted", b.Platform, m.Platforms[i-1].Platform)
 		}
 	}
-	if m.KeyID != "" && !validKeyID(m.KeyID) {
-		return bad("key_id", "%q is not 16 hex digits", text.Bound(m.KeyID))
-	}
-	return nil
+	return m.checkSignatures()
 }
 
 // validate checks the manifest's i-th platform build.

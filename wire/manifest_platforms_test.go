@@ -133,7 +133,7 @@ func TestPlatformsManifestSignsEveryPlatformsEntry(t *testing.T) {
 	if !reflect.DeepEqual(back, m) {
 		t.Fatalf("round trip changed the manifest:\n%+v\n%+v", back, m)
 	}
-	if err := back.Verify([]ed25519.PublicKey{pub}); err != nil {
+	if err := back.Verify(LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	txt := string(m.SigningText())
@@ -156,7 +156,7 @@ func TestPlatformsManifestSignsEveryPlatformsEntry(t *testing.T) {
 			a := testPlatformsManifest()
 			a.KeyID, a.Signature = m.KeyID, m.Signature
 			alter(&a)
-			if err := a.Verify([]ed25519.PublicKey{pub}); !errors.Is(err, ErrBadSignature) {
+			if err := a.Verify(LegacyTrust([]ed25519.PublicKey{pub}, nil)); !errors.Is(err, ErrBadSignature) {
 				t.Fatalf("got %v, want %v", err, ErrBadSignature)
 			}
 		})

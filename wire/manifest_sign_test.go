@@ -37,7 +37,7 @@ func TestManifestSignedVerifiesAndRoundTrips(t *testing.T) {
 		t.Fatalf("round trip changed the manifest: %+v != %+v", back, m)
 	}
 	other := meshtest.SecondKey.Public
-	if err := back.Verify([]ed25519.PublicKey{other, pub}); err != nil {
+	if err := back.Verify(wire.LegacyTrust([]ed25519.PublicKey{other, pub}, nil)); err != nil {
 		t.Fatalf("verify with the signing key among the trusted: %v", err)
 	}
 }
@@ -88,7 +88,7 @@ func TestManifestVerifyRefuses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := c.m.Verify([]ed25519.PublicKey{pub})
+			err := c.m.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil))
 			if !errors.Is(err, c.want) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
@@ -125,7 +125,7 @@ func TestManifestWithLauncherVerifiesAndEachLauncherFieldIsSigned(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := back.Verify([]ed25519.PublicKey{pub}); err != nil {
+	if err := back.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 		t.Fatalf("a signed schema 2 manifest does not verify: %v", err)
 	}
 	for field, f := range map[string]func(*wire.Manifest){
@@ -138,7 +138,7 @@ func TestManifestWithLauncherVerifiesAndEachLauncherFieldIsSigned(t *testing.T) 
 		t.Run("TestManifestVerifyRefusesAltered_"+field, func(t *testing.T) {
 			m := signed()
 			f(&m)
-			if err := m.Verify([]ed25519.PublicKey{pub}); !errors.Is(err, wire.ErrBadSignature) {
+			if err := m.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); !errors.Is(err, wire.ErrBadSignature) {
 				t.Fatalf("got %v, want %v", err, wire.ErrBadSignature)
 			}
 		})
@@ -202,7 +202,7 @@ func TestManifestWithDeltasVerifiesAndEachDeltaFieldIsSigned(t *testing.T) {
 		if !reflect.DeepEqual(back, m) {
 			t.Fatalf("round trip changed the manifest: %+v != %+v", back, m)
 		}
-		if err := back.Verify([]ed25519.PublicKey{pub}); err != nil {
+		if err := back.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 			t.Fatalf("a signed schema 3 manifest does not verify: %v", err)
 		}
 		for field, f := range map[string]func(*wire.Manifest){
@@ -219,7 +219,7 @@ func TestManifestWithDeltasVerifiesAndEachDeltaFieldIsSigned(t *testing.T) {
 				m := signed()
 				m.Deltas = append([]wire.ReleaseDelta(nil), m.Deltas...)
 				f(&m)
-				if err := m.Verify([]ed25519.PublicKey{pub}); !errors.Is(err, wire.ErrBadSignature) {
+				if err := m.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); !errors.Is(err, wire.ErrBadSignature) {
 					t.Fatalf("got %v, want %v", err, wire.ErrBadSignature)
 				}
 			})

@@ -3,13 +3,13 @@ package wire
 import (
 	"bytes"
 	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	txt "github.com/novox/mesh-host/internal/text"
 	"strconv"
 	"time"
+
+	txt "github.com/novox/mesh-host/internal/text"
 )
 
 // TargetSigningHeader is the first line of the text a target's signature covers.
@@ -32,12 +32,13 @@ const TargetSigningHeader = "mesh-host target 1\n"
 // highest Seq it accepted and refuses a lower one (a replay); it does not act on a target past
 // Expires, and says so in its heartbeat.
 type Target struct {
-	Version   string `json:"version"`
-	Seq       uint64 `json:"seq"`
-	Expires   string `json:"expires"`
-	Urgent    bool   `json:"urgent,omitempty"`
-	KeyID     string `json:"key_id"`
-	Signature string `json:"signature"`
+	Version string `json:"version"`
+	Seq     uint64 `json:"seq"`
+	Expires string `json:"expires"`
+	Urgent  bool   `json:"urgent,omitempty"`
+	// SignatureList holds the signatures, last in the JSON: one as key_id and signature (byte
+	// for byte what hosts before roots read), two or more as signatures (decision 0045).
+	SignatureList
 }
 
 // MaxSeq is the largest sequence number a target or withdrawal list may carry: a JSON-safe
@@ -45,20 +46,21 @@ type Target struct {
 // precision in a reader that holds it as a float or a signed integer.
 const MaxSeq = 1<<53 - 1
 
-// Errors VerifyTarget returns (wrapped, with the details); test them with errors.Is.
+// Errors Target.Verify returns (wrapped, with the details); test them with errors.Is.
 var (
 	ErrTargetUnsigned     = errors.New("target is not signed")
 	ErrTargetUnknownKey   = errors.New("target is signed by a key this node does not trust")
 	ErrTargetBadSignature = errors.New("target signature does not verify: a field was altered after signing, it was moved from another key, or the signature is corrupt")
 )
 
-// ParseTarget decodes a target strictly and checks its fields (the version by the one version
-// rule, ValidVersion; the expiry as RFC 3339; the key id's form). It does not check the
-// signature: that is Verify, which needs the key the target was read under.
+// ParseTarget decodes a target strictly, at most MaxTargetBytes (DecodeSigned), and checks its
+// fields (the version by the one version rule, ValidVersion; the expiry as RFC 3339; the
+// signatures' form). It does not check the signatures: that is Verify, which needs the key the
+// target was read under.
 func ParseTarget(b []byte) (Target, error) {
 	var t Target
-	if err := decodeStrict(b, &t); err != nil {
-		return Target{}, fmt.Errorf("target: %w", err)
+	if err := DecodeSigned(KindTarget, b, &t); err != nil {
+		return Target{}, err
 	}
 	if err := t.Validate(); err != nil {
 		return Target{}, err
@@ -77,12 +79,7 @@ func (t Target) Validate() error {
 	if _, err := time.Parse(time.RFC3339, t.Expires); err != nil {
 		return fmt.Errorf("target: expires %q is not an RFC 3339 time like 2026-12-06T12:00:00Z", txt.Bound(t.Expires))
 	}
-	if t.KeyID != "" {
-		if !validKeyID(t.KeyID) {
-			return fmt.Errorf("target: key_id %q is not 16 hex digits", txt.Bound(t.KeyID))
-		}
-	}
-	return nil
+	return t.SignatureList.Check("target")
 }
 
 // ExpiresAt is Expires as a time; the zero time if it does not parse (Validate refuses that).
@@ -92,7 +89,7 @@ func (t Target) ExpiresAt() time.Time {
 }
 
 // ExpiredAt reports whether the target is past its expiry at now.
-func (t Target) ExpiredAt(now time.Time) bool { return !now.Before(t.ExpiresAt()) }
+func (t Target) ExpiredAt(now time.Time) bool { return expiredAt(t.ExpiresAt(), now) }
 
 // SigningText returns the exact bytes the signature covers when the target is stored under key.
 func (t Target) SigningText(key string) []byte {
@@ -130,51 +127,42 @@ func NewTarget(key, version string, prev uint64, now time.Time, ttl time.Duratio
 	return t, nil
 }
 
-// Sign validates the target and signs it for key with priv, setting KeyID and Signature.
+// Sign validates the target and signs it for key with priv: the first signature, replacing any
+// it had. AddSignature adds another.
 func (t *Target) Sign(key string, priv ed25519.PrivateKey) error {
-	if len(priv) != ed25519.PrivateKeySize {
-		return fmt.Errorf("sign target: the target key is %d bytes, an ed25519 private key is %d", len(priv), ed25519.PrivateKeySize)
-	}
-	t.KeyID, t.Signature = "", ""
+	t.SignatureList = SignatureList{}
+	return t.AddSignature(key, priv)
+}
+
+// AddSignature validates the target and adds priv's signature for key to those it has (the
+// targets role's threshold). A key that has signed is refused.
+func (t *Target) AddSignature(key string, priv ed25519.PrivateKey) error {
 	if err := t.Validate(); err != nil {
 		return fmt.Errorf("sign target: %w", err)
 	}
-	t.KeyID = KeyID(priv.Public().(ed25519.PublicKey))
-	t.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, t.SigningText(key)))
+	if err := t.SignatureList.Add(t.SigningText(key), priv); err != nil {
+		return fmt.Errorf("sign target %s: %w", txt.Bound(key), err)
+	}
 	return nil
 }
 
-// Verify checks that the target was signed for key by one of the trusted keys. An unsigned
-// target, a key that is not trusted and a signature that does not verify are distinct errors
-// (ErrTargetUnsigned, ErrTargetUnknownKey, ErrTargetBadSignature), each naming the key.
-func (t Target) Verify(key string, trusted []ed25519.PublicKey) error {
+// Envelope is the target stored under key as the verifier sees it: signed by the targets role,
+// expiring at Expires.
+func (t Target) Envelope(key string) Envelope {
+	return Envelope{Kind: KindTarget, Name: key, Role: RoleTargets, Text: t.SigningText(key), Signatures: t.List(), Expires: t.ExpiresAt()}
+}
+
+// Verify checks that the target was signed for key as trust requires at now (Trust.Verify: a
+// threshold of the targets role's keys, an expiry within its max_ttl; one trusted target key
+// before any root). An unsigned target, a key that is not trusted (or too few) and a signature
+// that does not verify are distinct errors, each naming the key: ErrTargetUnsigned,
+// ErrTargetUnknownKey and ErrTargetBadSignature, which are also Trust.Verify's sentinels. It
+// does not judge expiry: ExpiredAt does.
+func (t Target) Verify(key string, trust Trust, now time.Time) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	return verifySigned("target", key, t.KeyID, t.Signature, t.SigningText(key), trusted,
-		ErrTargetUnsigned, ErrTargetUnknownKey, ErrTargetBadSignature)
-}
-
-// verifySigned is the check targets and withdrawal lists share.
-func verifySigned(what, name, keyID, signature string, text []byte, trusted []ed25519.PublicKey, unsigned, unknown, bad error) error {
-	if signature == "" {
-		return fmt.Errorf("%s %s: %w; sign it with --key", what, name, unsigned)
-	}
-	sig, err := base64.StdEncoding.DecodeString(signature)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return fmt.Errorf("%s %s: %w (the signature is not %d bytes of standard base64)", what, name, bad, ed25519.SignatureSize)
-	}
-	for _, pub := range trusted {
-		if KeyID(pub) != keyID {
-			continue
-		}
-		if !ed25519.Verify(pub, text, sig) {
-			return fmt.Errorf("%s %s: %w (key %s)", what, name, bad, keyID)
-		}
-		return nil
-	}
-	return fmt.Errorf("%s %s: %w: key_id %q is not among the %d trusted target keys (trusted_target_keys, else trusted_keys)",
-		what, name, unknown, txt.Bound(keyID), len(trusted))
+	return verifyDocument(trust, t.Envelope(key), now, ErrTargetUnsigned, ErrTargetUnknownKey, ErrTargetBadSignature)
 }
 
 // Marshal returns the target's JSON.

@@ -83,7 +83,7 @@ func TestTargetVerifyRefusesWhatWasNotSignedForThisKeyByATrustedKey(t *testing.T
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = read.Verify(tc.key, trusted)
+			err = read.Verify(tc.key, wire.LegacyTrust(nil, trusted), time.Now())
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tc.want)
 			}
@@ -100,7 +100,8 @@ func TestParseTargetRefusesMalformedFieldsByName(t *testing.T) {
 		{"bad expiry", `{"version":"v1.4.0","seq":1,"expires":"tomorrow","key_id":"","signature":""}`, "expires \"tomorrow\""},
 		{"bad key id", `{"version":"v1.4.0","seq":1,"expires":"2026-12-06T12:00:00Z","key_id":"xyz","signature":""}`, "key_id"},
 		{"unknown field", `{"version":"v1.4.0","seq":1,"expires":"2026-12-06T12:00:00Z","key_id":"","signature":"","force":true}`, "force"},
-		{"long expiry quoted bounded", `{"version":"v1.4.0","seq":1,"expires":"` + strings.Repeat("x", 5000) + `","key_id":"","signature":""}`, "…"},
+		{"long expiry quoted bounded", `{"version":"v1.4.0","seq":1,"expires":"` + strings.Repeat("x", 900) + `","key_id":"","signature":""}`, "…"},
+		{"over the target's size cap", `{"version":"v1.4.0","seq":1,"expires":"` + strings.Repeat("x", 5000) + `","key_id":"","signature":""}`, "more than the 1024 allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := wire.ParseTarget([]byte(tc.json))
@@ -164,7 +165,7 @@ func TestWithdrawalsSignVerifyAndRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := read.Verify(trusted); !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			if err := read.Verify(wire.LegacyTrust(nil, trusted), time.Now()); !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tc.want)
 			}
 		})

@@ -142,7 +142,7 @@ func (t Trust) legacySigned(env Envelope) bool {
 // signature by a key a root removed from the role is named: `signed by key 82912897… which root
 // v4 removed from releases`.
 func (t Trust) Verify(env Envelope, now time.Time) error {
-	if len(env.Signatures) == 0 {
+	if !env.signed() {
 		return fmt.Errorf("%s: %w", env.what(), ErrNotSigned)
 	}
 	r, ok := t.Root()
@@ -151,7 +151,7 @@ func (t Trust) Verify(env Envelope, now time.Time) error {
 	}
 	if err := verifyEnvelope(r, env); err != nil {
 		if removed := t.removedBy(env); removed != "" {
-			return fmt.Errorf("%s: %w: %s", env.what(), ErrKeyRemoved, removed)
+			return &sentinelError{msg: env.what() + ": " + removed, is: []error{ErrKeyRemoved, ErrKeyNotTrusted}}
 		}
 		return fmt.Errorf("%s: %w", env.what(), err)
 	}

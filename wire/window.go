@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,9 +25,8 @@ const WindowSigningHeader = "mesh-host window 1\n"
 
 // Limits of a window document.
 const (
-	MaxWindowBytes = 8 << 10 // the document's JSON
-	MaxWindowNodes = 100     // nodes a group window names
-	MaxWindowZone  = 64      // bytes of an IANA zone name
+	MaxWindowNodes = 100 // nodes a group window names (its JSON: at most MaxWindowBytes)
+	MaxWindowZone  = 64  // bytes of an IANA zone name
 	// MaxWindowDuration: a window longer than a day would overlap the next day's.
 	MaxWindowDuration = 24 * time.Hour
 )
@@ -60,15 +58,16 @@ const FleetWindowKey = "window.fleet"
 // hour happens twice it opens at the second of the two (Go's time.Date), as long as any night. A host keeps the highest Seq
 // per key and refuses a lower one; a window past Expires is not in force.
 type Window struct {
-	Nodes     []string `json:"nodes,omitempty"`
-	Days      []string `json:"days"`
-	Start     string   `json:"start"`
-	Duration  string   `json:"duration"`
-	Zone      string   `json:"zone"`
-	Seq       uint64   `json:"seq"`
-	Expires   string   `json:"expires"`
-	KeyID     string   `json:"key_id"`
-	Signature string   `json:"signature"`
+	Nodes    []string `json:"nodes,omitempty"`
+	Days     []string `json:"days"`
+	Start    string   `json:"start"`
+	Duration string   `json:"duration"`
+	Zone     string   `json:"zone"`
+	Seq      uint64   `json:"seq"`
+	Expires  string   `json:"expires"`
+	// SignatureList holds the signatures, last in the JSON: one as key_id and signature (byte
+	// for byte what hosts before roots read), two or more as signatures (decision 0045).
+	SignatureList
 }
 
 // Errors Window.Verify returns (wrapped, with the details); test them with errors.Is.
@@ -288,15 +287,13 @@ func (w Window) Spec() (WindowSpec, error) {
 	return s, nil
 }
 
-// ParseWindow decodes a window strictly and checks its fields. It does not check the signature:
+// ParseWindow decodes a window strictly, at most MaxWindowBytes (DecodeSigned), and checks its
+// fields. It does not check the signature:
 // that is Verify, which needs the key the window was read under.
 func ParseWindow(b []byte) (Window, error) {
-	if len(b) > MaxWindowBytes {
-		return Window{}, fmt.Errorf("window: %d bytes, more than the %d allowed", len(b), MaxWindowBytes)
-	}
 	var w Window
-	if err := decodeStrict(b, &w); err != nil {
-		return Window{}, fmt.Errorf("window: %w", err)
+	if err := DecodeSigned(KindWindow, b, &w); err != nil {
+		return Window{}, err
 	}
 	if err := w.Validate(); err != nil {
 		return Window{}, err
@@ -329,10 +326,7 @@ func (w Window) Validate() error {
 	if _, err := time.Parse(time.RFC3339, w.Expires); err != nil {
 		return fmt.Errorf("window: expires %q is not an RFC 3339 time like 2027-12-02T12:00:00Z", txt.Bound(w.Expires))
 	}
-	if w.KeyID != "" && !validKeyID(w.KeyID) {
-		return fmt.Errorf("window: key_id %q is not 16 hex digits", txt.Bound(w.KeyID))
-	}
-	return nil
+	return w.SignatureList.Check("window")
 }
 
 // For reports whether the window stored under key applies to node: the fleet window applies to
@@ -351,7 +345,7 @@ func (w Window) ExpiresAt() time.Time {
 }
 
 // ExpiredAt reports whether the window is past its expiry at now.
-func (w Window) ExpiredAt(now time.Time) bool { return !now.Before(w.ExpiresAt()) }
+func (w Window) ExpiredAt(now time.Time) bool { return expiredAt(w.ExpiresAt(), now) }
 
 // String is the window's schedule, `mon-fri 02:00-04:00 Europe/Brussels`.
 func (w Window) String() string {
@@ -401,27 +395,39 @@ func NewWindow(key string, nodes []string, spec WindowSpec, prev uint64, now tim
 	return w, nil
 }
 
-// Sign validates the window and signs it for key with priv, setting KeyID and Signature.
+// Sign validates the window and signs it for key with priv: the first signature, replacing any
+// it had. AddSignature adds another.
 func (w *Window) Sign(key string, priv ed25519.PrivateKey) error {
-	if len(priv) != ed25519.PrivateKeySize {
-		return fmt.Errorf("sign window: the target key is %d bytes, an ed25519 private key is %d", len(priv), ed25519.PrivateKeySize)
-	}
-	w.KeyID, w.Signature = "", ""
+	w.SignatureList = SignatureList{}
+	return w.AddSignature(key, priv)
+}
+
+// AddSignature validates the window and adds priv's signature for key to those it has (the
+// targets role's threshold). A key that has signed is refused.
+func (w *Window) AddSignature(key string, priv ed25519.PrivateKey) error {
 	if err := w.Validate(); err != nil {
 		return fmt.Errorf("sign window: %w", err)
 	}
-	w.KeyID = KeyID(priv.Public().(ed25519.PublicKey))
-	w.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(priv, w.SigningText(key)))
+	if err := w.SignatureList.Add(w.SigningText(key), priv); err != nil {
+		return fmt.Errorf("sign window %s: %w", txt.Bound(key), err)
+	}
 	return nil
 }
 
-// Verify checks that the window was signed for key by one of the trusted target keys.
-func (w Window) Verify(key string, trusted []ed25519.PublicKey) error {
+// Envelope is the window stored under key as the verifier sees it: signed by the targets role,
+// expiring at Expires.
+func (w Window) Envelope(key string) Envelope {
+	return Envelope{Kind: KindWindow, Name: key, Role: RoleTargets, Text: w.SigningText(key), Signatures: w.List(), Expires: w.ExpiresAt()}
+}
+
+// Verify checks that the window was signed for key as trust requires at now (Trust.Verify), its
+// errors also ErrWindowUnsigned, ErrWindowUnknownKey or ErrWindowBadSignature. It does not
+// judge expiry: ExpiredAt does.
+func (w Window) Verify(key string, trust Trust, now time.Time) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
-	return verifySigned("window", key, w.KeyID, w.Signature, w.SigningText(key), trusted,
-		ErrWindowUnsigned, ErrWindowUnknownKey, ErrWindowBadSignature)
+	return verifyDocument(trust, w.Envelope(key), now, ErrWindowUnsigned, ErrWindowUnknownKey, ErrWindowBadSignature)
 }
 
 // Marshal returns the window's JSON.

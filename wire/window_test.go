@@ -155,7 +155,7 @@ func TestWindowVerifiesOnlyUnderItsKeyUnalteredAndByATrustedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := back.Verify(key, trusted); err != nil {
+	if err := back.Verify(key, wire.LegacyTrust(nil, trusted), time.Now()); err != nil {
 		t.Fatalf("the window as signed: %v", err)
 	}
 	if !back.For(key, "web-01") || back.For(key, "web-03") || back.For(wire.NodeWindowKey("web-02"), "web-01") {
@@ -178,7 +178,7 @@ func TestWindowVerifiesOnlyUnderItsKeyUnalteredAndByATrustedKey(t *testing.T) {
 		{"signed by a key not trusted", back, key, []ed25519.PublicKey{meshtest.StrangerKey.Public}, wire.ErrWindowUnknownKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.w.Verify(tc.key, tc.keys); !errors.Is(err, tc.want) {
+			if err := tc.w.Verify(tc.key, wire.LegacyTrust(nil, tc.keys), time.Now()); !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
 		})
@@ -220,12 +220,12 @@ func TestAnUrgentTargetSignsItsUrgencyAndAPlainOneReadsAsBefore(t *testing.T) {
 		t.Fatalf("signing text %q does not end with urgent=true", tg.SigningText("fleet"))
 	}
 	trusted := []ed25519.PublicKey{meshtest.ReleaseKey.Public}
-	if err := tg.Verify("fleet", trusted); err != nil {
+	if err := tg.Verify("fleet", wire.LegacyTrust(nil, trusted), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	stripped := tg
 	stripped.Urgent = false
-	if err := stripped.Verify("fleet", trusted); !errors.Is(err, wire.ErrTargetBadSignature) {
+	if err := stripped.Verify("fleet", wire.LegacyTrust(nil, trusted), time.Now()); !errors.Is(err, wire.ErrTargetBadSignature) {
 		t.Fatalf("urgency removed after signing: err = %v, want a bad signature", err)
 	}
 }

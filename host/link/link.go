@@ -68,7 +68,8 @@ func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived, TargetChanged, WithdrawalsArrived, WindowChanged or BusArrived.
+// DeclarationArrived, TargetChanged, WithdrawalsArrived, WindowChanged, RootNoticed or
+// BusArrived.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -172,6 +173,8 @@ type Link struct {
 	targetKey  string
 	targetRev  uint64
 	windows    windowFold // the maintenance window's keys (window.go)
+	// rootNoticesSaid: the refusal of the root notices' subscription was logged (roots.go).
+	rootNoticesSaid atomic.Bool
 	// peer is the certificate chain the last TLS handshake verified (with a CA file only): the
 	// server the link is connected to while it is up (bus.go).
 	peer atomic.Pointer[[]*x509.Certificate]
@@ -294,6 +297,9 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			}
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
+			}
+			if l.rootNoticesRefused(err) {
+				return
 			}
 			if refusedConsumerDelete(err) {
 				// With legacy credentials nats.go deletes the consumer of an object fetch when
@@ -622,8 +628,8 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 }
 
 // startSession starts the watches for one connected period — the declaration, the withdrawal
-// list, the target's fold (the node's key and the fleet's), the window's and the bus
-// configuration (bus.go) — and returns a
+// list, the target's fold (the node's key and the fleet's), the window's, the bus
+// configuration (bus.go) and the notices of new roots (roots.go) — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
@@ -647,6 +653,8 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 		keys = append(keys, l.busWatch())
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); l.followRootNotices(ctx) }()
 	for _, k := range keys {
 		wg.Add(1)
 		go func() {

@@ -61,7 +61,7 @@ func (s *shard) set(n *node, kind keyKind, value []byte, deleted bool) {
 			if kind == keyOwn {
 				key = wire.NodeTargetKey(n.id)
 			}
-			if err = t.Verify(key, s.f.cfg.TrustedKeys); err == nil && t.ExpiredAt(time.Now()) {
+			if err = t.Verify(key, wire.LegacyTrust(nil, s.f.cfg.TrustedKeys), time.Now()); err == nil && t.ExpiredAt(time.Now()) {
 				err = errors.New("expired")
 			}
 			if err != nil {

@@ -182,7 +182,7 @@ func TestBuildWritesAVerifiableManifestBesideItsObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Verify([]ed25519.PublicKey{pub}); err != nil {
+	if err := m.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	pb := only(t, m)
@@ -251,7 +251,7 @@ func TestBuildWithArchiveSignsItWithoutRepacking(t *testing.T) {
 	if pb.Digest != digest.FromBytes(made) || pb.BinaryDigest != digest.FromBytes(bin) || pb.Platform != "linux/amd64" || !pb.Launcher.IsZero() {
 		t.Fatalf("manifest %+v", r.Manifest)
 	}
-	if err := r.Manifest.Verify([]ed25519.PublicKey{pub}); err != nil {
+	if err := r.Manifest.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -369,7 +369,7 @@ func TestBuildWritesTheLauncherAsAnObjectOfItsOwn(t *testing.T) {
 	}
 	raw, _ := os.ReadFile(r.ManifestPath)
 	back, err := wire.ParseManifest(raw)
-	if err != nil || back.Verify([]ed25519.PublicKey{pub}) != nil || back.Platforms[0].Launcher.Digest != l.Digest {
+	if err != nil || back.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)) != nil || back.Platforms[0].Launcher.Digest != l.Digest {
 		t.Fatalf("manifest.json does not carry the signed launcher: %v", err)
 	}
 	if extractHost(t, r.Paths[0]).Digest != pb.BinaryDigest {
@@ -411,7 +411,7 @@ func TestBuildBuildsEveryPlatformFromTheTree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Manifest.Verify([]ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+		if err := r.Manifest.Verify(wire.LegacyTrust([]ed25519.PublicKey{meshtest.ReleaseKey.Public}, nil)); err != nil {
 			t.Fatal(err)
 		}
 		return out, r.Manifest

@@ -41,7 +41,7 @@ func TestBuildWithDeltaFromWritesADeltaTheManifestSigns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Verify([]ed25519.PublicKey{pub}); err != nil {
+	if err := m.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	pb := only(t, m)

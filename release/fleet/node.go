@@ -108,6 +108,9 @@ func timeline(e Entry) []Moment {
 	if t := hb.TargetExpiredSince; t != nil {
 		add(*t, "the target in force expired")
 	}
+	if at, what, ok := trustMoment(hb); ok {
+		add(at, what)
+	}
 	if f := hb.Fetch; f != nil && f.State == "failed" {
 		add(f.RetryAt, "fetch of "+cell(f.Version, maxIDCell)+" retried")
 	}
@@ -150,6 +153,9 @@ func WriteStory(w io.Writer, s Story, now time.Time) error {
 	}
 	line("host", fmt.Sprintf("%s, running %s, up %s", dash(cell(hb.State, maxIDCell)), dash(cell(hb.Running, maxIDCell)), time.Duration(hb.UptimeS)*time.Second))
 	line("platform", platformStory(hb.Profile))
+	if ShowsTrust([]Row{s.Row}) {
+		line("trust", cell(trustStory(s.Row, s.newest), maxHeaderCell))
+	}
 	if hb.StandingAsideFor != "" {
 		line("standing aside for", cell(hb.StandingAsideFor, maxIDCell))
 	}

@@ -44,8 +44,17 @@ type Row struct {
 	// hosts and records older than launcher versions.
 	Launcher *wire.Launcher `json:"launcher,omitempty"`
 	// Window is the maintenance window the node keeps, as its heartbeat says it (decision 0029).
-	Window    *wire.WindowState `json:"window,omitempty"`
-	Heartbeat *wire.Heartbeat   `json:"heartbeat,omitempty"`
+	Window *wire.WindowState `json:"window,omitempty"`
+	// TrustRoot is the newest root the node holds, as its heartbeat says it (0: host.json's keys
+	// only, or a host older than roots); TrustBehind is true when it is older than the newest
+	// root on the bus (RowOptions.TrustRoot); TrustExpiredSince is when the node's trust
+	// expired, while it has (decision 0045).
+	TrustRoot         uint64          `json:"trust_root,omitempty"`
+	TrustBehind       bool            `json:"trust_behind,omitempty"`
+	TrustExpiredSince *time.Time      `json:"trust_expired_since,omitempty"`
+	Heartbeat         *wire.Heartbeat `json:"heartbeat,omitempty"`
+	// newest is the root the row was judged against, for the node's story.
+	newest uint64
 }
 
 // RowOptions are what, besides each node's heartbeat, its row is judged from.
@@ -58,6 +67,10 @@ type RowOptions struct {
 	// list in force shown.
 	Withdrawals         wire.Withdrawals
 	WithdrawalsRevision uint64
+	// TrustRoot is the newest root on the bus (RootReader), 0 when it holds none or it could not
+	// be read: a node whose root is older is behind. While it is 0, the newest root a node's
+	// heartbeat says is taken instead.
+	TrustRoot uint64
 }
 
 // Rows turns entries into rows as of now: a node unheard for longer than silentAfter is silent.
@@ -77,10 +90,17 @@ func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]boo
 	o = o.withDefaults()
 	silentAfter := o.SilentAfter
 	w := withdrawals{list: o.Withdrawals, rev: o.WithdrawalsRevision}
+	newest := newestRoot(o.TrustRoot, func(f func(wire.Heartbeat)) {
+		for _, e := range entries {
+			if e.Err == nil {
+				f(e.Heartbeat)
+			}
+		}
+	})
 	rows := make([]Row, 0, len(entries))
 	for _, e := range entries {
 		age := now.Sub(e.Heard)
-		r := Row{Node: e.Node, LastHeard: e.Heard.UTC(), AgeS: age.Seconds(), Silent: age > silentAfter}
+		r := Row{Node: e.Node, LastHeard: e.Heard.UTC(), AgeS: age.Seconds(), Silent: age > silentAfter, newest: newest}
 		r.StatusKind, r.Status = status(e, now, silentAfter, restarted[e.Node], w)
 		if e.Err != nil {
 			r.Problem = e.Err.Error()
@@ -96,6 +116,7 @@ func rows(entries []Entry, now time.Time, o RowOptions, restarted map[string]boo
 			}
 			r.TargetExpiredSince, r.Launcher, r.Window = hb.TargetExpiredSince, hb.Launcher, hb.Window
 			r.Platform = platformOf(hb.Profile)
+			r.trustFacts(hb, newest)
 			r.Heartbeat = &hb
 		}
 		rows = append(rows, r)
@@ -134,6 +155,11 @@ type TextOptions struct {
 	// why the list could not be read.
 	Withdrawn        []wire.Withdrawn
 	WithdrawnProblem string
+	// TrustRoot is the newest root on the bus the rows were judged with (RowOptions.TrustRoot);
+	// TrustProblem, when not empty, says in the trust line why the roots could not be read or
+	// the next root on the bus is refused.
+	TrustRoot    uint64
+	TrustProblem string
 }
 
 // WriteText writes rows as an aligned table with a summary line (see WriteTextWith).
@@ -142,8 +168,10 @@ func WriteText(w io.Writer, rows []Row, silentAfter time.Duration) error {
 }
 
 // WriteTextWith writes the optional header line, rows as an aligned table, a summary line
-// counting the nodes, the silent ones and, when not all are ok, each other kind, and, when the
-// nodes run more than one platform, a line counting them by platform.
+// counting the nodes, the silent ones and, when not all are ok, each other kind, when the nodes
+// run more than one platform, a line counting them by platform, and, when the fleet has roots
+// (decision 0045), a TRUST column and a line counting the nodes behind and expired. A fleet
+// with no roots reads as it did before them.
 func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 	o = o.withDefaults()
 	silentAfter := o.SilentAfter
@@ -158,13 +186,22 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tPLATFORM\tLAUNCHER\tLAST HEARD\tLAST RECONCILE")
+	trust := ShowsTrust(rows)
+	trustHead := ""
+	if trust {
+		trustHead = "\tTRUST"
+	}
+	fmt.Fprintln(tw, "NODE\tSTATE\tRUNNING\tKNOWN-GOOD\tTARGET\tPLATFORM"+trustHead+"\tLAUNCHER\tLAST HEARD\tLAST RECONCILE")
 	counts := make(map[Kind]int)
 	for _, r := range rows {
 		counts[r.StatusKind]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
+		trustCell := ""
+		if trust {
+			trustCell = "\t" + TrustText(r)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\t%s\t%s\t%s\n", cell(r.Node, maxIDCell), dash(cell(r.Status, maxStatusCell)),
 			dash(cell(r.Running, maxIDCell)), dash(cell(r.KnownGood, maxIDCell)), dash(cell(r.Target, maxIDCell)), dash(cell(r.Platform, maxIDCell)),
-			launcherText(r.Launcher), ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
+			trustCell, launcherText(r.Launcher), ago(time.Duration(r.AgeS*float64(time.Second))), reconcileText(r))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -176,9 +213,13 @@ func WriteTextWith(w io.Writer, rows []Row, o TextOptions) error {
 	if _, err := fmt.Fprintf(w, "%d %s, %d silent (silent after %s unheard)%s\n", len(rows), nodes, counts[KindSilent], silentAfter, kindCounts(counts)); err != nil {
 		return err
 	}
-	if line := platformsLine(rows); line != "" {
-		_, err := fmt.Fprintln(w, line)
-		return err
+	for _, line := range []string{platformsLine(rows), TrustLine(rows, o.TrustRoot, o.TrustProblem)} {
+		if line == "" {
+			continue
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -190,7 +231,7 @@ var summaryKinds = []struct {
 }{
 	{KindUnreadable, "unreadable"}, {KindStopping, "stopping"}, {KindStandingAside, "standing aside"},
 	{KindWithdrawn, "running withdrawn"}, {KindSteppedDown, "stepped down from a withdrawn version"},
-	{KindRolledBack, "rolled back"}, {KindRefused, "refused"},
+	{KindRolledBack, "rolled back"}, {KindTrustExpired, "trust expired"}, {KindRefused, "refused"},
 	{KindFetching, "fetching"}, {KindTargetExpired, "target expired"}, {KindRestarted, "restarting"},
 	{KindTrying, "trying"}, {KindFailing, "failing"},
 }

@@ -21,6 +21,7 @@ const (
 	KindWithdrawn     Kind = "withdrawn"
 	KindSteppedDown   Kind = "stepped-down"
 	KindRolledBack    Kind = "rolled-back"
+	KindTrustExpired  Kind = "trust-expired"
 	KindRefused       Kind = "refused"
 	KindWaiting       Kind = "waiting-for-window"
 	KindFetching      Kind = "fetching"
@@ -32,11 +33,11 @@ const (
 )
 
 // Trouble reports whether k is a node an operator should look at: it runs a withdrawn version,
-// rolled back, refused, acts on no target (it expired), restarted, runs a version not yet
-// confirmed or failed its last reconcile. Such rows sort right after silent and unreadable ones.
+// rolled back, takes no new target (its trust expired), refused, acts on no target (it
+// expired), restarted, runs a version not yet confirmed or failed its last reconcile. Such rows sort right after silent and unreadable ones.
 func (k Kind) Trouble() bool {
 	switch k {
-	case KindWithdrawn, KindRolledBack, KindRefused, KindTargetExpired, KindRestarted, KindTrying, KindFailing:
+	case KindWithdrawn, KindRolledBack, KindTrustExpired, KindRefused, KindTargetExpired, KindRestarted, KindTrying, KindFailing:
 		return true
 	}
 	return false
@@ -62,7 +63,10 @@ const RestartShownFor = 5 * time.Minute
 //     trouble; a rollback from a version older than the target is history.
 //  7. rolled-back: the newest rollbacks[] entry whose from is newer than running — "rolled back
 //     from v1.2.0 at 13:15". A rollback from a version no newer than running is history.
-//  8. refused: refused.what is "target" and the node does not run its target — "refused v1.2.0:
+//  8. trust-expired: trust_expired_since is set — "trust expired since 2026-12-02T12:00:00Z"
+//     (wire.TrustExpiredLine): the newest root the node holds has expired; it keeps running and
+//     reconciling what it has and takes no new target until a fresher root reaches it.
+//  9. refused: refused.what is "target" and the node does not run its target — "refused v1.2.0:
 //     why" — unless its fetch shows it working on that target (fetching, verifying, staged, or
 //     failed with a retry), which means the refusal was of an earlier target; or refused.what
 //     is "declaration" and refused.revision is newer than declaration_revision (the newest
@@ -70,21 +74,21 @@ const RestartShownFor = 5 * time.Minute
 //     refused.what is "withdrawals" and refused.revision is the withdrawal list's revision on
 //     the bus (the list in force was refused) — "refused withdrawal list rev 9: why". A failed
 //     fetch of the target that is not retried is a refusal too.
-//  9. waiting-for-window: window.waiting_for is set and not running — "staged v1.2.0,
+//  10. waiting-for-window: window.waiting_for is set and not running — "staged v1.2.0,
 //     waiting for the window (opens 2026-12-02T02:00+01:00)": the node stands aside when its
 //     maintenance window opens, by its own clock (decision 0029). Not trouble.
-//  10. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
+//  11. fetching: fetch.version is the target and not running — "fetching v1.2.0 42%",
 //     "verifying v1.2.0", "fetch of v1.2.0 failed, retry at 13:16:05: why", "staged v1.2.0".
-//  11. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
+//  12. target-expired: target_expired_since is set — "target expired since 2026-12-06 12:00":
 //     the node acts on no target until one signed again arrives (`mesh-release serve --key`
 //     or a rollout controller signs targets again before they expire).
-//  12. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
+//  13. restarted: a View saw a heartbeat of the same running version with a larger uptime_s
 //     within RestartShownFor — "restarting (up 3s)"; trying: running is not known_good, the
 //     version is on trial — "trying v1.2.0 (not confirmed, up 3s)".
-//  13. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
+//  14. failing: last_reconcile.ok is false — "reconcile failed at 13:15": the declaration does
 //     not hold on the node (the LAST RECONCILE column says why; the host tries again on its
 //     next reconcile). Before its first reconcile a node is not failing.
-//  14. ok.
+//  15. ok.
 //
 // Times are UTC (with the date when not within a day of now); "up" is uptime_s plus the time
 // since the heartbeat was heard.
@@ -97,6 +101,7 @@ var rules = []struct {
 	{KindWithdrawn, withdrawn},
 	{KindSteppedDown, steppedDown},
 	{KindRolledBack, rolledBack},
+	{KindTrustExpired, trustExpired},
 	{KindRefused, refused},
 	{KindWaiting, waitingForWindow},
 	{KindFetching, fetching},

@@ -102,12 +102,13 @@ var allDescs = []*prometheus.Desc{
 	descRolloutHaltNodes, descRolloutNodes, descRolloutConfirmed, descRolloutSoaked, descRolloutLeftOut,
 	descBatchNodes, descBatchConfirmed, descBatchSoaked, descPublished, descWithdrawn,
 	descPlatformNodes, descPlatformConfirmed, descPlatformSoaked, descPlatformHalt, descPlatformSkipped,
+	descTrustRoot, descTrustBehind, descTrustExpired, descNodesTrustRoot, descNodeTrustRoot, descNodeTrustExpired,
 }
 
 // allKinds are the values of the state label: every STATE the fleet view gives, each always
 // present (0 when no node is in it), so a query never finds a series missing.
 var allKinds = []fleet.Kind{
 	fleet.KindSilent, fleet.KindUnreadable, fleet.KindStopping, fleet.KindStandingAside, fleet.KindWithdrawn,
-	fleet.KindSteppedDown, fleet.KindRolledBack, fleet.KindRefused, fleet.KindFetching, fleet.KindTargetExpired, fleet.KindRestarted,
+	fleet.KindSteppedDown, fleet.KindRolledBack, fleet.KindTrustExpired, fleet.KindRefused, fleet.KindFetching, fleet.KindTargetExpired, fleet.KindRestarted,
 	fleet.KindTrying, fleet.KindFailing, fleet.KindOK,
 }

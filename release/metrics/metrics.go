@@ -84,6 +84,7 @@ type Exporter struct {
 	mu      sync.Mutex // guards the buckets' snapshot
 	buckets buckets
 	read    time.Time
+	roots   fleet.RootReader
 }
 
 // buckets is one read of the rollouts, releases and withdrawals buckets.
@@ -96,6 +97,8 @@ type buckets struct {
 	withdrawals wire.Withdrawals
 	withdrawnOK bool
 	withdrawRev uint64
+	trustRoot   uint64 // the newest root on the bus
+	rootsOK     bool
 }
 
 // withDefaults returns c with every zero field at its default (decision 0041).
@@ -184,11 +187,16 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	up("rollouts", b.rolloutOK)
 	up("releases", b.releasesOK)
 	up("withdrawals", b.withdrawnOK)
+	up("roots", b.rootsOK)
 
 	var rows []fleet.Row
 	if heartbeats {
-		rows = e.view.RowsWith(now, fleet.RowOptions{SilentAfter: e.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev})
+		rows = e.view.RowsWith(now, fleet.RowOptions{SilentAfter: e.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev, TrustRoot: b.trustRoot})
 		collectFleet(ch, rows, e.cfg.NodeMetrics)
+		collectTrust(ch, rows, e.cfg.NodeMetrics)
+	}
+	if b.rootsOK {
+		ch <- gauge(descTrustRoot, float64(b.trustRoot))
 	}
 	if b.hasRollout {
 		collectRollout(ch, b.rollout, rows, heartbeats, now)
@@ -237,12 +245,20 @@ func (e *Exporter) readBuckets(now time.Time) buckets {
 	default:
 		b.withdrawals, b.withdrawRev, b.withdrawnOK = w, rev, true
 	}
+	root, refused, err := e.roots.Newest(ctx, e.cfg.JS, e.cfg.Names)
+	if err != nil {
+		e.cfg.Log.Warn("metrics: read the roots", "err", err)
+	} else if refused != "" {
+		e.cfg.Log.Warn("metrics: a root on the bus is refused", "err", refused)
+	}
+	b.trustRoot, b.rootsOK = root, err == nil
 	e.buckets, e.read = b, now
 	return b
 }
 
-// countReleases counts the manifests in the releases bucket (one key a version). Listing the
-// keys reads their last headers only, never the manifests.
+// countReleases counts the manifests in the releases bucket (one key a version; the bucket's
+// other keys, roots root.<n> and the bus document, are not releases). Listing the keys reads
+// their last headers only, never the manifests.
 func countReleases(ctx context.Context, js jetstream.JetStream, n wire.Names) (int, error) {
 	kv, err := js.KeyValue(ctx, n.Releases())
 	if err != nil {
@@ -254,8 +270,10 @@ func countReleases(ctx context.Context, js jetstream.JetStream, n wire.Names) (i
 	}
 	defer kl.Stop()
 	count := 0
-	for range kl.Keys() {
-		count++
+	for k := range kl.Keys() {
+		if wire.ValidVersion(k) {
+			count++
+		}
 	}
 	return count, nil
 }
@@ -291,7 +309,7 @@ func collectFleet(ch chan<- prometheus.Metric, rows []fleet.Row, perNode bool) {
 			fetchSize += f.Total
 		}
 		if perNode {
-			node := text.Cut(text.Printable(r.Node), maxNodeLabel)
+			node := nodeLabel(r.Node)
 			ch <- gauge(descNodeInfo, 1, node, versionLabel(r.Running), versionLabel(r.KnownGood), string(r.StatusKind), versionLabel(launcherVersion(r.Launcher)),
 				platformLabel(r.Platform))
 			ch <- gauge(descNodeAge, age, node)
@@ -323,6 +341,9 @@ func collectFleet(ch chan<- prometheus.Metric, rows []fleet.Row, perNode bool) {
 	ch <- gauge(descOldestAge, oldest)
 	ch <- prometheus.MustNewConstHistogram(descAge, uint64(len(rows)), hist.sum, hist.counts())
 }
+
+// nodeLabel is a node id as a label value: printable and bounded.
+func nodeLabel(node string) string { return text.Cut(text.Printable(node), maxNodeLabel) }
 
 func launcherVersion(l *wire.Launcher) string {
 	if l == nil {

@@ -68,7 +68,7 @@ func TestPublishAddsDeltasAgainstTheThreeNewestPublishedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := got.Verify([]ed25519.PublicKey{pub}); err != nil {
+	if err := got.Verify(wire.LegacyTrust([]ed25519.PublicKey{pub}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if written, _ := os.ReadFile(filepath.Join(dir, ManifestFile)); !bytes.Equal(written, e.Value()) {

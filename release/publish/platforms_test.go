@@ -78,7 +78,7 @@ func announced(t *testing.T, js jetstream.JetStream, version string) wire.Manife
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Verify([]ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+	if err := m.Verify(wire.LegacyTrust([]ed25519.PublicKey{meshtest.ReleaseKey.Public}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	return m

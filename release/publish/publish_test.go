@@ -79,7 +79,7 @@ func TestPublishPutsTheArchiveAndAnnouncesTheManifest(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, m) {
 		t.Fatalf("announced %+v, %v", got, err)
 	}
-	if err := got.Verify([]ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}); err != nil {
+	if err := got.Verify(wire.LegacyTrust([]ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}, nil)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -191,7 +191,7 @@ func TestTargetSetsNodeKeysAndTheFleetKey(t *testing.T) {
 		}
 		if tg, err := wire.ParseTarget(e.Value()); err != nil || tg.Version != "v1.0.0" {
 			t.Fatalf("%s: %+v, %v", k, tg, err)
-		} else if err := tg.Verify(k, []ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+		} else if err := tg.Verify(k, wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now()); err != nil {
 			t.Errorf("%s: %v", k, err)
 		}
 	}

@@ -218,7 +218,7 @@ func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
 			if e.Operation() == jetstream.KeyValuePut {
 				tg, err := wire.ParseTarget(e.Value())
 				if err == nil {
-					err = tg.Verify(e.Key(), []ed25519.PublicKey{meshtest.ReleaseKey.Public})
+					err = tg.Verify(e.Key(), wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now())
 				}
 				if err != nil {
 					s.unverified = append(s.unverified, fmt.Sprintf("%s revision %d: %v", e.Key(), e.Revision(), err))

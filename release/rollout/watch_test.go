@@ -10,6 +10,8 @@ import (
 	"github.com/novox/mesh-host/wire/meshtest"
 )
 
+// The releases bucket holds roots (root.<n>) and the bus document beside the manifests: the
+// watch takes neither for an announcement.
 func TestWatchRollsOutEachNewerAnnouncementSupersedingAndSkipping(t *testing.T) {
 	b := meshtest.StartBus(t)
 	ns := sixNodes()
@@ -33,6 +35,10 @@ func TestWatchRollsOutEachNewerAnnouncementSupersedingAndSkipping(t *testing.T) 
 
 	// On start: the newest announced, v1.1.0, is rolled out.
 	waitEvent(t, ev, EventBatch, func(e Event) bool { return e.Version == "v1.1.0" })
+	// A root and the bus document are put first: the watch reads the bucket in order, so by
+	// v1.2.0's events it has passed them.
+	b.Put(b.Names.Releases(), wire.RootKey(1), []byte("{}"))
+	b.Put(b.Names.Releases(), "bus", []byte("{}"))
 	// A newer announcement supersedes it.
 	publishRelease(t, b, "v1.2.0")
 	waitEvent(t, ev, EventSuperseded, func(e Event) bool { return e.Version == "v1.1.0" })
@@ -40,6 +46,13 @@ func TestWatchRollsOutEachNewerAnnouncementSupersedingAndSkipping(t *testing.T) 
 	if v, _, _ := targetKey(t, b, wire.FleetTargetKey); v != "v1.2.0" {
 		t.Fatalf("fleet key = %q, want v1.2.0", v)
 	}
+	ev.mu.Lock()
+	for _, e := range ev.all {
+		if e.Version == wire.RootKey(1) || e.Version == "bus" {
+			t.Errorf("an event about the key %s, which is no release: %s", e.Version, e.Message)
+		}
+	}
+	ev.mu.Unlock()
 	// An older one is skipped; a bad one halts.
 	publishRelease(t, b, "v1.1.1")
 	waitEvent(t, ev, EventSkipped, func(e Event) bool {

@@ -90,7 +90,7 @@ func TestMeteredNodesGoLastAndAnUrgentRolloutSignsUrgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	tg, err := wire.ParseTarget(e.Value())
-	if err != nil || !tg.Urgent || tg.Verify(wire.FleetTargetKey, []ed25519.PublicKey{meshtest.ReleaseKey.Public}) != nil {
+	if err != nil || !tg.Urgent || tg.Verify(wire.FleetTargetKey, wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now()) != nil {
 		t.Errorf("fleet target %+v (%v): want it signed urgent", tg, err)
 	}
 }

@@ -59,7 +59,7 @@ func waitResigned(t *testing.T, b *meshtest.Bus, key, version string, min time.D
 	if got.Version != version {
 		t.Errorf("%s names %s after signing again; want %s kept", key, got.Version, version)
 	}
-	if err := got.Verify(key, trusted(meshtest.ReleaseKey)); err != nil {
+	if err := got.Verify(key, wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()); err != nil {
 		t.Errorf("%s: %v", key, err)
 	}
 	return got

@@ -107,7 +107,7 @@ func (s Signer) sign(kvKey, version string, prev uint64, urgent bool) (wire.Targ
 
 // Signed reports whether t, stored under kvKey, verifies with the signer's key.
 func (s Signer) Signed(kvKey string, t wire.Target) bool {
-	return len(s.Key) == ed25519.PrivateKeySize && t.Verify(kvKey, []ed25519.PublicKey{s.Public()}) == nil
+	return len(s.Key) == ed25519.PrivateKeySize && t.Verify(kvKey, wire.LegacyTrust(nil, []ed25519.PublicKey{s.Public()}), s.now()) == nil
 }
 
 // Due reports whether t, signed by this signer, should be signed again: less than half of TTL

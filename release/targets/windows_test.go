@@ -38,7 +38,7 @@ func TestSetWindowWritesEachNodesKeyNamingTheGroupAndClearRemovesThem(t *testing
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Verify(s.Key, trusted(meshtest.ReleaseKey)); err != nil {
+		if err := w.Verify(s.Key, wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()); err != nil {
 			t.Errorf("%s: %v", s.Key, err)
 		}
 		if strings.Join(w.Nodes, ",") != "web-01,web-02" || w.String() != "mon-fri 02:00-04:00 Europe/Brussels" {
@@ -128,7 +128,7 @@ func TestATargetSignedAgainForItsVersionStaysUrgent(t *testing.T) {
 				t.Fatal(err)
 			}
 			tg, _ := read(t, b, key)
-			if tg.Urgent != tc.urgent || tg.Version != tc.version || tg.Verify(key, trusted(meshtest.ReleaseKey)) != nil {
+			if tg.Urgent != tc.urgent || tg.Version != tc.version || tg.Verify(key, wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()) != nil {
 				t.Errorf("target %+v: want %s, urgent %v, verifying", tg, tc.version, tc.urgent)
 			}
 		})

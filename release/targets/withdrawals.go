@@ -95,7 +95,7 @@ func Withdraw(ctx context.Context, js jetstream.JetStream, names wire.Names, ver
 			return Withdrawal{List: prev, Rev: rev, Entry: e, Already: true}, nil
 		}
 		if rev != 0 {
-			if err := prev.Verify(keys); err != nil {
+			if err := prev.Verify(wire.LegacyTrust(nil, keys), time.Now()); err != nil {
 				return Withdrawal{}, fmt.Errorf("%w (%w): check its entries, then give the public key that signed it with --trust", ErrUntrustedList, err)
 			}
 		}

@@ -49,7 +49,7 @@ func TestConcurrentWithdrawalsAllLandInTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := list.Verify(trusted(meshtest.ReleaseKey)); err != nil {
+	if err := list.Verify(wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()); err != nil {
 		t.Errorf("the list does not verify: %v", err)
 	}
 	var got []string
@@ -110,7 +110,7 @@ func TestWithdrawAddsOnlyToAListItCanVerify(t *testing.T) {
 				}
 				return
 			}
-			if len(res.List.Withdrawn) != 2 || res.List.Verify(trusted(meshtest.ReleaseKey)) != nil {
+			if len(res.List.Withdrawn) != 2 || res.List.Verify(wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()) != nil {
 				t.Errorf("list %+v: want both entries, signed with the release key", res.List)
 			}
 		})

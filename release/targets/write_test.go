@@ -1,6 +1,7 @@
 package targets
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"strconv"
@@ -77,16 +78,16 @@ func TestUpdateWritesASignedTargetNumberedAfterWhatTheKeyHeld(t *testing.T) {
 				t.Fatalf("update: %+v, %v", res, err)
 			}
 			got, rev := read(t, b, key)
-			if rev != res.Rev || got != res.Target {
+			if rev != res.Rev || !bytes.Equal(got.Marshal(), res.Target.Marshal()) {
 				t.Errorf("the key holds %+v at %d; Update said %+v at %d", got, rev, res.Target, res.Rev)
 			}
-			if err := got.Verify(key, trusted(meshtest.ReleaseKey)); err != nil {
+			if err := got.Verify(key, wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()); err != nil {
 				t.Errorf("the target written does not verify: %v", err)
 			}
-			if err := got.Verify(wire.FleetTargetKey, trusted(meshtest.ReleaseKey)); !errors.Is(err, wire.ErrTargetBadSignature) {
+			if err := got.Verify(wire.FleetTargetKey, wire.LegacyTrust(nil, trusted(meshtest.ReleaseKey)), time.Now()); !errors.Is(err, wire.ErrTargetBadSignature) {
 				t.Errorf("moved to the fleet key it verifies: %v", err)
 			}
-			if err := got.Verify(key, trusted(meshtest.StrangerKey)); !errors.Is(err, wire.ErrTargetUnknownKey) {
+			if err := got.Verify(key, wire.LegacyTrust(nil, trusted(meshtest.StrangerKey)), time.Now()); !errors.Is(err, wire.ErrTargetUnknownKey) {
 				t.Errorf("it verifies with a key that did not sign it: %v", err)
 			}
 			if got.Version != "v1.1.0" || got.Seq <= tc.minSeq || (tc.fromNow && got.Seq < before) {

@@ -38,6 +38,10 @@ type fleetView struct {
 
 	// Platforms count the nodes by platform, said when the fleet runs more than one.
 	Platforms []fleet.PlatformCount
+	// Trust says whether the table has a trust column (the fleet has roots, decision 0045), and
+	// TrustLine counts the nodes behind the newest root and the expired, as `fleet` does.
+	Trust     bool
+	TrustLine string
 }
 
 type kindCount struct {
@@ -47,7 +51,11 @@ type kindCount struct {
 
 type rowView struct {
 	Node, Platform, Status, Kind, Running, KnownGood, Target, Launcher, Heard string
-	Trouble                                                                   bool
+	// Trust is the TRUST cell (`root v3 (behind)`); TrustBehind marks a node behind the newest
+	// root or whose trust expired.
+	Trust       string
+	TrustBehind bool
+	Trouble     bool
 }
 
 // rowOf is one node's row of the page's table; "-" for a platform its heartbeat does not say.
@@ -57,7 +65,8 @@ func rowOf(r fleet.Row, now time.Time) rowView {
 		platform = "-"
 	}
 	return rowView{Node: r.Node, Platform: platform, Status: r.Status, Kind: string(r.StatusKind), Running: r.Running, KnownGood: r.KnownGood,
-		Target: r.Target, Launcher: fleet.LauncherText(r.Launcher), Heard: fleet.Ago(now.Sub(r.LastHeard)), Trouble: r.Silent || r.StatusKind.Trouble()}
+		Target: r.Target, Launcher: fleet.LauncherText(r.Launcher), Heard: fleet.Ago(now.Sub(r.LastHeard)), Trouble: r.Silent || r.StatusKind.Trouble(),
+		Trust: fleet.TrustText(r), TrustBehind: r.TrustBehind || r.TrustExpiredSince != nil}
 }
 
 // platformsOf is the nodes counted by platform when they run more than one ("unknown": none said),
@@ -125,7 +134,7 @@ const maxRows = 5000
 
 func (s *Server) fleetView(now time.Time) fleetView {
 	b := s.snapshot()
-	rows := s.view.RowsWith(now, fleet.RowOptions{SilentAfter: s.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev})
+	rows := s.view.RowsWith(now, fleet.RowOptions{SilentAfter: s.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev, TrustRoot: b.trustRoot})
 	v := fleetView{Ready: s.ready.Load(), Nodes: len(rows), NoRead: b.rolloutErr, WErr: b.withdrawErr, Now: now.UTC().Format(time.RFC3339)}
 	if p := s.watchErr.Load(); p != nil {
 		v.Problem = *p
@@ -135,6 +144,7 @@ func (s *Server) fleetView(now time.Time) fleetView {
 	}
 	sort.Slice(v.Kinds, func(i, j int) bool { return v.Kinds[i].Kind < v.Kinds[j].Kind })
 	v.Platforms = platformsOf(rows)
+	v.Trust, v.TrustLine = fleet.ShowsTrust(rows), fleet.TrustLine(rows, b.trustRoot, b.rootErr)
 	for _, r := range rows[:min(len(rows), maxRows)] {
 		v.Rows = append(v.Rows, rowOf(r, now))
 	}
@@ -206,7 +216,7 @@ type nodeView struct {
 func (s *Server) nodeView(node string, now time.Time) nodeView {
 	b := s.snapshot()
 	v := nodeView{Node: node, Ready: s.ready.Load(), Now: now.UTC().Format(time.RFC3339)}
-	st, ok := s.view.Story(node, now, fleet.RowOptions{SilentAfter: s.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev})
+	st, ok := s.view.Story(node, now, fleet.RowOptions{SilentAfter: s.cfg.SilentAfter, Withdrawals: b.withdrawals, WithdrawalsRevision: b.withdrawRev, TrustRoot: b.trustRoot})
 	if !ok {
 		return v
 	}

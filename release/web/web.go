@@ -71,6 +71,8 @@ type Server struct {
 
 	cacheMu sync.Mutex // guards the fleet fragment last drawn, shared by every open page
 	cache   drawn
+
+	roots fleet.RootReader
 }
 
 // drawn is the fleet fragment as drawn for change gen at at.
@@ -88,6 +90,10 @@ type buckets struct {
 	withdrawals wire.Withdrawals
 	withdrawRev uint64
 	withdrawErr string
+	// trustRoot is the newest root on the bus (fleet.RootReader); rootErr says why the roots
+	// could not be read or the next is refused.
+	trustRoot uint64
+	rootErr   string
 }
 
 // withDefaults returns c with every zero field at its default (decision 0041).
@@ -144,7 +150,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// readBuckets reads the rollouts and withdrawals buckets every cfg.Every, telling the clients
+// readBuckets reads the rollouts and withdrawals buckets and the roots every cfg.Every, telling the clients
 // when what they hold changed.
 func (s *Server) readBuckets(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Every)
@@ -186,6 +192,12 @@ func (s *Server) read(ctx context.Context) buckets {
 	default:
 		b.withdrawals, b.withdrawRev = w, rev
 	}
+	root, refused, err := s.roots.Newest(ctx, s.cfg.JS, s.cfg.Names)
+	b.trustRoot, b.rootErr = root, refused
+	if err != nil {
+		b.rootErr = "the roots could not be read: " + err.Error()
+	}
+	b.rootErr = text.Cut(text.Printable(b.rootErr), 512)
 	return b
 }
 

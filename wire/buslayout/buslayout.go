@@ -28,8 +28,8 @@ const (
 	// from before, when every host watched the declarations and the targets bucket with one
 	// consumer each and a server's default of 1,000 per stream left the 1,001st node out.
 	KVMaxConsumers   = 1_000_000
-	MaxTargetBytes   = 1 << 10 // a signed target: version, seq, expires, key_id, signature (about 250 bytes)
-	MaxManifestBytes = 64 << 10
+	MaxTargetBytes   = wire.MaxTargetBytes   // a signed target (about 250 bytes with one signature)
+	MaxManifestBytes = wire.MaxManifestBytes // a manifest, a root (wire.MaxRootBytes)
 	// MaxRolloutBytes is the rollouts bucket's max value size. A rollout is stored as a small
 	// head under rollout.<id> (status, batches, halt, lease; no node list) and its node list in
 	// chunks under nodes.<id>.<n> (decision 0021), so the number of nodes is not bounded by it.

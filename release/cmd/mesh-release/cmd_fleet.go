@@ -50,13 +50,15 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	}
 	defer c.Close()
 	withdrawn := withdrawalsOf(c, b)
+	roots := rootsOf(c, b)
 	if node != "" {
-		return fleetNode(ctx, s, c, b, node, *asJSON, *watch, *silentAfter, withdrawn)
+		return fleetNode(ctx, s, c, b, node, *asJSON, *watch, *silentAfter, withdrawn, roots)
 	}
 	header := rolloutHeader(c, b)
 	render := func(judge func(fleet.RowOptions) []fleet.Row) error {
 		w, rev, problem := withdrawn(ctx)
-		rows := judge(fleet.RowOptions{SilentAfter: *silentAfter, Withdrawals: w, WithdrawalsRevision: rev})
+		root, rootProblem := roots(ctx)
+		rows := judge(fleet.RowOptions{SilentAfter: *silentAfter, Withdrawals: w, WithdrawalsRevision: rev, TrustRoot: root})
 		if *asJSON {
 			if *watch {
 				return fleet.WriteJSONLine(out, rows) // one line per render
@@ -67,7 +69,7 @@ func fleetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 			redraw(s)
 		}
 		return fleet.WriteTextWith(out, rows, fleet.TextOptions{SilentAfter: *silentAfter, Header: header(ctx),
-			Withdrawn: w.Withdrawn, WithdrawnProblem: problem})
+			Withdrawn: w.Withdrawn, WithdrawnProblem: problem, TrustRoot: root, TrustProblem: rootProblem})
 	}
 	if !*watch {
 		es, err := fleet.Read(ctx, c.JS, b.names())
@@ -161,11 +163,12 @@ func watchRendering(ctx context.Context, follow func(ctx context.Context, change
 // fleetNode prints node's story (`fleet NODE`): from its last heartbeat, or with --watch,
 // again as each heartbeat arrives, with the heartbeats seen listed.
 func fleetNode(ctx context.Context, s *stdio, c *bus.Conn, b busFlags, node string, asJSON, watch bool, silentAfter time.Duration,
-	withdrawn func(context.Context) (wire.Withdrawals, uint64, string)) error {
+	withdrawn func(context.Context) (wire.Withdrawals, uint64, string), roots func(context.Context) (uint64, string)) error {
 	n := b.names()
 	story := func(e fleet.Entry, beats []fleet.Beat) fleet.Story {
 		w, rev, _ := withdrawn(ctx)
-		st := fleet.StoryOf(e, time.Now(), fleet.RowOptions{SilentAfter: silentAfter, Withdrawals: w, WithdrawalsRevision: rev})
+		root, _ := roots(ctx)
+		st := fleet.StoryOf(e, time.Now(), fleet.RowOptions{SilentAfter: silentAfter, Withdrawals: w, WithdrawalsRevision: rev, TrustRoot: root})
 		st.Heard = beats
 		return st
 	}
@@ -279,13 +282,38 @@ func withdrawalsOf(c *bus.Conn, b busFlags) func(context.Context) (wire.Withdraw
 	}
 }
 
-const fleetAbout = `Without NODE, a table: every node's PLATFORM (linux/arm64, from its heartbeat), STATE (what it
-is doing, judged from its last heartbeat; SILENT when unheard for --silent-after), versions,
+// rootsOf returns a reader of the newest root on the bus (fleet.RootReader): its version (0:
+// none) and, when the roots could not be read or the next is refused, why. It reads at most once
+// a second, so --watch stays light; a root that cannot be read keeps the last one read.
+func rootsOf(c *bus.Conn, b busFlags) func(context.Context) (uint64, string) {
+	var (
+		rr      fleet.RootReader
+		root    uint64
+		problem string
+		read    time.Time
+	)
+	return func(ctx context.Context) (uint64, string) {
+		if time.Since(read) < time.Second {
+			return root, problem
+		}
+		read = time.Now()
+		v, refused, err := rr.Newest(ctx, c.JS, b.names())
+		root, problem = v, refused
+		if err != nil {
+			problem = "the roots could not be read: " + err.Error()
+		}
+		return root, problem
+	}
+}
+
+const fleetAbout = `Without NODE, a table: every node's PLATFORM (linux/arm64, from its heartbeat), STATE (what it is
+doing, judged from its last heartbeat; SILENT when unheard for --silent-after), versions,
 launcher, last heard and last reconcile, the current rollout and the withdrawn versions above it,
-and a mixed fleet's nodes counted by platform below. With NODE, that node's whole story from its
-last heartbeat: its platform, versions, launcher, last reconcile, fetch progress, refusal, link failure,
-rollbacks with the failed version's last output, drift, profile, inventory, and a timeline of
-what the heartbeat dates (the stream keeps each node's last heartbeat only; --watch adds each
-heartbeat as it arrives). --json writes the same as JSON. --watch redraws in place on a
-terminal, and appends each render after a line with the time otherwise (one JSON line each with
---json). Exit 1 when NODE has no heartbeat on the bus.`
+a mixed fleet's nodes counted by platform below, and, once roots are on the bus, each node's TRUST
+(its root, behind the newest, expired) and a trust line counting them. With NODE, that node's
+whole story from its last heartbeat: its platform, trust, versions, launcher, last reconcile,
+fetch progress, refusal, link failure, rollbacks with the failed version's last output, drift,
+profile, inventory, and a timeline of what the heartbeat dates (the stream keeps each node's last
+heartbeat only; --watch adds each heartbeat as it arrives). --json writes the same as JSON.
+--watch redraws in place on a terminal, and appends each render after a line with the time
+otherwise (one JSON line each with --json). Exit 1 when NODE has no heartbeat on the bus.`

@@ -171,7 +171,7 @@ func simulate(t *testing.T, c *bus.Conn, node, running string, crash ...string) 
 			for _, key := range []string{wire.NodeTargetKey(node), wire.FleetTargetKey} {
 				if e, err := kv.Get(ctx, key); err == nil {
 					// As a host does: a target that does not verify for its key is refused.
-					if tg, err := wire.ParseTarget(e.Value()); err == nil && tg.Verify(key, []ed25519.PublicKey{meshtest.ReleaseKey.Public}) == nil {
+					if tg, err := wire.ParseTarget(e.Value()); err == nil && tg.Verify(key, wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now()) == nil {
 						target = tg.Version
 						break
 					}

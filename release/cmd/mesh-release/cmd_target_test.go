@@ -107,7 +107,7 @@ func TestTargetSignsWhatItSetsForItsKeyAndNumbersItForward(t *testing.T) {
 				t.Fatalf("exit %d, %q, %q", code, out, errOut)
 			}
 			got := get(tc.at)
-			if err := got.Verify(tc.at, []ed25519.PublicKey{tc.key.Public}); err != nil {
+			if err := got.Verify(tc.at, wire.LegacyTrust(nil, []ed25519.PublicKey{tc.key.Public}), time.Now()); err != nil {
 				t.Errorf("the target on the bus: %v", err)
 			}
 			if got.KeyID != wire.KeyID(tc.key.Public) {

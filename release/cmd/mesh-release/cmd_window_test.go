@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
@@ -68,7 +69,7 @@ func TestWindowSetShowClearOnABus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Verify(wire.NodeWindowKey("web-02"), []ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+	if err := w.Verify(wire.NodeWindowKey("web-02"), wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errOut := runMain(t, env, "window", "set", "--key", key, "web-09", "daily 22:00-23:00 UTC"); code != 1 || !strings.Contains(errOut, `node "web-09" has never heartbeated`) {
@@ -134,7 +135,7 @@ func TestTargetUrgentSignsTheTargetUrgent(t *testing.T) {
 	if err != nil || !tg.Urgent {
 		t.Fatalf("target %+v (%v): want urgent", tg, err)
 	}
-	if err := tg.Verify(wire.NodeTargetKey("web-01"), []ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil {
+	if err := tg.Verify(wire.NodeTargetKey("web-01"), wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

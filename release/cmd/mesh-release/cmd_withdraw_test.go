@@ -70,7 +70,7 @@ func TestWithdrawAddsToTheSignedListAndSaysWhatFollows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := list.Verify([]ed25519.PublicKey{meshtest.ReleaseKey.Public}); err != nil || len(list.Withdrawn) != 1 {
+	if err := list.Verify(wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now()); err != nil || len(list.Withdrawn) != 1 {
 		t.Fatalf("the list on the bus: %+v, %v", list, err)
 	}
 

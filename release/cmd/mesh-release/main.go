@@ -53,6 +53,7 @@ var commands = []command{
 	{"enrol-token", "", "make a one-time token that enrols a node (mesh-host enrol TOKEN)", enrolTokenAbout, enrolTokenCmd},
 	{"enrol-service", "", "run the enrolment service (serve runs one in operator mode)", enrolServiceAbout, enrolServiceCmd},
 	{"node", "revoke ID | cut-over", "revoke an enrolled node's key; end the transition of nodes enrolled before", nodeAbout, nodeCmd},
+	{"trust", trustArgs, "the root of trust: make, sign, rotate, show and publish roots", trustAbout, trustCmd},
 	{"version", "", "print this tool's version", "", versionCmd},
 }
 
