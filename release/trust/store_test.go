@@ -404,6 +404,8 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 	if want := []string{
 		"$KV.mesh_declarations.web-01", "$KV.mesh_host_targets.node.web-01", "$KV.mesh_host_targets.fleet",
 		"$KV.mesh_host_withdrawals.list", "$KV.mesh_host_targets.window.node.web-01", "$KV.mesh_host_targets.window.fleet",
+		// The roots and the bus configuration (decisions 0045, 0046).
+		"$KV.mesh_host_releases.root.>", "$KV.mesh_host_releases.bus",
 		"_INBOX.node.web-01.>",
 	}; !slices.Equal([]string(p.Sub.Allow), want) {
 		t.Errorf("subscribe: got %q, want %q", p.Sub.Allow, want)
