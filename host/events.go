@@ -56,6 +56,8 @@ func (h *Host) readEvents(ctx context.Context) {
 		case link.WindowChanged:
 			last.window = &ev
 			h.windowChanged(ctx, ev)
+		case link.BusArrived:
+			h.busArrived(ctx, ev)
 		}
 	}
 }

@@ -131,6 +131,7 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		hb.TrustExpiredSince = &since
 	}
 	hb.LinkClass = h.opts.Config.LinkClass
+	hb.BusSeq, hb.BusCAs = h.busState()
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb

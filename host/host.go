@@ -89,6 +89,8 @@ type Host struct {
 	lastChoice     string      // what Choose named at the last stand-aside check
 	waitingSaid    string      // the wait last logged and left for status ("" for none)
 	waitWritten    bool        // the wait file was written (or removed) once since start
+	busSeq         uint64      // the bus configuration applied last (bus.go); 0 for none
+	urls           []string    // the nats_urls host.json holds since a bus configuration wrote them; nil: as at start
 }
 
 // New makes a host; nothing happens until Run.
@@ -192,6 +194,9 @@ func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
 	closers = append(closers, func() { h.store.Close() })
 	h.loadTrust(ctx)
 	if err := h.loadWithdrawn(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.loadBusSeq(ctx); err != nil {
 		return nil, err
 	}
 	h.applyWithdrawals(ctx, 0, false)

@@ -50,10 +50,10 @@ type released struct {
 	done chan struct{}
 }
 
-func startReleased(t *testing.T, bin, data string, port int) *released {
+func startReleased(t *testing.T, bin, data string, port int, args ...string) *released {
 	t.Helper()
 	r := &released{out: &lockedBuffer{}, done: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve", "--data", data, "--listen", "127.0.0.1:"+strconv.Itoa(port))
+	r.cmd = exec.Command(bin, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:" + strconv.Itoa(port)}, args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

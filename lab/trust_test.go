@@ -251,6 +251,10 @@ func TestARootOfTrustRotatesOverTheMeshAndNothingIsDoneOnANode(t *testing.T) {
 func (s *scenario) declareMotd(node, dir, content string) uint64 {
 	s.t.Helper()
 	d := filepath.Join(dir, node)
+	// The declared directory's parent must exist: the host makes what is declared, no more.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
 	doc := wire.Declaration{Version: wire.DeclarationVersion, Node: node, Resources: []wire.Resource{
 		{Type: wire.KindDirectory, ID: d, Spec: json.RawMessage(`{"mode": "0755"}`)},
 		{Type: wire.KindFile, ID: filepath.Join(d, "motd"), Spec: json.RawMessage(fmt.Sprintf(`{"content": %q, "mode": "0644"}`, content))},
