@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/trustroot"
@@ -39,7 +41,7 @@ exit status: 0 done, 1 an error (a refusal says why), 2 usage.`
 
 var trustCommands = []command{
 	{"trust init", "", "make the root keys and root v1 (the offline ceremony)", trustInitAbout, trustInitCmd},
-	{"trust sign", "FILE", "add one key's signature to a root file, in place", trustSignAbout, trustSignCmd},
+	{"trust sign", "FILE", "add one key's signature to a root (or a manifest, target, window, withdrawal list) file, in place", trustSignAbout, trustSignCmd},
 	{"trust rotate", "", "write the next root version from the newest: a role's keys or threshold changed, expiry renewed", trustRotateAbout, trustRotateCmd},
 	{"trust show", "[FILE | --bus]", "show a root: version, expiry, keys per role, signatures and which thresholds are met", "", trustShowCmd},
 	{"trust publish", "FILE", "put a root on the bus, when it is the next version and verifies", trustPublishAbout, trustPublishCmd},
@@ -200,35 +202,51 @@ func readPub(f string) (ed25519.PublicKey, error) {
 	return wire.ParseTrustedKey(strings.TrimSpace(string(b)))
 }
 
-const trustSignAbout = `Adds --key's signature to the root in FILE, in place (temp file, fsync, rename), and says which
-thresholds are met now: for root v(N+1), N's root keys and its own. The root it follows is
---prev, else root.<N>.json beside FILE when there is one. A key that signed already, and a key
-in no role whose signature counts (N's or N+1's root keys; on v1 also its releases and targets
-keys), are refused: a wrong key file is a mix-up to catch, not a signature to add.
+const trustSignAbout = `Adds --key's signature to FILE, in place (temp file, fsync, rename). FILE is a root
+(root.<v>.json), or any other signed document (a manifest, a target, a window, the withdrawal
+list; a target or window with --name, the KV key it is stored under) when its role needs more
+than one signature (a releases threshold of 2: two people each sign the manifest).
+
+For a root it says which thresholds are met now: for root v(N+1), N's root keys and its own. The
+root it follows is --prev, else root.<N>.json beside FILE when there is one. A key that signed
+already is refused; so is a key whose signature on a root would count for nothing (not a root
+key of v(N) or v(N+1); on v1 also not one of its releases and targets keys): a wrong key file is
+a mix-up to catch, not a signature to add.
 
 exit status: 0 signed, 1 refused or an error, 2 usage.`
 
+// maxSignFile bounds the file sign reads: more than any signed document may be.
+const maxSignFile = 1 << 20
+
 func trustSignCmd(_ context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	keyPath := fs.String("key", "", "the root key `FILE` (root-N.key) to sign with (required)")
-	prevPath := fs.String("prev", "", "the root `FILE` FILE follows (default: root.<N>.json beside FILE)")
+	keyPath := fs.String("key", "", "the key `FILE` to sign with: a root key (root-N.key), or a releases or targets key (required)")
+	prevPath := fs.String("prev", "", "for a root: the root `FILE` FILE follows (default: root.<N>.json beside FILE)")
+	name := fs.String("name", "", "for a target or window: the KV `KEY` it is stored under (node.web-01, fleet, window.fleet)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("want FILE, the root to sign, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
+		return usagef("want FILE, the document to sign, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
 	}
 	if *keyPath == "" {
-		return missingError{"--key FILE is required: the root key (root-N.key) whose signature to add"}
+		return missingError{"--key FILE is required: the key (root-N.key for a root) whose signature to add"}
 	}
 	key, err := build.LoadKey(*keyPath)
 	if err != nil {
 		return fmt.Errorf("--key: %w", err)
 	}
 	file := pos[0]
-	r, err := trustroot.ReadFile(file)
+	b, err := readBounded(file, maxSignFile)
 	if err != nil {
 		return err
+	}
+	if !isRoot(b) {
+		return signDocument(s, file, *name, b, key)
+	}
+	r, err := wire.ParseRoot(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	prev, err := prevRoot(file, *prevPath, r)
 	if err != nil {
@@ -238,7 +256,11 @@ func trustSignCmd(_ context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 	if err := trustroot.CanSign(r, prev, id); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	if err := r.Sign(key); err != nil {
+	signed, err := wire.AddSignature(wire.KindRoot, "", b, key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if r, err = wire.ParseRoot(signed); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	if err := trustroot.WriteFile(file, r); err != nil {
@@ -252,6 +274,64 @@ func trustSignCmd(_ context.Context, s *stdio, fs *flag.FlagSet, args []string) 
 		s.printf("more signatures needed: pass %s to the holder of another root key\n", file)
 	}
 	return nil
+}
+
+// signDocument adds key's signature to a signed document other than a root (wire.AddSignature
+// recognises its kind) and writes it back in place.
+func signDocument(s *stdio, file, name string, b []byte, key ed25519.PrivateKey) error {
+	signed, err := wire.AddSignature("", name, b, key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(file, signed, st.Mode().Perm()); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	var sigs struct {
+		KeyID      string           `json:"key_id"`
+		Signatures []wire.Signature `json:"signatures"`
+	}
+	_ = json.Unmarshal(signed, &sigs)
+	ids := []string{}
+	if sigs.KeyID != "" {
+		ids = append(ids, sigs.KeyID)
+	}
+	for _, sg := range sigs.Signatures {
+		ids = append(ids, sg.KeyID)
+	}
+	s.printf("signed %s with key %s; it carries %d %s (%s): as many keys of its role as the root's threshold must sign it (mesh-release trust show --bus)\n",
+		file, wire.KeyID(key.Public().(ed25519.PublicKey)), len(ids), text.Plural(len(ids), "signature", "signatures"), strings.Join(ids, ", "))
+	return nil
+}
+
+// isRoot reports whether b is a root's JSON (it alone has roles).
+func isRoot(b []byte) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return false
+	}
+	_, ok := fields["roles"]
+	return ok
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is more than %d bytes: no signed document is that large", path, limit)
+	}
+	return b, nil
 }
 
 // prevRoot is the root r follows: the file given, else root.<N>.json beside file, else nil

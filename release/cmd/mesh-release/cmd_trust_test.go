@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/trustroot"
 	"github.com/novox/mesh-host/wire"
@@ -75,7 +77,7 @@ func TestTrustCommandsRefuseBadCountsKeysAndFiles(t *testing.T) {
 		{"sign without a key", []string{"sign", c.root(2)}, 2, "--key FILE is required"},
 		{"sign twice with one key", []string{"sign", c.root(2), "--key", c.key(1)}, 1, "has signed it already"},
 		{"sign with a key in no role", []string{"sign", c.root(2), "--key", filepath.Join(other, "release.key")}, 1, "is not among root v1's or root v2's root keys: its signature would count for nothing"},
-		{"sign no file", []string{"sign", "--key", c.key(1)}, 2, "want FILE, the root to sign, got 0 arguments"},
+		{"sign no file", []string{"sign", "--key", c.key(1)}, 2, "want FILE, the document to sign, got 0 arguments"},
 		{"remove the last key", []string{"rotate", "--from", c.root(1), "--role", "releases", "--remove", c.relID}, 1, "removes the last key of releases"},
 		{"a threshold above the keys left", []string{"rotate", "--from", c.root(1), "--role", "root", "--threshold", "4"}, 1, "a threshold of 4 for root, which would hold 3 keys"},
 		{"an unknown key id", []string{"rotate", "--from", c.root(1), "--role", "releases", "--remove", "0123456789abcdef", "--out", filepath.Join(c.dir, "x.json")}, 1, "--remove 0123456789abcdef: is no key of releases in root v1"},
@@ -201,5 +203,41 @@ func TestTrustCeremonyPublishesAVerifiedChainAndRefusesTheRest(t *testing.T) {
 	err = tr.Verify(wire.Envelope{Kind: wire.KindManifest, Name: "v9.9.9", Role: wire.RoleReleases, Text: []byte("manifest"), Signatures: []wire.Signature{sg}}, time.Now())
 	if !errors.Is(err, wire.ErrKeyRemoved) || !strings.Contains(err.Error(), "which root v2 removed from releases") {
 		t.Errorf("a manifest signed by the removed key: %v", err)
+	}
+}
+
+// trust sign adds a second signature to a manifest (a releases threshold of 2), in place, and
+// refuses the same key twice.
+func TestTrustSignAddsASecondSignatureToAManifest(t *testing.T) {
+	dir := t.TempDir()
+	var keys []string
+	for _, n := range []string{"a", "b"} {
+		if _, err := build.Keygen(filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, filepath.Join(dir, n, "release.key"))
+	}
+	first, _ := build.LoadKey(keys[0])
+	m := wire.Manifest{Schema: 1, Version: "v1.2.0", OS: "linux", Arch: "amd64", Object: wire.ObjectName("v1.2.0", "linux", "amd64"),
+		Size: 1, Digest: digest.Digest("sha256:" + strings.Repeat("a", 64)), BinaryDigest: digest.Digest("sha256:" + strings.Repeat("b", 64)), Created: time.Now().UTC().Format(time.RFC3339)}
+	if err := m.Sign(first); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "manifest.json")
+	if err := os.WriteFile(file, m.Marshal(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, nil, "trust", "sign", file, "--key", keys[1])
+	if !strings.Contains(out, "it carries 2 signatures") {
+		t.Errorf("sign said %q", out)
+	}
+	b, _ := os.ReadFile(file)
+	got, err := wire.ParseManifest(b)
+	if err != nil || len(got.SignatureList.List()) != 2 {
+		t.Fatalf("the manifest after sign: %v\n%s", err, b)
+	}
+	code, _, errOut := runMain(t, nil, "trust", "sign", file, "--key", keys[0])
+	if code != 1 || !strings.Contains(errOut, "has signed it already") {
+		t.Errorf("signing twice: exit %d, %q", code, errOut)
 	}
 }
