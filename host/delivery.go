@@ -44,16 +44,12 @@ func (h *Host) newDelivery() (*delivery, error) {
 		return nil, nil
 	}
 	cfg := h.opts.Config
-	if len(cfg.TrustedKeys) == 0 {
-		h.log.Warn("no trusted_keys configured: host versions announced on the bus will not be fetched")
+	if len(cfg.TrustedKeys) == 0 && h.trustNow().Version() == 0 {
+		h.log.Warn("no root of trust and no trusted_keys configured: host versions announced on the bus will not be fetched")
 		return nil, nil
 	}
-	keys, err := wire.ParseTrustedKeys(cfg.TrustedKeys)
-	if err != nil {
-		return nil, fmt.Errorf("trusted_keys: %w", err)
-	}
 	d, err := deliver.New(deliver.Config{
-		Root: h.root, JS: h.link.JetStream(), Names: wire.NamesFor(cfg.Prefix), TrustedKeys: keys,
+		Root: h.root, JS: h.link.JetStream(), Names: wire.NamesFor(cfg.Prefix), Trust: h.trustNow,
 		Records: h.records, Withdrawn: h.isWithdrawn, Log: h.log.With("component", "deliver"), PreflightArgs: h.opts.PreflightArgs,
 		MaxFetchRate: cfg.MaxFetchRate, LegacyCredentials: h.link.LegacyCredentials,
 	})

@@ -13,27 +13,74 @@ import (
 // readEvents handles what the link reports, at all times (also during a reconcile, so the
 // watches never stall). A declaration is validated and held before it triggers a reconcile; one
 // that is refused is recorded and reported, and the held one stays.
+//
+// When trust moves (a root walked), the target, withdrawal list and window last reported are
+// judged again with it: one refused for a key the node did not trust yet is taken now.
 func (h *Host) readEvents(ctx context.Context) {
-	for ev := range h.link.Events() {
+	var last lastSigned
+	events := h.link.Events()
+	for {
+		var ev link.Event
+		select {
+		case e, ok := <-events:
+			if !ok {
+				return
+			}
+			ev = e
+		case <-h.trust.moved:
+			last.again(ctx, h)
+			continue
+		}
 		switch ev := ev.(type) {
 		case link.Connected:
 			h.log.Info("linked to the bus", "url", ev.URL)
+			h.kickRoots()
 			h.heartbeatSoon()
 		case link.Reconnected:
 			h.log.Info("linked to the bus again", "url", ev.URL)
+			h.kickRoots()
 			h.triggers.kick(wire.TriggerReconnect)
 			h.heartbeatSoon()
 		case link.Disconnected:
 			h.log.Warn("lost the bus; reconciling from the store until it returns", "err", ev.Err)
+		case link.RootNoticed:
+			h.kickRoots()
 		case link.DeclarationArrived:
 			h.declarationArrived(ctx, ev)
 		case link.TargetChanged:
+			last.target = &ev
 			h.targetChanged(ctx, ev)
 		case link.WithdrawalsArrived:
+			last.withdrawals = &ev
 			h.withdrawalsArrived(ctx, ev)
 		case link.WindowChanged:
+			last.window = &ev
 			h.windowChanged(ctx, ev)
+		case link.BusArrived:
+			h.busArrived(ctx, ev)
 		}
+	}
+}
+
+// lastSigned are the signed documents the link reported last, judged again when trust moves.
+type lastSigned struct {
+	target      *link.TargetChanged
+	withdrawals *link.WithdrawalsArrived
+	window      *link.WindowChanged
+}
+
+// again judges each again with the trust held now; what was taken already is taken again
+// harmlessly (the same sequence number), and a delivery the manifest's signature refused is
+// tried again (the deliverer reads it anew once trust moved).
+func (l lastSigned) again(ctx context.Context, h *Host) {
+	if l.withdrawals != nil && !l.withdrawals.Deleted {
+		h.withdrawalsArrived(ctx, *l.withdrawals)
+	}
+	if l.window != nil {
+		h.windowChanged(ctx, *l.window)
+	}
+	if l.target != nil {
+		h.targetChanged(ctx, *l.target)
 	}
 }
 

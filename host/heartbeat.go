@@ -124,7 +124,14 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		warn("the launcher", err)
 	}
 	hb.Window = h.windowState()
+	h.checkTrustExpiry()
+	hb.TrustRoot = h.trustNow().Version()
+	if since, ok := h.trustExpiredSince(); ok {
+		since = since.UTC()
+		hb.TrustExpiredSince = &since
+	}
 	hb.LinkClass = h.opts.Config.LinkClass
+	hb.BusSeq, hb.BusCAs = h.busState()
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb

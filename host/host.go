@@ -9,7 +9,6 @@ package host
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -69,12 +68,12 @@ type Host struct {
 	recheck  chan struct{} // a version was staged: check Choose once no reconcile runs
 	wg       sync.WaitGroup
 
-	trusted   []ed25519.PublicKey // verify targets and the withdrawal list (trusted_target_keys, else trusted_keys)
-	wmu       sync.Mutex          // one application of the withdrawal list at a time
-	machine   machineReport       // owned and drifted, from the reconciles, for the heartbeat
-	detector  *profile.Detector   // shared by the hosts of one process
-	engine    *apply.Engine       // applies the held declaration (set in Run, once the link is open)
-	blobStore apply.Blobs         // the blobs its appliers read: ROOT/blobs, filled over the link
+	trust     trustState        // the roots walked, or host.json's keys: verifies every signed document (trustroot.go)
+	wmu       sync.Mutex        // one application of the withdrawal list at a time
+	machine   machineReport     // owned and drifted, from the reconciles, for the heartbeat
+	detector  *profile.Detector // shared by the hosts of one process
+	engine    *apply.Engine     // applies the held declaration (set in Run, once the link is open)
+	blobStore apply.Blobs       // the blobs its appliers read: ROOT/blobs, filled over the link
 
 	mu             sync.Mutex
 	confirmed      bool
@@ -90,6 +89,8 @@ type Host struct {
 	lastChoice     string      // what Choose named at the last stand-aside check
 	waitingSaid    string      // the wait last logged and left for status ("" for none)
 	waitWritten    bool        // the wait file was written (or removed) once since start
+	busSeq         uint64      // the bus configuration applied last (bus.go); 0 for none
+	urls           []string    // the nats_urls host.json holds since a bus configuration wrote them; nil: as at start
 }
 
 // New makes a host; nothing happens until Run.
@@ -114,6 +115,7 @@ func New(opts Options) (*Host, error) {
 		triggers: newTriggers(),
 		beat:     make(chan struct{}, 1),
 		recheck:  make(chan struct{}, 1),
+		trust:    newTrustState(),
 	}, nil
 }
 
@@ -190,10 +192,11 @@ func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
 		return nil, err
 	}
 	closers = append(closers, func() { h.store.Close() })
-	if h.trusted, err = h.targetKeys(); err != nil {
+	h.loadTrust(ctx)
+	if err := h.loadWithdrawn(ctx); err != nil {
 		return nil, err
 	}
-	if err := h.loadWithdrawn(ctx); err != nil {
+	if err := h.loadBusSeq(ctx); err != nil {
 		return nil, err
 	}
 	h.applyWithdrawals(ctx, 0, false)
@@ -228,9 +231,10 @@ func (h *Host) startLink(bg context.Context) error {
 	if h.delivery, err = h.newDelivery(); err != nil {
 		return err
 	}
-	h.wg.Add(2)
+	h.wg.Add(3)
 	go func() { defer h.wg.Done(); h.readEvents(bg) }()
 	go func() { defer h.wg.Done(); h.heartbeatLoop(bg) }()
+	go func() { defer h.wg.Done(); h.followRoots(bg) }()
 	return nil
 }
 
@@ -294,6 +298,7 @@ func (h *Host) loop(ctx context.Context) (Result, error) {
 			return Result{}, nil
 		}
 		drift.Reset(interval)
+		h.checkTrustExpiry()
 		if trigger == wire.TriggerTimer {
 			// The drift timer also detects the machine again (a runtime's engine may have
 			// started since), apart from the loop: detection may take seconds.

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,23 +25,6 @@ type inForce struct {
 	target wire.Target
 }
 
-// targetKeys parses the keys that verify targets and the withdrawal list.
-func (h *Host) targetKeys() ([]ed25519.PublicKey, error) {
-	cfg := h.opts.Config
-	keys, err := wire.ParseTrustedKeys(cfg.TargetKeys())
-	if err != nil {
-		what := "trusted_keys"
-		if len(cfg.TrustedTargetKeys) > 0 {
-			what = "trusted_target_keys"
-		}
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if len(keys) == 0 && len(cfg.NATSURLs) > 0 {
-		h.log.Warn("no trusted_target_keys or trusted_keys configured: every target and withdrawal list on the bus will be refused as signed by a key this node does not trust")
-	}
-	return keys, nil
-}
-
 // targetChanged verifies the target the link reports and, if it is accepted, puts it in force:
 // delivered unless it has expired. A refused target leaves the one accepted before in force.
 func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
@@ -59,8 +41,12 @@ func (h *Host) targetChanged(ctx context.Context, ev link.TargetChanged) {
 		return
 	}
 	t := *ev.Target
-	if err := t.Verify(ev.Key, wire.LegacyTrust(nil, h.trusted), h.now()); err != nil {
+	if err := verifyTarget(t, ev.Key, h.trustNow(), h.now()); err != nil {
 		h.refuse(ctx, "target", ev.Revision, fmt.Sprintf("%s %s refused: %v; %s", ev.Key, t.Version, err, keep))
+		return
+	}
+	if held := h.heldByExpiry(ev.Key, t); held != "" {
+		h.refuse(ctx, "target", ev.Revision, held+"; "+keep)
 		return
 	}
 	same, err := h.store.AcceptSigned(ctx, store.TargetWhat, ev.Key, t.Seq, t.Signature)
@@ -158,7 +144,7 @@ func (h *Host) withdrawalsArrived(ctx context.Context, ev link.WithdrawalsArrive
 		h.refuse(ctx, "withdrawals", ev.Revision, fmt.Sprintf("%v; the versions withdrawn before stay withdrawn", err))
 		return
 	}
-	if err := w.Verify(wire.LegacyTrust(nil, h.trusted), h.now()); err != nil {
+	if err := verifyWithdrawals(w, h.trustNow(), h.now()); err != nil {
 		h.refuse(ctx, "withdrawals", ev.Revision, fmt.Sprintf("%v; the versions withdrawn before stay withdrawn", err))
 		return
 	}

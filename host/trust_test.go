@@ -364,6 +364,12 @@ func publishFake(t testing.TB, b *meshtest.Bus, version string) {
 // platform.
 func publishFakeFor(t testing.TB, b *meshtest.Bus, version, goarch string) {
 	t.Helper()
+	publishFakeSigned(t, b, version, goarch, meshtest.ReleaseKey)
+}
+
+// publishFakeSigned is publishFakeFor signed by key.
+func publishFakeSigned(t testing.TB, b *meshtest.Bus, version, goarch string, key meshtest.KeyPair) {
+	t.Helper()
 	bin := []byte("fake mesh-host " + version)
 	var a bytes.Buffer
 	if err := archive.Pack(&a, bytes.NewReader(bin), int64(len(bin))); err != nil {
@@ -375,7 +381,7 @@ func publishFakeFor(t testing.TB, b *meshtest.Bus, version, goarch string) {
 		Digest: digest.FromBytes(a.Bytes()), BinaryDigest: digest.FromBytes(bin),
 		Created: time.Now().UTC().Format(time.RFC3339),
 	}
-	if err := m.Sign(meshtest.ReleaseKey.Private); err != nil {
+	if err := m.Sign(key.Private); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,7 +173,7 @@ func (h *Host) windowChanged(ctx context.Context, ev link.WindowChanged) {
 		h.recheckSoon()
 		return
 	}
-	k, err := verifyWindow(ev.Key, *ev.Window, h.opts.Config.Node, h.trusted)
+	k, err := verifyWindow(ev.Key, *ev.Window, h.opts.Config.Node, h.trustNow(), h.now())
 	if err != nil {
 		h.refuse(ctx, "window", ev.Revision, fmt.Sprintf("%v; %s", err, keep))
 		return
@@ -198,9 +197,10 @@ func (h *Host) windowChanged(ctx context.Context, ev link.WindowChanged) {
 	h.heartbeatSoon()
 }
 
-// verifyWindow checks that w was signed for key by a trusted target key and applies to node.
-func verifyWindow(key string, w wire.Window, node string, trusted []ed25519.PublicKey) (*keptWindow, error) {
-	if err := w.Verify(key, wire.LegacyTrust(nil, trusted), time.Now()); err != nil {
+// verifyWindow checks that w was signed for key as trust requires of the targets role, and
+// that it applies to node.
+func verifyWindow(key string, w wire.Window, node string, trust wire.Trust, now time.Time) (*keptWindow, error) {
+	if err := checkWindow(w, key, trust, now); err != nil {
 		return nil, fmt.Errorf("%s refused: %w", key, err)
 	}
 	if !w.For(key, node) {
@@ -248,7 +248,7 @@ func (h *Host) loadWindow() {
 	}
 	var kept *keptWindow
 	if err == nil {
-		kept, err = verifyWindow(k.Key, k.Window, h.opts.Config.Node, h.trusted)
+		kept, err = verifyWindow(k.Key, k.Window, h.opts.Config.Node, h.trustNow(), h.now())
 	}
 	if err != nil {
 		h.log.Warn("the maintenance window kept on disk is not kept: it is taken from the bus again", "file", path, "err", err)

@@ -36,6 +36,10 @@ type Report struct {
 	// host left in ROOT/window-wait.json, shown while that version is on disk and not running.
 	// Its running is the version a restart runs until then (decision 0034).
 	WindowWait *rollback.WindowWait `json:"window_wait,omitempty"`
+	// TrustExpiredSince is, while the newest root of trust the host holds has expired
+	// (decision 0045), when it did: what the host left in ROOT/trust-expired.json. The host
+	// keeps running then and takes no new target.
+	TrustExpiredSince *time.Time `json:"trust_expired_since,omitempty"`
 	// launcherUnknown: the records predate launcher versions (schema 6), so Launcher is empty
 	// for want of records, not of launchers.
 	launcherUnknown bool
@@ -92,6 +96,10 @@ func ReadStatus(ctx context.Context, root string, p rollback.Policy) (Report, er
 	}
 	rep.launcherUnknown = !r.HasLaunchers()
 	rep.WindowWait = windowWait(root, rep.Status)
+	if te, err := rollback.ReadTrustExpired(root); err == nil && te != nil {
+		since := te.Since.UTC()
+		rep.TrustExpiredSince = &since // a file that cannot be read says nothing, as the wait's
+	}
 	rep.UnitFileChanged = rep.LauncherPID != 0 && unitFileChanged(ctx, r, FindUnitFile)
 	rep.State, rep.DegradedReason = judgeState(rep)
 	rep.Degraded = rep.State == StateDegraded
@@ -196,6 +204,9 @@ func (rep Report) WriteText(w io.Writer, now time.Time) error {
 			line += "; a restart runs " + ww.Running + " until then"
 		}
 		fmt.Fprintf(tw, "window\t%s\n", text(line))
+	}
+	if rep.TrustExpiredSince != nil {
+		fmt.Fprintf(tw, "trust\t%s\n", rollback.TrustExpired{Since: *rep.TrustExpiredSince}.Line())
 	}
 	if rep.UnitFileChanged {
 		fmt.Fprintf(tw, "unit\t%s\n", UnitFileChangedNote)

@@ -55,3 +55,26 @@ func TestStatusSaysTheNodeWaitsForItsWindowWhileThatVersionIsStaged(t *testing.T
 		})
 	}
 }
+
+// status says `trust expired since T` while the host's newest root of trust has expired (what
+// it left in ROOT/trust-expired.json), in text and JSON, and nothing once the file is gone.
+func TestStatusSaysTrustExpiredSinceWhileTheHostSaysSo(t *testing.T) {
+	since := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	root := stagedRoot(t, os.Getpid())
+	if err := rollback.WriteTrustExpired(root, &rollback.TrustExpired{Since: since, Root: 4}); err != nil {
+		t.Fatal(err)
+	}
+	rep := statusWhileLocked(t, root)
+	if text := textOf(t, rep); !strings.Contains(text, "trust expired since 2026-12-02T12:00:00Z") {
+		t.Errorf("status does not say trust expired:\n%s", text)
+	}
+	if rep.TrustExpiredSince == nil || !rep.TrustExpiredSince.Equal(since) || rep.State != StateHealthy {
+		t.Errorf("trust_expired_since %v, state %s; want %v and a healthy node (nothing expiring stops it)", rep.TrustExpiredSince, rep.State, since)
+	}
+	if err := rollback.WriteTrustExpired(root, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep := statusWhileLocked(t, root); rep.TrustExpiredSince != nil || strings.Contains(textOf(t, rep), "trust expired") {
+		t.Errorf("status still says trust expired once the host said it is fresh: %v", rep.TrustExpiredSince)
+	}
+}

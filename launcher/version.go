@@ -8,4 +8,4 @@ package launcher
 //
 // When the launcher's code changes, bump it here, add it to CHANGELOG.md's "Launcher versions"
 // and run `go test ./launcher -run TestLauncherBoundary -update` (launcher/boundary_test.go).
-var Version = "v1.2.0"
+var Version = "v1.3.0"

@@ -52,6 +52,12 @@ const (
 // newer one (Records.ChooseToStart, decision 0034). A host that leaves no Running holds nothing.
 const WindowWaitName = "window-wait.json"
 
+// TrustExpiredName is the file the host leaves in the root while the newest root of trust it
+// holds has expired (decision 0045): written (temp, fsync, rename) when it expires, removed once
+// a fresher root arrives (WriteTrustExpired). `mesh-launcher status` says `trust expired since
+// T` from it; nothing else reads it, and nothing expiring stops or restarts a host.
+const TrustExpiredName = "trust-expired.json"
+
 // Exit statuses the two sides agree on.
 const (
 	// HostExitClean is the host's exit when it stopped on purpose: standing aside for the

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -190,6 +191,47 @@ func NewTokenSecret(random [tokenSecretBytes]byte) string {
 // the server refuses the token user before the service can. The token's JSON stays as it was,
 // so that an older mesh-host still reads a newer token.
 const TokenTTLTag = "mesh-enrol-ttl:"
+
+// TokenRootTag starts the tag of a token user's JWT that names the root of trust the token
+// pins: "mesh-enrol-root:4:sha256:<hex>", its version and fingerprint (Root.Fingerprint). The
+// enrolled node takes that root from the bus only when its fingerprint is this one
+// (PinnedTrust). It is a tag, not a field of the token's JSON, for TokenTTLTag's reason: a host
+// from before roots parses a token strictly and would refuse a new field, and a token must stay
+// usable by the hosts an operator still installs.
+const TokenRootTag = "mesh-enrol-root:"
+
+// TokenRoot is the root a token pins.
+type TokenRoot struct {
+	Version     uint64
+	Fingerprint string // "sha256:<hex>"
+}
+
+func (r TokenRoot) String() string { return fmt.Sprintf("root v%d (%s)", r.Version, r.Fingerprint) }
+
+// Tag is r as a token user's JWT tag.
+func (r TokenRoot) Tag() string {
+	return fmt.Sprintf("%s%d:%s", TokenRootTag, r.Version, r.Fingerprint)
+}
+
+// TokenRootOf finds the root a token user's JWT tags pin; ok is false when none does (a token
+// made before roots, or before one was published). A tag of TokenRootTag's form that does not
+// parse is an error, never read as no pin: a token that meant to pin a root must not enrol a
+// node that trusts anything.
+func TokenRootOf(tags []string) (r TokenRoot, ok bool, err error) {
+	for _, tag := range tags {
+		v, found := strings.CutPrefix(tag, TokenRootTag)
+		if !found {
+			continue
+		}
+		ver, fp, _ := strings.Cut(v, ":")
+		n, perr := strconv.ParseUint(ver, 10, 64)
+		if perr != nil || n == 0 || n > MaxRootVersion || !strings.HasPrefix(fp, "sha256:") || checkHex(strings.TrimPrefix(fp, "sha256:"), 32) != nil {
+			return TokenRoot{}, false, fmt.Errorf("enrolment token: its root tag %s is not %s<version>:sha256:<64 hex digits>", quote(tag, 100), TokenRootTag)
+		}
+		return TokenRoot{Version: n, Fingerprint: fp}, true, nil
+	}
+	return TokenRoot{}, false, nil
+}
 
 // TokenExpired is the refusal of a token used after it expired at expires, made for node (""
 // any node) with lifetime ttl (0: not known), worded the same whichever side decides it: the

@@ -267,3 +267,29 @@ func TestATokenCutShortIsSaidToBeCut(t *testing.T) {
 		}
 	}
 }
+
+// A token's root tag is read back as written; a token with none pins nothing; one of the tag's
+// form that does not parse is refused, never read as no pin.
+func TestTokenRootOfReadsTheTagOrRefusesIt(t *testing.T) {
+	fp := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name string
+		tags []string
+		want TokenRoot
+		ok   bool
+		err  string
+	}{
+		{"none", []string{"mesh-enrol-ttl:1h0m0s"}, TokenRoot{}, false, ""},
+		{"a root", []string{"mesh-enrol-ttl:1h0m0s", TokenRoot{Version: 4, Fingerprint: fp}.Tag()}, TokenRoot{Version: 4, Fingerprint: fp}, true, ""},
+		{"version 0", []string{TokenRootTag + "0:" + fp}, TokenRoot{}, false, "is not mesh-enrol-root:<version>:sha256:<64 hex digits>"},
+		{"no fingerprint", []string{TokenRootTag + "4"}, TokenRoot{}, false, "is not mesh-enrol-root:"},
+		{"a short fingerprint", []string{TokenRootTag + "4:sha256:abcd"}, TokenRoot{}, false, "is not mesh-enrol-root:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := TokenRootOf(tc.tags)
+			if got != tc.want || ok != tc.ok || (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("TokenRootOf = %v, %v, %v; want %v, %v, %q", got, ok, err, tc.want, tc.ok, tc.err)
+			}
+		})
+	}
+}

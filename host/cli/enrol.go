@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/host/enrol"
+	"github.com/novox/mesh-host/host/truststore"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -79,5 +80,8 @@ func enrolCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv f
 		return 1
 	}
 	fmt.Fprintf(stdout, "enrolled node %s (key %s) through %s\nwrote %s, %s and %s\n", res.Node, res.PublicKey, res.URL, res.Creds, res.CA, res.Config)
+	if res.Root.Version > 0 {
+		fmt.Fprintf(stdout, "trusts %s, the root the token pins (stored in %s); it follows the chain from there\n", res.Root, truststore.Dir(*root))
+	}
 	return 0
 }

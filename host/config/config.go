@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
@@ -22,6 +23,9 @@ import (
 // MESH_HOST_* variable named in envNames.
 type Config struct {
 	Root string `json:"-"`
+	// File is the host.json this configuration was read from, or would be (ROOT/host.json
+	// when none exists): where a bus configuration's URLs are written (SetNATSURLs).
+	File string `json:"-"`
 	Node string `json:"node,omitempty"`
 	// NodeFrom says where Node came from, for a refusal that depends on it: "the node id of
 	// host.json at P", "the node id MESH_HOST_NODE sets", or the short hostname and why.
@@ -120,6 +124,7 @@ func Load(root, path string, getenv Env) (Config, error) {
 	if !named {
 		file = filepath.Join(root, "host.json")
 	}
+	c.File = file
 	b, err := os.ReadFile(file)
 	found := err == nil
 	switch {
@@ -278,4 +283,38 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// SetNATSURLs writes urls as nats_urls into the host.json at path (made, 0600, when there is
+// none) and keeps every other field's value as it was: temp file, fsync, rename. The keys are
+// written sorted, as `mesh-host enrol` writes them. A bus configuration the host accepted uses
+// it (decision 0046).
+func SetNATSURLs(path string, urls []string) error {
+	m := map[string]json.RawMessage{}
+	mode := os.FileMode(0o600)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := wire.DecodeStrict(b, &m); err != nil || m == nil {
+			return fmt.Errorf("config %s: not a JSON object, so its nats_urls are not rewritten: %v", path, err)
+		}
+		if st, err := os.Stat(path); err == nil {
+			mode = st.Mode().Perm()
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("config: %w", err)
+	}
+	v, err := json.Marshal(urls)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	m["nats_urls"] = v
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := atomicfile.WriteFile(path, append(out, '\n'), mode); err != nil {
+		return fmt.Errorf("config: write %s: %w", path, err)
+	}
+	return nil
 }

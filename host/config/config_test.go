@@ -239,3 +239,32 @@ func TestLoadFetchRateAndLinkClass(t *testing.T) {
 		})
 	}
 }
+
+func TestSetNATSURLsRewritesThemAndKeepsEveryOtherField(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "host.json")
+	before := `{"node": "n1", "nats_urls": ["tls://old:4222"], "nats_ca": "/r/ca.pem", "trusted_keys": ["a"], "heartbeat_interval": "10s", "link_class": "metered"}`
+	if err := os.WriteFile(path, []byte(before), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetNATSURLs(path, []string{"tls://new-1:4222", "tls://new-2:4222"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(root, "", func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.NATSURLs, ",") != "tls://new-1:4222,tls://new-2:4222" || c.Node != "n1" || c.NATSCA != "/r/ca.pem" ||
+		strings.Join(c.TrustedKeys, ",") != "a" || c.HeartbeatInterval.Std() != 10*time.Second || c.LinkClass != "metered" || c.File != path {
+		t.Fatalf("after: %+v", c)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o640 {
+		t.Fatalf("mode %v, want the file's own 0640", st.Mode().Perm())
+	}
+	if err := os.WriteFile(path, []byte(`[1]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetNATSURLs(path, []string{"tls://x:1"}); err == nil || !strings.Contains(err.Error(), "not a JSON object") {
+		t.Fatalf("a host.json that is not an object: %v", err)
+	}
+}

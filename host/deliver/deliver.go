@@ -81,14 +81,19 @@ type Records interface {
 	rollback.VersionRecorder
 }
 
-// Config is what a Deliverer needs. Root, JS, TrustedKeys and Records are required; zero
-// fields take the defaults New fills in.
+// Config is what a Deliverer needs. Root, JS, Records and Trust (or TrustedKeys) are
+// required; zero fields take the defaults New fills in.
 type Config struct {
 	Root        string              // the host's root; versions/ is below it
 	JS          jetstream.JetStream // the host's link to the bus
 	Names       wire.Names          // bucket names (default prefix when zero)
-	TrustedKeys []ed25519.PublicKey // from trusted_keys (wire.ParseTrustedKeys)
-	Records     Records
+	TrustedKeys []ed25519.PublicKey // from trusted_keys (wire.ParseTrustedKeys); used when Trust is nil
+	// Trust is the trust manifests are verified with, asked at each manifest (the host's: the
+	// roots it walked, or host.json's keys). A manifest refused for its signature is read again
+	// once Trust's version differs from the one it was refused under: trust moved (a root
+	// walked), and a release signed under the newer root is taken. Nil: TrustedKeys.
+	Trust   func() wire.Trust
+	Records Records
 	// Platform is the platform this node takes builds for; zero: this machine's
 	// (wire.NodePlatform of its GOOS, GOARCH and the kernel's machine word, for arm's variant).
 	Platform wire.Platform
@@ -205,6 +210,7 @@ func (d *Deliverer) LauncherStagings() int64 { return d.launcherStagings.Load() 
 // attempt is what Deliver remembers about a version between calls.
 type attempt struct {
 	manifest digest.Digest // of the manifest's bytes a permanent refusal was found in ("": before reading it)
+	trust    uint64        // the trust's root version the refusal was found under
 	err      *Error
 	failures int       // failures in a row that may pass
 	retryAt  time.Time // no new attempt before this
@@ -219,7 +225,7 @@ func New(cfg Config) (*Deliverer, error) {
 		return nil, errors.New("deliver: no bus connection")
 	case cfg.Records == nil:
 		return nil, errors.New("deliver: no records")
-	case len(cfg.TrustedKeys) == 0:
+	case cfg.Trust == nil && len(cfg.TrustedKeys) == 0:
 		return nil, errors.New("deliver: no trusted_keys configured, so no release can be verified; add the content of release.pub to trusted_keys in host.json")
 	}
 	cfg = cfg.withDefaults()
@@ -304,7 +310,7 @@ func (d *Deliverer) remember(version string, manifest digest.Digest, err error) 
 		if prev == nil || prev.err.Error() != e.Error() {
 			d.cfg.Log.Warn("host version refused", "version", version, "kind", string(e.Kind), "err", e.Err)
 		}
-		d.seen[version] = &attempt{manifest: manifest, err: e}
+		d.seen[version] = &attempt{manifest: manifest, trust: d.trust().Version(), err: e}
 		return e
 	}
 	n := 1
@@ -358,8 +364,9 @@ func (d *Deliverer) attempt(ctx context.Context, version string, prev *attempt, 
 		return "", &Error{Version: version, Kind: KindBus, Err: fmt.Errorf("read the manifest from KV %s: %w", d.cfg.Names.Releases(), err)}
 	}
 	manifest := digest.FromBytes(entry.Value())
-	if prev != nil && prev.err.Kind.Permanent() && prev.manifest == manifest {
-		return manifest, prev.err // refused before, and the manifest has the same bytes: do not fetch again
+	if prev != nil && prev.err.Kind.Permanent() && prev.manifest == manifest &&
+		(prev.err.Kind != KindSignature || prev.trust == d.trust().Version()) {
+		return manifest, prev.err // refused before, the manifest has the same bytes and trust did not move: do not fetch again
 	}
 	return manifest, d.stage(ctx, version, entry.Value(), progress)
 }
@@ -386,7 +393,7 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 	if m.Version != version {
 		return release{}, refuse(version, KindBadManifest, "the manifest under %s is for %s; republish it under its own version", version, m.Version)
 	}
-	if err := m.Verify(wire.LegacyTrust(d.cfg.TrustedKeys, nil)); err != nil {
+	if err := verifyManifest(m, d.trust()); err != nil {
 		return release{}, refuse(version, KindSignature, "%w", err)
 	}
 	b, err := m.For(d.platform)
@@ -402,6 +409,19 @@ func (d *Deliverer) checkManifest(version string, raw []byte) (release, error) {
 		return r, refuse(version, KindTooLarge, "the archive is %d bytes, over this host's %d-byte limit", r.Size, d.cfg.MaxArchive)
 	}
 	return r, nil
+}
+
+// trust is what manifests are verified with now.
+func (d *Deliverer) trust() wire.Trust {
+	if d.cfg.Trust != nil {
+		return d.cfg.Trust()
+	}
+	return wire.LegacyTrust(d.cfg.TrustedKeys, nil)
+}
+
+// verifyManifest checks m's signature as trust requires of the releases role.
+func verifyManifest(m wire.Manifest, trust wire.Trust) error {
+	return m.Verify(trust)
 }
 
 // worded is err said in other words for the operator: errors.Is and As still see err.

@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/novox/mesh-host/host/truststore"
 	"github.com/novox/mesh-host/internal/atomicfile"
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
@@ -68,6 +69,9 @@ type Result struct {
 	Creds     string // ROOT/node.creds
 	CA        string // ROOT/ca.pem
 	Config    string // ROOT/host.json
+	// Root is the root of trust the token pinned and the node stored; zero when the token
+	// pinned none (the node trusts host.json's keys until it takes root v1 from the bus).
+	Root wire.TokenRoot
 }
 
 // RefusedError is the enrolment service's refusal: its code (400, 403, 404, 409, 500) and
@@ -171,10 +175,18 @@ func ConfiguredNode(root string) (string, error) {
 // Enrol enrols the node: it parses the token, makes the node's nkey pair, asks the service
 // through the token's URLs in turn (the first that connects answers), checks the answer, and
 // writes ROOT/node.creds (0600), ROOT/ca.pem and ROOT/host.json (0600, merged into what is
-// there), host.json last. A refusal is a *RefusedError, a server that fails the pin a
-// *PinError, a root enrolled as another node (without Replace) an *OtherNodeError.
+// there), host.json last. A token that pins a root of trust (wire.TokenRootTag) has the node,
+// as itself, read that root from the bus and store it (ROOT/trust) before host.json, once its
+// fingerprint is the token's and its root keys signed it: a root that does not match is refused
+// by name (*RootPinError) and nothing is written. A refusal is a *RefusedError, a server that
+// fails the pin a *PinError, a root enrolled as another node (without Replace) an
+// *OtherNodeError.
 func Enrol(ctx context.Context, o Options) (Result, error) {
 	tok, err := prepare(&o)
+	if err != nil {
+		return Result{}, err
+	}
+	pin, pinned, err := tokenRoot(tok)
 	if err != nil {
 		return Result{}, err
 	}
@@ -192,7 +204,21 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	if err := checkReply(reply, tok, pub); err != nil {
 		return Result{}, err
 	}
-	return write(o, reply, used, pub, seed)
+	if pinned {
+		r, err := fetchRoot(ctx, tok, o, reply, seed, pin)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := truststore.Save(o.Root, r); err != nil {
+			return Result{}, fmt.Errorf("enrol: %w", err)
+		}
+	}
+	res, err := write(o, reply, used, pub, seed)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Root = pin
+	return res, nil
 }
 
 // prepare checks o and the root before anything is spent, and fills in o's defaults: the token

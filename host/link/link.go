@@ -9,6 +9,8 @@ package link
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,7 +68,8 @@ func newJetStream(nc *nats.Conn, prefix string) (jetstream.JetStream, error) {
 }
 
 // Event is something the link reports: Connected, Reconnected, Disconnected,
-// DeclarationArrived, TargetChanged, WithdrawalsArrived or WindowChanged.
+// DeclarationArrived, TargetChanged, WithdrawalsArrived, WindowChanged, RootNoticed or
+// BusArrived.
 type Event interface{ event() }
 
 // Connected: the link reached the bus for the first time. Watches start after it.
@@ -170,6 +173,11 @@ type Link struct {
 	targetKey  string
 	targetRev  uint64
 	windows    windowFold // the maintenance window's keys (window.go)
+	// rootNoticesSaid: the refusal of the root notices' subscription was logged (roots.go).
+	rootNoticesSaid atomic.Bool
+	// peer is the certificate chain the last TLS handshake verified (with a CA file only): the
+	// server the link is connected to while it is up (bus.go).
+	peer atomic.Pointer[[]*x509.Certificate]
 }
 
 // Open starts the link: it dials the bus in the background and returns at once, even when the
@@ -290,6 +298,9 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			if isAuthError(err) {
 				return // a refused attempt: reconnectDelay counts it, with the others
 			}
+			if l.rootNoticesRefused(err) {
+				return
+			}
 			if refusedConsumerDelete(err) {
 				// With legacy credentials nats.go deletes the consumer of an object fetch when
 				// it ends; such a node may not, and the server removes the consumer itself.
@@ -310,7 +321,10 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 		if _, err := os.Stat(o.CA); err != nil {
 			return nil, fmt.Errorf("link: CA file: %w", err)
 		}
-		opts = append(opts, nats.RootCAs(o.CA))
+		// The CA file is read at every connection attempt (nats.RootCAs' callback), so a bundle
+		// a bus configuration wrote is the next reconnect's (decision 0046); notePeer keeps the
+		// chain each handshake verified, for CheckServerCAs.
+		opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: l.notePeer}), nats.RootCAs(o.CA))
 	}
 	return opts, nil
 }
@@ -614,7 +628,8 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 }
 
 // startSession starts the watches for one connected period — the declaration, the withdrawal
-// list, the target's fold (the node's key and the fleet's) and the window's — and returns a
+// list, the target's fold (the node's key and the fleet's), the window's, the bus
+// configuration (bus.go) and the notices of new roots (roots.go) — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
@@ -634,7 +649,12 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 	if !l.legacy.Load() {
 		keys = append(keys, l.windowWatches(&l.windows))
 	}
+	if l.followsBus() {
+		keys = append(keys, l.busWatch())
+	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); l.followRootNotices(ctx) }()
 	for _, k := range keys {
 		wg.Add(1)
 		go func() {

@@ -250,6 +250,14 @@ func secure(sopts *server.Options, opts ServeOptions) error {
 		if err != nil {
 			return fmt.Errorf("serve: TLS certificate %s and key %s: %w", opts.TLSCert, opts.TLSKey, err)
 		}
+		// The certificate is read again whenever its files change (a CA switch, a renewal),
+		// for the next handshake; connections made keep theirs (decision 0046). Without
+		// Certificates, crypto/tls asks GetCertificate for every client, SNI or none.
+		r := &certReloader{certFile: opts.TLSCert, keyFile: opts.TLSKey, logger: opts.Logger}
+		if _, err := r.get(nil); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		tc.Certificates, tc.GetCertificate = nil, r.get
 		sopts.TLS, sopts.TLSConfig, sopts.TLSTimeout = true, tc, tlsTimeout.Seconds()
 	}
 	if opts.Auth == nil {

@@ -285,7 +285,7 @@ func (s *Service) enrol(ctx context.Context, data []byte) (wire.EnrolReply, *ref
 	if len(urls) == 0 {
 		urls = e.tok.URLs
 	}
-	return wire.EnrolReply{JWT: userJWT, CAPEM: s.caPEM, URLs: urls, Prefix: s.cfg.Names.Prefix,
+	return wire.EnrolReply{JWT: userJWT, CAPEM: s.currentCA(), URLs: urls, Prefix: s.cfg.Names.Prefix,
 		TrustedKeys: nonNil(s.cfg.TrustedKeys), TrustedTargetKeys: nonNil(s.cfg.TrustedTargetKeys)}, nil
 }
 
@@ -542,4 +542,16 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// currentCA is the CA file as it is now: after `mesh-release bus ca switch` (decision 0046) a
+// node enrolled by a running service is given the new CA, which the servers present. The one
+// read at start stands in when the file cannot be read.
+func (s *Service) currentCA() string {
+	b, _, err := ReadCA(s.cfg.CAFile)
+	if err != nil {
+		s.log.Warn("enrolment: cannot read the CA file; giving the node the CA read at start", "file", s.cfg.CAFile, "err", err)
+		return s.caPEM
+	}
+	return string(b)
 }

@@ -49,7 +49,7 @@ func (f *fakeStore) NodeUser(names wire.Names, node, userPub string) (string, er
 	return c.Encode(f.account)
 }
 
-func (f *fakeStore) TokenUser(names wire.Names, expires time.Time, ttl time.Duration) (string, string, error) {
+func (f *fakeStore) TokenUser(names wire.Names, expires time.Time, ttl time.Duration, tags ...string) (string, string, error) {
 	u, err := nkeys.CreateUser()
 	if err != nil {
 		return "", "", err
@@ -59,6 +59,7 @@ func (f *fakeStore) TokenUser(names wire.Names, expires time.Time, ttl time.Dura
 	c := jwt.NewUserClaims(pub)
 	c.Expires = expires.Unix()
 	c.Tags.Add(wire.TokenTTLTag + ttl.String())
+	c.Tags.Add(tags...)
 	c.Pub.Allow.Add(names.EnrolSubject())
 	c.Sub.Allow.Add(wire.TokenInboxPrefix(pub) + ".>")
 	tok, err := c.Encode(f.account)

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/release/bus"
+	"github.com/novox/mesh-host/release/trustroot"
 	"github.com/novox/mesh-host/wire"
 )
 
@@ -33,8 +34,8 @@ type Store interface {
 	NodeUser(names wire.Names, node, userPub string) (jwt string, err error)
 	// TokenUser makes a user, expiring at expires, that may only request names.EnrolSubject()
 	// and receive on its inbox wire.TokenInboxPrefix(userPub); creds is its .creds text. Its JWT
-	// is tagged wire.TokenTTLTag with ttl, the token's lifetime.
-	TokenUser(names wire.Names, expires time.Time, ttl time.Duration) (creds string, userPub string, err error)
+	// is tagged wire.TokenTTLTag with ttl, the token's lifetime, and with tags.
+	TokenUser(names wire.Names, expires time.Time, ttl time.Duration, tags ...string) (creds string, userPub string, err error)
 	// Revoke adds userPub to the account's revocations as of at and pushes the account JWT
 	// through nc, a system account connection.
 	Revoke(ctx context.Context, nc *nats.Conn, userPub string, at time.Time) error
@@ -118,6 +119,9 @@ type Issued struct {
 	ID      string
 	Node    string
 	Expires time.Time
+	// Root is the root of trust the token pins, the newest on the bus; nil when the bus holds
+	// none (the node then trusts the keys the enrolment reply names, as before roots).
+	Root *wire.TokenRoot
 }
 
 // withDefaults returns o with every zero field at its default (decision 0041).
@@ -150,9 +154,17 @@ func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names 
 	if err != nil {
 		return Issued{}, fmt.Errorf("enrolment token: %w", err)
 	}
+	root, err := newestRoot(ctx, js, names)
+	if err != nil {
+		return Issued{}, fmt.Errorf("enrolment token: %w", err)
+	}
+	var tags []string
+	if root != nil {
+		tags = append(tags, root.Tag())
+	}
 	now := o.Now().UTC().Truncate(time.Second)
 	expires := now.Add(o.TTL)
-	creds, _, err := store.TokenUser(names, expires, o.TTL)
+	creds, _, err := store.TokenUser(names, expires, o.TTL, tags...)
 	if err != nil {
 		return Issued{}, fmt.Errorf("enrolment token: make its user: %w", err)
 	}
@@ -176,7 +188,26 @@ func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names 
 	if _, err := kv.Create(ctx, wire.TokenKey(t.ID), b); err != nil {
 		return Issued{}, fmt.Errorf("enrolment token: record it in %s: %w", names.Enrolment(), err)
 	}
-	return Issued{Token: text, ID: t.ID, Node: o.Node, Expires: expires}, nil
+	return Issued{Token: text, ID: t.ID, Node: o.Node, Expires: expires, Root: root}, nil
+}
+
+// newestRoot is the root a new token pins: the newest of the chain on the bus (checked, as a
+// node would check it), nil when the bus holds no root. A chain that does not verify refuses the
+// token: a node pinned to it could follow nothing.
+func newestRoot(ctx context.Context, js jetstream.JetStream, names wire.Names) (*wire.TokenRoot, error) {
+	kv, err := js.KeyValue(ctx, names.Releases())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the roots in %s: %w", names.Releases(), err)
+	}
+	roots, err := trustroot.History(ctx, kv)
+	if err != nil || len(roots) == 0 {
+		return nil, err
+	}
+	r := roots[len(roots)-1]
+	return &wire.TokenRoot{Version: r.Version, Fingerprint: r.Fingerprint()}, nil
 }
 
 // ReadCA reads a CA PEM file and returns it and the hex SHA-256 of its first certificate's DER,

@@ -30,9 +30,10 @@ func (s *Store) NodeUser(names wire.Names, node, userPub string) (string, error)
 
 // TokenUser makes a fresh user (a new nkey pair) of the nodes account for an enrolment token,
 // signed by its signing key: its JWT expires at
-// expires and allows only TokenPermissions. It returns the user as a .creds text, and its public
-// key (what TokenInboxPrefix and Revoke take).
-func (s *Store) TokenUser(names wire.Names, expires time.Time, ttl time.Duration) (creds, userPub string, err error) {
+// expires and allows only TokenPermissions, tagged with the token's ttl and tags (the root it
+// pins, wire.TokenRootTag). It returns the user as a .creds text, and its public key (what
+// TokenInboxPrefix and Revoke take).
+func (s *Store) TokenUser(names wire.Names, expires time.Time, ttl time.Duration, tags ...string) (creds, userPub string, err error) {
 	if !expires.After(time.Now()) {
 		return "", "", fmt.Errorf("trust: an enrolment token's user must expire in the future, not at %s", expires.UTC().Format(time.RFC3339))
 	}
@@ -41,7 +42,7 @@ func (s *Store) TokenUser(names wire.Names, expires time.Time, ttl time.Duration
 		return "", "", fmt.Errorf("trust: token user key: %w", err)
 	}
 	userPub, _ = user.PublicKey()
-	text, err := signUser(s.nodesSigning, s.nodesPub, userPub, "enrolment token", []string{TokenTag, wire.TokenTTLTag + ttl.String()}, TokenPermissions(names, userPub), expires.Unix())
+	text, err := signUser(s.nodesSigning, s.nodesPub, userPub, "enrolment token", append([]string{TokenTag, wire.TokenTTLTag + ttl.String()}, tags...), TokenPermissions(names, userPub), expires.Unix())
 	if err != nil {
 		return "", "", fmt.Errorf("trust: sign a token user: %w", err)
 	}

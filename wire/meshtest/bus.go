@@ -47,8 +47,8 @@ type Conn struct {
 func (c *Conn) Close() { c.NC.Close() }
 
 // connect connects to url as a client of the mesh's tests, giving up after 30 s.
-func connect(url string) (*Conn, error) {
-	nc, err := nats.Connect(url, nats.Name("meshtest"), nats.Timeout(30*time.Second))
+func connect(url string, opts ...nats.Option) (*Conn, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("meshtest"), nats.Timeout(30 * time.Second)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the test bus: %w", err)
 	}
@@ -64,6 +64,7 @@ type busOptions struct {
 	maxPayload     int32
 	user, password string
 	noBuckets      bool
+	tls            *ServerTLS
 }
 
 // A BusOption changes the bus StartBus runs.
@@ -100,12 +101,18 @@ func StartBus(tb testing.TB, opts ...BusOption) *Bus {
 // Start (re)starts the server on the port and the store it had, and connects Conn to it.
 func (b *Bus) Start() {
 	b.tb.Helper()
-	b.ns = serve(b.tb, &server.Options{
+	so := &server.Options{
 		Port: b.port, JetStream: true, StoreDir: filepath.Join(b.dir, "jetstream"),
 		MaxPayload: b.o.maxPayload, Username: b.o.user, Password: b.o.password,
-	})
+	}
+	var copts []nats.Option
+	if b.o.tls != nil {
+		so.TLS, so.TLSConfig, so.TLSTimeout = true, b.o.tls.config(), 5
+		copts = append(copts, nats.Secure(b.o.tls.clientConfig()))
+	}
+	b.ns = serve(b.tb, so)
 	b.port = b.ns.Addr().(*net.TCPAddr).Port
-	c, err := connect(b.URL())
+	c, err := connect(b.URL(), copts...)
 	if err != nil {
 		b.Stop()
 		b.tb.Fatal(err)
@@ -382,4 +389,23 @@ func (b *NodeUserBus) ConnectNode(tb testing.TB) (jetstream.JetStream, func() []
 		defer mu.Unlock()
 		return slices.Clone(refused)
 	}
+}
+
+// Kick closes the server's side of every client connection named name (nats.Name): the
+// client sees its connection lost and reconnects, as after a network failure.
+func (b *Bus) Kick(name string) int {
+	b.tb.Helper()
+	cz, err := b.ns.Connz(&server.ConnzOptions{Limit: 1 << 16})
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	n := 0
+	for _, c := range cz.Conns {
+		if c.Name == name {
+			if err := b.ns.DisconnectClientByID(c.Cid); err == nil {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -91,4 +92,47 @@ func serial(tb testing.TB) *big.Int {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// ServerTLS is a test bus's TLS: the certificate it presents, switched by Present while it runs
+// (new handshakes take the new one; connections made stay as they are), as `mesh-release
+// serve` does when its certificate file changes.
+type ServerTLS struct {
+	cert atomic.Pointer[tls.Certificate]
+	// trusted are the CAs the bus's own test connection trusts.
+	trusted *x509.CertPool
+}
+
+// TLS makes the bus require TLS, presenting a certificate ca issues; its own connection
+// trusts every CA of trusted (ca when none).
+func TLS(tb testing.TB, ca *CA, trusted ...*CA) (BusOption, *ServerTLS) {
+	st := &ServerTLS{trusted: x509.NewCertPool()}
+	if len(trusted) == 0 {
+		trusted = []*CA{ca}
+	}
+	for _, c := range trusted {
+		st.trusted.AddCert(c.Cert)
+	}
+	st.Present(tb, ca)
+	return func(o *busOptions) { o.tls = st }, st
+}
+
+// Present makes the bus present a certificate ca issues from its next handshake on.
+func (st *ServerTLS) Present(tb testing.TB, ca *CA) {
+	leaf := ca.Leaf(tb)
+	leaf.Certificate = append(leaf.Certificate, ca.Cert.Raw)
+	st.cert.Store(&leaf)
+}
+
+// Trust adds ca to the CAs the bus's own test connection trusts (for its reconnects).
+func (st *ServerTLS) Trust(ca *CA) { st.trusted.AddCert(ca.Cert) }
+
+func (st *ServerTLS) config() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return st.cert.Load(), nil
+	}}
+}
+
+func (st *ServerTLS) clientConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: st.trusted}
 }

@@ -167,6 +167,9 @@ func enrolTokenCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []strin
 		who = "node " + iss.Node
 	}
 	fmt.Fprintf(s.err, "token %s: good once, for %s, until %s; nodes dial %s\n", iss.ID, who, iss.Expires.Format(time.RFC3339), text.Redact(strings.Join(urls, ",")))
+	if iss.Root != nil {
+		fmt.Fprintf(s.err, "token %s pins %s: the node takes that root from the bus and follows the chain from it\n", iss.ID, iss.Root)
+	}
 	if allLoopback(urls) {
 		fmt.Fprintf(s.err, "note: %s is this machine only; a node elsewhere needs --url tls://HOST:PORT with an address it reaches (and in the server's certificate: serve --tls-name)\n", text.Redact(strings.Join(urls, ",")))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/novox/mesh-host/release/build"
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/trust"
+	"github.com/novox/mesh-host/release/trustroot"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
 )
@@ -183,12 +184,25 @@ func TestEnrolWithTheBuiltHostThenHeartbeatThenRevoke(t *testing.T) {
 	}
 	b.admin.NC.Flush()
 
+	// A root of trust is published: the token pins it, and the node stores it on enrolling.
+	roots := filepath.Join(t.TempDir(), "roots")
+	mustRun(t, nil, "trust", "init", "--out", roots, "--releases-key", pubFile)
+	busArgs := []string{"--nats", b.url, "--creds", b.store.AdminCreds(), "--ca", b.ca}
+	mustRun(t, nil, append([]string{"trust", "publish", filepath.Join(roots, "root.1.json")}, busArgs...)...)
+	r1, err := trustroot.ReadFile(filepath.Join(roots, "root.1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	token := b.token(t, "--node", "web-01", "--url", b.url)
 	began := time.Now()
 	code, out, errOut := hostEnrol(t, hostBin, "--root", root, token)
 	enrolled := time.Since(began)
-	if code != 0 || !strings.Contains(out, "enrolled node web-01") {
+	if code != 0 || !strings.Contains(out, "enrolled node web-01") || !strings.Contains(out, "trusts root v1 ("+r1.Fingerprint()+"), the root the token pins") {
 		t.Fatalf("mesh-host enrol: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if stored, err := trustroot.ReadFile(filepath.Join(root, "trust", "root.1.json")); err != nil || stored.Fingerprint() != r1.Fingerprint() {
+		t.Fatalf("the node's stored root: %v, %v", stored.Fingerprint(), err)
 	}
 	launcher := exec.Command(launcherBin, "run", "--root", root)
 	var logs meshtest.Buffer
@@ -237,6 +251,29 @@ func TestEnrolWithTheBuiltHostThenHeartbeatThenRevoke(t *testing.T) {
 		code, _, errOut := hostEnrol(t, hostBin, "--root", t.TempDir(), "--node", "web-02", forged)
 		if code != 1 || !strings.Contains(errOut, "pins CA sha256 "+p.CASHA256) || !strings.Contains(errOut, real) {
 			t.Fatalf("exit %d, stderr %q; want both %s and the bus's %s named", code, errOut, p.CASHA256, real)
+		}
+	})
+	t.Run("a token pinning a root the bus does not hold", func(t *testing.T) {
+		token := b.token(t, "--url", b.url)
+		// The bus's root v1 replaced behind the release side's back (Publish never does).
+		other := filepath.Join(t.TempDir(), "other")
+		mustRun(t, nil, "trust", "init", "--out", other, "--releases-key", pubFile)
+		forged, _ := os.ReadFile(filepath.Join(other, "root.1.json"))
+		kv, err := b.admin.JS.KeyValue(context.Background(), wire.NamesFor("").Releases())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(context.Background(), wire.RootKey(1), forged); err != nil {
+			t.Fatal(err)
+		}
+		defer kv.Put(context.Background(), wire.RootKey(1), r1.Marshal())
+		dir := t.TempDir()
+		code, _, errOut := hostEnrol(t, hostBin, "--root", dir, "--node", "web-03", token)
+		if code != 1 || !strings.Contains(errOut, "the token pins root v1 ("+r1.Fingerprint()+"), and the bus's does not match") || !strings.Contains(errOut, "nothing was written") {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "host.json")); err == nil {
+			t.Fatal("host.json was written for a root that does not match")
 		}
 	})
 	t.Run("node cut-over of a store made since decision 0022", func(t *testing.T) {

@@ -48,6 +48,7 @@ var commands = []command{
 	{"window", windowArgs, "set, show or clear the maintenance windows nodes stand aside in", windowAbout, windowCmd},
 	{"rollout", rolloutArgs, "stage a release across the fleet, halting by itself on trouble", rolloutAbout, rolloutCmd},
 	{"blob", blobArgs, "put files on the bus for declarations to name by digest", blobAbout, blobCmd},
+	{"bus", busArgs, "roll the bus's CA over and change its URLs, every node told over its link", busAbout, busCmd},
 	{"withdraw", "VERSION", "withdraw a host version for good: nodes step down from it", withdrawAbout, withdrawCmd},
 	{"enrol-token", "", "make a one-time token that enrols a node (mesh-host enrol TOKEN)", enrolTokenAbout, enrolTokenCmd},
 	{"enrol-service", "", "run the enrolment service (serve runs one in operator mode)", enrolServiceAbout, enrolServiceCmd},
