@@ -54,7 +54,10 @@ const OS = "linux"
 type Options struct {
 	Version string             // vX.Y.Z, stamped into a built binary as main.version
 	Key     ed25519.PrivateKey // the release key that signs the manifest
-	OutDir  string             // where the objects and manifest.json are written (created if missing)
+	// MoreKeys each add their signature after Key's, for a root whose releases role needs two
+	// or more (decision 0045); without them the manifest carries Key's alone, as before roots.
+	MoreKeys []ed25519.PrivateKey
+	OutDir   string // where the objects and manifest.json are written (created if missing)
 
 	// Platforms are the platforms to build for (default wire.DefaultPlatforms). With Binary or
 	// Archive there is one: the one given, else the binary's own (linux and its ELF
@@ -173,7 +176,7 @@ func Build(ctx context.Context, o Options) (Result, error) {
 		m.Platforms = append(m.Platforms, pb)
 	}
 	slices.SortFunc(m.Platforms, func(a, b wire.PlatformBuild) int { return strings.Compare(a.Platform, b.Platform) })
-	if err := m.Sign(o.Key); err != nil {
+	if err := o.sign(&m); err != nil {
 		return Result{}, err
 	}
 	if err := st.commit(o.OutDir); err != nil {
@@ -185,6 +188,15 @@ func Build(ctx context.Context, o Options) (Result, error) {
 	}
 	if m, err = AddDeltas(ctx, o.OutDir, m, o.Deltas, o.Key, o.MaxBinary); err != nil {
 		return Result{}, err
+	}
+	if len(o.Deltas) > 0 && len(o.MoreKeys) > 0 {
+		// AddDeltas signed the manifest listing them with Key alone: the others sign it again.
+		if err := o.sign(&m); err != nil {
+			return Result{}, err
+		}
+		if err := atomicfile.WriteFile(mp, m.Marshal(), 0o644); err != nil {
+			return Result{}, fmt.Errorf("write the manifest: %w", err)
+		}
 	}
 	return Result{Manifest: m, ManifestPath: mp, Paths: ObjectPaths(o.OutDir, m)}, nil
 }
@@ -592,4 +604,17 @@ func platformList(ps []wire.Platform) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, ",")
+}
+
+// sign signs m with Key, then adds the signature of each of MoreKeys.
+func (o Options) sign(m *wire.Manifest) error {
+	if err := m.Sign(o.Key); err != nil {
+		return err
+	}
+	for _, k := range o.MoreKeys {
+		if err := m.AddSignature(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

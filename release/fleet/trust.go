@@ -69,6 +69,13 @@ func (r *RootReader) Newest(ctx context.Context, js jetstream.JetStream, n wire.
 	return r.trust.Version(), r.problem, nil
 }
 
+// Root is the newest root the reader walked to; ok is false before it found one.
+func (r *RootReader) Root() (root wire.Root, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.trust.Root()
+}
+
 // maxRootsPerRead bounds the roots one read walks: a bus with more catches up over reads.
 const maxRootsPerRead = 64
 

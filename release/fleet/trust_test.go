@@ -161,17 +161,17 @@ func TestRootReaderFindsTheNewestRootANodeWouldAccept(t *testing.T) {
 		}
 	}
 	read(0, "")
-	chain := meshtest.RootChain(t, 3, "2099-01-01T00:00:00Z")
+	chain := meshtest.RootChain(t, 3, time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))
 	b.PutRoots(chain...)
 	read(3, "")
-	forged := meshtest.RootChain(t, 4, "2099-01-01T00:00:00Z")[3]
+	forged := meshtest.RootChain(t, 4, time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))[3]
 	forged.Signatures = nil
 	if err := forged.Sign(meshtest.StrangerKey.Private); err != nil {
 		t.Fatal(err)
 	}
 	b.PutRoots(forged)
 	read(3, "root.4 in "+b.Names.Releases()+" is refused: root v4 refused")
-	b.PutRoots(meshtest.RootChain(t, 4, "2099-01-01T00:00:00Z")[3])
+	b.PutRoots(meshtest.RootChain(t, 4, time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))[3])
 	read(4, "")
 
 	var none RootReader

@@ -15,7 +15,7 @@ import (
 // rollout halts for (rollout.Why*), "other" for one a newer controller wrote, and "unlisted"
 // for the nodes a halt report counts beyond the ones it names (rollout.MaxHaltNodes).
 var haltReasons = []string{rollout.WhySilent, rollout.WhyRolledBack, rollout.WhyLauncherRolledBack,
-	rollout.WhyRestarted, rollout.WhyRefused, rollout.WhyNotConfirmed, "other", "unlisted"}
+	rollout.WhyRestarted, rollout.WhyRefused, rollout.WhyNotConfirmed, rollout.WhyTrustExpired, "other", "unlisted"}
 
 // collectRollout says the current rollout: what it is, its batch, how many of its nodes the
 // last heartbeats show confirmed and soaked, and why it halted. Confirmed and soaked are judged

@@ -40,7 +40,7 @@ func TestExporterCountsTheNodesBehindTheNewestRootAndTheExpired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := meshtest.StartBus(t)
 			if tc.roots > 0 {
-				b.PutRoots(meshtest.RootChain(t, tc.roots, "2099-01-01T00:00:00Z")...)
+				b.PutRoots(meshtest.RootChain(t, tc.roots, time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))...)
 			}
 			e := New(Config{JS: b.Conn.JS, Names: b.Names, NodeMetrics: true})
 			now := time.Now()

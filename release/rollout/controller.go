@@ -38,6 +38,9 @@ type Config struct {
 	// Key signs every target the controller writes (decision 0011): the release key or a
 	// target key the hosts trust. Required.
 	Key ed25519.PrivateKey
+	// MoreKeys each add their signature to what Key signs, for a root whose targets role needs
+	// two or more (decision 0045).
+	MoreKeys []ed25519.PrivateKey
 	// TargetTTL is how long a target it writes stays valid; while the controller drives a
 	// rollout it signs again every target of Key with less than half of it left (targets.Keep).
 	// Default targets.DefaultTTL.
@@ -97,6 +100,10 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)
 	}
+	signer.More = cfg.MoreKeys
+	if err := signer.Check(); err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
@@ -115,7 +122,7 @@ func (c *Controller) keeping() (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		c.stopKeep = cancel
 		go func() {
-			err := targets.Keep(ctx, c.cfg.JS, c.cfg.Names, c.cfg.Key, c.cfg.TargetTTL, c.log)
+			err := targets.KeepSigned(ctx, c.cfg.JS, c.cfg.Names, c.signer, c.log)
 			if err != nil && ctx.Err() == nil {
 				c.log.Error("targets are not being signed again before they expire", "err", err)
 			}
@@ -228,7 +235,7 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 			c.emit(&done, Event{Kind: EventSuperseded, Message: supersededMessage(done)})
 		}
 	}
-	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st)})
+	c.emit(&st, Event{Kind: EventStarted, Batches: len(st.Batches), Nodes: len(st.Nodes), Message: startedMessage(st) + trustWords(st, entries)})
 	if st.Policy == PolicyImmediate || len(st.Batches) == 0 {
 		r := c.newRunner(s, st, rev)
 		return r.completeNow(ctx)

@@ -112,8 +112,8 @@ const (
 )
 
 // observe judges one heartbeat of a node of the batch in progress (0006, "A batch" and
-// "Halt"): confirmed, soaked, or trouble (rolled back, its launcher rolled back, refused,
-// restarted).
+// "Halt"): confirmed, soaked, or trouble (rolled back, its launcher rolled back, its trust
+// expired, refused, restarted).
 func (t *track) observe(e fleet.Entry, version string, soak time.Duration) change {
 	if t.heard && e.Heard.Before(t.last.Heard) {
 		return changeNone // an older word than the one held
@@ -145,6 +145,13 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 	if l := newLauncherRollback(hb, t.priorLauncher); l != nil {
 		t.trouble = &NodeReason{Node: e.Node, Why: WhyLauncherRolledBack, Since: l.RolledBackAt,
 			Detail: detail(fmt.Sprintf("launcher rolled back from %s: %s", field(l.RolledBackFrom), l.RollbackReason))}
+		return changeTrouble
+	}
+	// A node whose trust expired takes no new target (decision 0045): said now, by that name,
+	// rather than as a node that never confirmed once the window is out.
+	if since := hb.TrustExpiredSince; since != nil && !t.confirmed {
+		t.trouble = &NodeReason{Node: e.Node, Why: WhyTrustExpired, Since: *since,
+			Detail: detail(wire.TrustExpiredLine(*since) + ": it runs what it has and takes no new target until a fresher root reaches it (`mesh-release trust publish`)")}
 		return changeTrouble
 	}
 	if r := hb.Refused; r != nil && r.What == "target" && t.targetRev != 0 && r.Revision >= t.targetRev {
@@ -242,6 +249,9 @@ func lastWord(e fleet.Entry) string {
 	}
 	if hb.StandingAsideFor != "" {
 		parts = append(parts, "standing aside for "+field(hb.StandingAsideFor))
+	}
+	if since := hb.TrustExpiredSince; since != nil {
+		parts = append(parts, wire.TrustExpiredLine(*since))
 	}
 	parts = append(parts, "up "+secs(hb.UptimeS))
 	return strings.Join(parts, ", ")

@@ -41,6 +41,10 @@ func TestJudgingANodeOnItsHeartbeats(t *testing.T) {
 			hb.Rollbacks = []wire.Rollback{{From: from, To: "v1.1.0", At: t0, Reason: "exited 2", Output: strings.Repeat("noise\n", 2000) + "panic: \x1b]0;boom"}}
 		}
 	}
+	trustExpired := func(hb *wire.Heartbeat) {
+		since := t0.Add(-time.Hour)
+		hb.TrustRoot, hb.TrustExpiredSince = 3, &since
+	}
 	for _, tc := range []struct {
 		name  string
 		beats []fleet.Entry
@@ -64,6 +68,8 @@ func TestJudgingANodeOnItsHeartbeats(t *testing.T) {
 		{"a refusal of an older revision is not of this target", []fleet.Entry{beat(0, "v1.1.0", "v1.1.0", 1, refused(6))}, []change{changeNone}, ""},
 		{"a fetch failed for good", []fleet.Entry{beat(0, "v1.1.0", "v1.1.0", 1, fetchFailed(false))}, []change{changeTrouble}, WhyRefused},
 		{"a fetch failed that will be retried is not yet trouble", []fleet.Entry{beat(0, "v1.1.0", "v1.1.0", 1, fetchFailed(true))}, []change{changeNone}, ""},
+		{"trust expired: it takes no new target, said by that name at once", []fleet.Entry{beat(0, "v1.1.0", "v1.1.0", 1, trustExpired)}, []change{changeTrouble}, WhyTrustExpired},
+		{"trust expired after confirming is no trouble of the rollout's", []fleet.Entry{beat(0, v, v, 5), beat(1, v, v, 6, trustExpired)}, []change{changeConfirmed, changeNone}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := &track{inBatch: true, targetRev: 7}
@@ -313,5 +319,39 @@ func TestANodeWaitingForItsWindowIsNeitherSilentNorLateUntilItOpens(t *testing.T
 				t.Fatalf("overdue = %+v, want %q", r, tc.why)
 			}
 		})
+	}
+}
+
+// A node silent past the window whose last word said its trust expired is reported with it; a
+// rollout starting over nodes whose trust expired says so in its started message.
+func TestARolloutSaysWhichOfItsNodesTrustExpired(t *testing.T) {
+	since := t0.Add(-time.Hour)
+	expired := func(hb *wire.Heartbeat) { hb.TrustExpiredSince = &since }
+	tr := track{inBatch: true, heard: true, confirmed: true, last: beat(1, "v1.2.0", "v1.2.0", 1, expired)}
+	r := tr.overdue("n", "v1.2.0", t0.Add(12*time.Second), t0.Add(10*time.Second), 10*time.Second, 11*time.Second)
+	if r == nil || r.Why != WhySilent || !strings.Contains(r.Detail, "trust expired since 2026-11-29T12:00:00Z") {
+		t.Errorf("silent node's reason %+v does not say its trust expired", r)
+	}
+	entries := []fleet.Entry{
+		{Node: "a", Heartbeat: wire.Heartbeat{Node: "a", TrustExpiredSince: &since}},
+		{Node: "b", Heartbeat: wire.Heartbeat{Node: "b"}},
+		{Node: "c", Heartbeat: wire.Heartbeat{Node: "c", TrustExpiredSince: &since}},
+		{Node: "off", Heartbeat: wire.Heartbeat{Node: "off", TrustExpiredSince: &since}}, // not in the rollout
+	}
+	for _, tc := range []struct {
+		nodes []string
+		want  string
+	}{
+		{[]string{"a", "b", "c"}, "; 2 nodes' trust expired (a, c): they take no new target until a fresher root reaches them (`mesh-release trust publish`), and halt their batch"},
+		{[]string{"c"}, "; 1 node's trust expired (c): they take"},
+		{[]string{"b"}, ""},
+	} {
+		got := trustWords(State{Nodes: tc.nodes}, entries)
+		if !strings.HasPrefix(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("%v: %q, want %q", tc.nodes, got, tc.want)
+		}
+	}
+	if got := whyText(NodeReason{Why: WhyTrustExpired, Since: since}, t0); got != "trust expired since 12:00:00" {
+		t.Errorf("whyText: %q", got)
 	}
 }

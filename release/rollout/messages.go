@@ -2,8 +2,11 @@ package rollout
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
+
+	"github.com/novox/mesh-host/release/fleet"
 )
 
 // The Message of each event: one complete line for a person. Node ids are checked ids
@@ -196,4 +199,31 @@ func human(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// trustWords warns of the rollout's nodes whose last heartbeat says their trust expired
+// (decision 0045), or says nothing: "; 2 nodes' trust expired (web-03, web-07): they take no
+// new target until a fresher root reaches them (`mesh-release trust publish`), and halt their
+// batch".
+func trustWords(st State, entries []fleet.Entry) string {
+	in := make(map[string]bool, len(st.Nodes))
+	for _, n := range st.Nodes {
+		in[n] = true
+	}
+	var expired []string
+	for _, e := range entries {
+		if e.Err == nil && e.Heartbeat.TrustExpiredSince != nil && in[e.Node] {
+			expired = append(expired, e.Node)
+		}
+	}
+	if len(expired) == 0 {
+		return ""
+	}
+	sort.Strings(expired)
+	whose := "1 node's trust expired"
+	if len(expired) > 1 {
+		whose = fmt.Sprintf("%d nodes' trust expired", len(expired))
+	}
+	return fmt.Sprintf("; %s (%s): they take no new target until a fresher root reaches them (`mesh-release trust publish`), and halt their batch",
+		whose, list(expired))
 }

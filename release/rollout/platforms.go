@@ -481,6 +481,8 @@ func troubleWords(why string) string {
 		return "refused it"
 	case WhyNotConfirmed:
 		return "did not confirm in time"
+	case WhyTrustExpired:
+		return "had their trust expire"
 	}
 	return "showed trouble"
 }

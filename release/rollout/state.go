@@ -209,6 +209,9 @@ const (
 	WhyRestarted          = "restarted"     // the version restarted during its soak
 	WhyRefused            = "refused"       // the host refused the target (bad here, verification, preflight)
 	WhyNotConfirmed       = "not-confirmed" // it did not confirm the version within the window
+	// WhyTrustExpired: the node's trust expired (decision 0045): it runs what it has and takes
+	// no new target until a fresher root reaches it, so waiting for it is waiting for nothing.
+	WhyTrustExpired = "trust-expired"
 )
 
 // NodeReason is one node's part in a halt. Detail is for a person (bounded, printable); Output

@@ -107,6 +107,11 @@ func whyText(r NodeReason, ref time.Time) string {
 		return "refused the version"
 	case WhyNotConfirmed:
 		return "not confirmed within the window"
+	case WhyTrustExpired:
+		if !r.Since.IsZero() {
+			return "trust expired since " + clockAt(r.Since, ref)
+		}
+		return "trust expired"
 	}
 	return oneLine(r.Why, maxIDText)
 }

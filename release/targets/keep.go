@@ -20,7 +20,8 @@ import (
 // Keep keeps the targets signed with key from expiring, until ctx ends: it follows every key
 // of the targets bucket (a KV watch, pushed by the server) and re-signs, by compare-and-set,
 // each target that verifies with key and has less than half of ttl left — the same version,
-// numbered after it, valid for ttl from now. A target signed by another key, or not signed, is
+// numbered after it, valid for ttl from now. Windows and the withdrawal list of key are signed
+// again the same way, each for the period it was signed for (keepdocs.go). A target signed by another key, or not signed, is
 // left alone (it is that key holder's to keep); a key changed by someone else while it was being
 // re-signed is left to its new value. Any number of Keeps may run on one bus (`serve --key`,
 // each rollout controller): the compare-and-set makes one of them win each time.
@@ -30,6 +31,18 @@ import (
 func Keep(ctx context.Context, js jetstream.JetStream, names wire.Names, key ed25519.PrivateKey, ttl time.Duration, log *slog.Logger) error {
 	s, err := NewSigner(key, ttl)
 	if err != nil {
+		return err
+	}
+	return KeepSigned(ctx, js, names, s, log)
+}
+
+// KeepSigned is Keep with s: its Key decides what is the keeper's to sign again, and each
+// document is signed again by Key and every key of More (a targets threshold of two or more).
+func KeepSigned(ctx context.Context, js jetstream.JetStream, names wire.Names, s Signer, log *slog.Logger) error {
+	if err := s.Check(); err != nil {
+		return err
+	}
+	if err := ValidTTL(s.TTL); err != nil {
 		return err
 	}
 	if log == nil {
@@ -49,8 +62,12 @@ type keeper struct {
 	check time.Duration
 
 	keys    map[string]Current
-	retryAt map[string]time.Time // a key whose re-signing failed, and when to try again
-	foreign map[string]uint64    // keys reported as not ours, at that revision (said once)
+	windows map[string]window  // the window keys
+	lists   jetstream.KeyValue // the withdrawals bucket; nil on a bus without it
+	// listWarned is the revision of the list last said unreadable, so it is said once.
+	listWarned uint64
+	retryAt    map[string]time.Time // a key whose re-signing failed, and when to try again
+	foreign    map[string]uint64    // keys reported as not ours, at that revision (said once)
 	// signed is, per key, whether its target at a revision verifies with this keeper's key:
 	// each pass looks over every key, and checking an ed25519 signature each time was a third
 	// of a rollout controller's CPU at 100,000 nodes. A revision's value never changes.
@@ -74,6 +91,9 @@ func (k *keeper) run(ctx context.Context, js jetstream.JetStream) error {
 		return err
 	}
 	w := Writer{KV: kv, Signer: k.signer}
+	if lists, err := js.KeyValue(ctx, k.names.Withdrawals()); err == nil {
+		k.lists = lists // a bus set up before withdrawals has no list to keep
+	}
 	k.retryAt = make(map[string]time.Time)
 	k.foreign = make(map[string]uint64)
 	k.signed = make(map[string]signedAt)
@@ -117,6 +137,7 @@ func (k *keeper) follow(ctx context.Context, nc *nats.Conn, w Writer) error {
 	}
 	defer func() { _ = kw.Stop() }()
 	k.keys = make(map[string]Current)
+	k.windows = make(map[string]window)
 	k.signed = make(map[string]signedAt) // keys deleted while the watch was down go with it
 	ready := false
 	tick := time.NewTicker(k.check)
@@ -132,6 +153,10 @@ func (k *keeper) follow(ctx context.Context, nc *nats.Conn, w Writer) error {
 			if e == nil {
 				ready = true
 				k.pass(ctx, w)
+				continue
+			}
+			if isWindowKey(e.Key()) {
+				k.noteWindow(e)
 				continue
 			}
 			if have, ok := k.keys[e.Key()]; ok && have.Rev >= e.Revision() {
@@ -154,9 +179,24 @@ func (k *keeper) follow(ctx context.Context, nc *nats.Conn, w Writer) error {
 	}
 }
 
-// pass re-signs every key that is due, in key order.
+// noteWindow records a window key's change.
+func (k *keeper) noteWindow(e jetstream.KeyValueEntry) {
+	if have, ok := k.windows[e.Key()]; ok && have.rev >= e.Revision() {
+		return // what this keeper wrote itself, already noted
+	}
+	if e.Operation() == jetstream.KeyValuePut {
+		k.windows[e.Key()] = windowOf(e)
+	} else {
+		delete(k.windows, e.Key())
+	}
+}
+
+// pass re-signs every target that is due, in key order, then the windows and the withdrawal
+// list that are due.
 func (k *keeper) pass(ctx context.Context, w Writer) {
 	now := time.Now()
+	k.passWindows(ctx, w.KV, now)
+	k.passList(ctx, now)
 	var due []string
 	for key, c := range k.keys {
 		if at, ok := k.retryAt[key]; ok && now.Before(at) {

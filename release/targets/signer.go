@@ -29,7 +29,11 @@ const (
 // Signer signs targets with a target key for a validity of TTL.
 type Signer struct {
 	Key ed25519.PrivateKey
-	TTL time.Duration
+	// More are further target keys, each adding its signature after Key's, for a root whose
+	// targets role needs a threshold of two or more (decision 0045). Without them a document
+	// carries Key's signature alone, byte for byte as before roots.
+	More []ed25519.PrivateKey
+	TTL  time.Duration
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
 	// Urgent signs the targets urgent (`target --urgent`, `rollout start --urgent`): nodes
@@ -53,11 +57,22 @@ func NewSigner(key ed25519.PrivateKey, ttl time.Duration) (Signer, error) {
 // ErrNoKey is wrapped when a signer has no key.
 var ErrNoKey = errors.New("no target key; targets are signed, and hosts refuse an unsigned one (decision 0011)")
 
-// Check says whether the signer can sign at all (a key, a positive TTL); NewSigner also holds
-// the TTL to its bounds.
+// Check says whether the signer can sign at all (a key, each further key an ed25519 key given
+// once, a positive TTL); NewSigner also holds the TTL to its bounds.
 func (s Signer) Check() error {
 	if len(s.Key) != ed25519.PrivateKeySize {
 		return fmt.Errorf("--key: %w", ErrNoKey)
+	}
+	seen := map[string]bool{s.KeyID(): true}
+	for i, k := range s.More {
+		if len(k) != ed25519.PrivateKeySize {
+			return fmt.Errorf("--key %d: the key is %d bytes, an ed25519 private key is %d", i+2, len(k), ed25519.PrivateKeySize)
+		}
+		id := wire.KeyID(k.Public().(ed25519.PublicKey))
+		if seen[id] {
+			return fmt.Errorf("--key %d: key %s is given twice; a threshold counts each key once", i+2, id)
+		}
+		seen[id] = true
 	}
 	if s.TTL <= 0 {
 		return fmt.Errorf("--target-ttl %s: want a positive duration", s.TTL)
@@ -98,11 +113,30 @@ func (s Signer) sign(kvKey, version string, prev uint64, urgent bool) (wire.Targ
 		return wire.Target{}, err
 	}
 	t, err := wire.NewTarget(kvKey, version, prev, s.now(), s.TTL, s.Key)
-	if err != nil || !urgent {
+	if err != nil {
 		return t, err
 	}
-	t.Urgent = true
-	return t, t.Sign(kvKey, s.Key)
+	if urgent {
+		t.Urgent = true
+		if err := t.Sign(kvKey, s.Key); err != nil {
+			return wire.Target{}, err
+		}
+	}
+	for _, k := range s.More {
+		if err := t.AddSignature(kvKey, k); err != nil {
+			return wire.Target{}, err
+		}
+	}
+	return t, nil
+}
+
+// KeyIDs are the ids of every key the signer signs with, Key's first.
+func (s Signer) KeyIDs() []string {
+	ids := []string{s.KeyID()}
+	for _, k := range s.More {
+		ids = append(ids, wire.KeyID(k.Public().(ed25519.PublicKey)))
+	}
+	return ids
 }
 
 // Signed reports whether t, stored under kvKey, verifies with the signer's key.

@@ -16,7 +16,8 @@ import (
 )
 
 // Bounds of a window's validity (`window set --ttl`). A window is a standing rule, so it lasts
-// longer than a target by default; nothing signs it again (decision 0029).
+// longer than a target by default; the keeper of its key signs it again before it expires
+// (Keep, decision 0045).
 const (
 	DefaultWindowTTL = 365 * 24 * time.Hour
 )
@@ -54,10 +55,10 @@ type WindowSet struct {
 }
 
 // SetWindow writes spec as the window of nodes (each under its own key, the document naming
-// them all: a group) or of the fleet, signed with key and valid for ttl, each by compare-and-set
-// numbered after the value it replaces. It returns what it wrote, in order; on an error, what it
-// wrote before.
-func SetWindow(ctx context.Context, kv jetstream.KeyValue, nodes []string, fleet bool, spec wire.WindowSpec, key ed25519.PrivateKey, ttl time.Duration, now func() time.Time) ([]WindowSet, error) {
+// them all: a group) or of the fleet, signed with key (and each of more after it: a targets
+// threshold of two or more) and valid for ttl, each by compare-and-set numbered after the value
+// it replaces. It returns what it wrote, in order; on an error, what it wrote before.
+func SetWindow(ctx context.Context, kv jetstream.KeyValue, nodes []string, fleet bool, spec wire.WindowSpec, key ed25519.PrivateKey, ttl time.Duration, now func() time.Time, more ...ed25519.PrivateKey) ([]WindowSet, error) {
 	keys, err := WindowKeys(nodes, fleet)
 	if err != nil {
 		return nil, err
@@ -85,6 +86,11 @@ func SetWindow(ctx context.Context, kv jetstream.KeyValue, nodes []string, fleet
 			w, err := wire.NewWindow(k, nodes, spec, prev, now(), ttl, key)
 			if err != nil {
 				return out, err
+			}
+			for _, m := range more {
+				if err := w.AddSignature(k, m); err != nil {
+					return out, err
+				}
 			}
 			if rev != 0 {
 				rev, err = kv.Update(ctx, k, w.Marshal(), rev)

@@ -75,6 +75,34 @@ type Withdrawal struct {
 // not added again (Already). The list already on the bus must verify with key or with one of
 // trusted (ErrUntrustedList), since the new list signs every entry it keeps.
 func Withdraw(ctx context.Context, js jetstream.JetStream, names wire.Names, version, reason string, key ed25519.PrivateKey, trusted []ed25519.PublicKey) (Withdrawal, error) {
+	return WithdrawSigned(ctx, js, names, version, reason, ListSigning{Key: key}, trusted)
+}
+
+// ListSigning is how a withdrawal list is signed: by Key, then by each of More (a targets
+// threshold of two or more, decision 0045), valid for TTL from now (0: it never expires, for a
+// fleet with hosts from before roots, which refuse a list that carries an expiry).
+type ListSigning struct {
+	Key  ed25519.PrivateKey
+	More []ed25519.PrivateKey
+	TTL  time.Duration
+}
+
+// sign signs w with every key.
+func (l ListSigning) sign(w *wire.Withdrawals) error {
+	if err := w.Sign(l.Key); err != nil {
+		return err
+	}
+	for _, k := range l.More {
+		if err := w.AddSignature(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithdrawSigned is Withdraw signing the new list as l says.
+func WithdrawSigned(ctx context.Context, js jetstream.JetStream, names wire.Names, version, reason string, l ListSigning, trusted []ed25519.PublicKey) (Withdrawal, error) {
+	key := l.Key
 	if len(key) != ed25519.PrivateKeySize {
 		return Withdrawal{}, fmt.Errorf("--key: %w", ErrNoKey)
 	}
@@ -99,7 +127,10 @@ func Withdraw(ctx context.Context, js jetstream.JetStream, names wire.Names, ver
 				return Withdrawal{}, fmt.Errorf("%w (%w): check its entries, then give the public key that signed it with --trust", ErrUntrustedList, err)
 			}
 		}
-		next, err := prev.Withdraw(version, reason, time.Now(), key)
+		next, err := prev.WithdrawFor(version, reason, time.Now(), l.TTL, key)
+		if err == nil && len(l.More) > 0 {
+			err = l.sign(&next)
+		}
 		if err != nil {
 			return Withdrawal{}, err
 		}
@@ -151,4 +182,50 @@ func Describe(e wire.Withdrawn) string {
 		return "at " + e.At
 	}
 	return fmt.Sprintf("at %s: %q", e.At, e.Reason)
+}
+
+// RenewSigned signs the withdrawal list on the bus again as l says — the same withdrawals, a
+// higher seq, valid for l.TTL from now — by compare-and-set: what a new target key does after a
+// rotation, so nodes keep a list signed by a key their root names. The list must verify with
+// l.Key or one of trusted (ErrUntrustedList). A bus without a list has nothing to sign (Rev 0).
+func RenewSigned(ctx context.Context, js jetstream.JetStream, names wire.Names, l ListSigning, trusted []ed25519.PublicKey) (Withdrawal, error) {
+	if len(l.Key) != ed25519.PrivateKeySize {
+		return Withdrawal{}, fmt.Errorf("--key: %w", ErrNoKey)
+	}
+	kv, err := withdrawalsKV(ctx, js, names)
+	if err != nil {
+		return Withdrawal{}, err
+	}
+	keys := append([]ed25519.PublicKey{l.Key.Public().(ed25519.PublicKey)}, trusted...)
+	for range withdrawTries {
+		prev, rev, err := readList(ctx, kv)
+		if err != nil || rev == 0 {
+			return Withdrawal{List: prev, Rev: rev}, err
+		}
+		if err := prev.Verify(wire.LegacyTrust(nil, keys), time.Now()); err != nil {
+			return Withdrawal{}, fmt.Errorf("%w (%w): check its entries, then give the public key that signed it with --trust", ErrUntrustedList, err)
+		}
+		var next wire.Withdrawals
+		if l.TTL > 0 {
+			next, err = prev.Renew(time.Now(), l.TTL, l.Key)
+		} else {
+			next = wire.Withdrawals{Seq: max(prev.Seq+1, uint64(max(time.Now().UnixMilli(), 0))), Withdrawn: prev.Withdrawn}
+			err = next.Sign(l.Key)
+		}
+		if err == nil && len(l.More) > 0 {
+			err = l.sign(&next)
+		}
+		if err != nil {
+			return Withdrawal{}, err
+		}
+		newRev, err := kv.Update(ctx, wire.WithdrawalsKey, next.Marshal(), rev)
+		if Conflict(err) {
+			continue
+		}
+		if err != nil {
+			return Withdrawal{}, fmt.Errorf("write %s in %s: %w", wire.WithdrawalsKey, kv.Bucket(), err)
+		}
+		return Withdrawal{List: next, Rev: newRev}, nil
+	}
+	return Withdrawal{}, fmt.Errorf("sign the withdrawal list again: %w", ErrKeptChanging)
 }

@@ -31,7 +31,7 @@ func TestFleetPageShowsTheNodesBehindTheNewestRootAndTheExpired(t *testing.T) {
 			b := meshtest.StartBus(t)
 			ctx := meshtest.Context(t, time.Minute)
 			if tc.roots > 0 {
-				b.PutRoots(meshtest.RootChain(t, tc.roots, "2099-01-01T00:00:00Z")...)
+				b.PutRoots(meshtest.RootChain(t, tc.roots, time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))...)
 			}
 			for node, f := range map[string]func(*wire.Heartbeat){
 				"on-new": func(hb *wire.Heartbeat) { hb.TrustRoot = uint64(tc.roots) },

@@ -21,7 +21,8 @@ func buildCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	arc := fs.String("archive", "", "sign this tar.zst archive (`FILE`, one platform's, holding mesh-host alone, made elsewhere) as it is, without repacking")
 	launcher := fs.String("launcher", "", "name this mesh-launcher (`FILE`, one platform's) instead of building ./launcher/cmd/mesh-launcher from the same tree; its version is what `FILE version` prints")
 	noLauncher := fs.Bool("no-launcher", false, "name no mesh-launcher: the release carries none (nodes keep theirs)")
-	keyFlag := fs.String("key", "", "the release key `FILE` (release.key from `mesh-release keygen`; required; default $"+envReleaseKey+")")
+	var keyFlag listFlag
+	fs.Var(&keyFlag, "key", "the release key `FILE` (release.key from `mesh-release keygen`; required; default $"+envReleaseKey+"); repeat it for a root whose releases role needs two signatures or more: each key signs the manifest")
 	out := fs.String("o", "", "output `DIR` for the objects and manifest.json")
 	arch := fs.String("arch", "", "one platform, linux/`ARCH` (arm: linux/arm/v7): the same as --platforms linux/ARCH")
 	var deltaFrom listFlag
@@ -35,7 +36,8 @@ func buildCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	if err != nil {
 		return err
 	}
-	keyPath, from := keyPathFrom(*keyFlag, s.getenv)
+	k := keyFlags{paths: keyFlag, getenv: s.getenv}
+	keyPath, from := k.file()
 	if keyPath == "" {
 		return missingError{"--key FILE is required: the release key that signs the manifest (release.key from `mesh-release keygen`), or set " + envReleaseKey}
 	}
@@ -43,11 +45,15 @@ func buildCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) er
 	if err != nil {
 		return fmt.Errorf("%s: %w", from, err)
 	}
+	more, err := k.more()
+	if err != nil {
+		return err
+	}
 	bases, err := deltaBases(ctx, &b, deltaFrom)
 	if err != nil {
 		return err
 	}
-	r, err := build.Build(ctx, build.Options{Version: *ver, Key: key, OutDir: *out, Platforms: ps, Binary: *bin, Archive: *arc,
+	r, err := build.Build(ctx, build.Options{Version: *ver, Key: key, MoreKeys: more, OutDir: *out, Platforms: ps, Binary: *bin, Archive: *arc,
 		Launcher: *launcher, NoLauncher: *noLauncher, Deltas: bases})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
@@ -18,7 +19,7 @@ func TestFleetShowsTheNodesBehindTheNewestRootAndTheExpired(t *testing.T) {
 	url, c := startServeConnected(t)
 	ctx := context.Background()
 	n := wire.NamesFor("")
-	for _, r := range meshtest.RootChain(t, 4, "2099-01-01T00:00:00Z") {
+	for _, r := range meshtest.RootChain(t, 4, time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)) {
 		if _, err := c.JS.Publish(ctx, "$KV."+n.Releases()+"."+wire.RootKey(r.Version), r.Marshal()); err != nil {
 			t.Fatal(err)
 		}

@@ -255,7 +255,7 @@ func (f *rolloutFlags) controller(ctx context.Context, s *stdio, p *eventPrinter
 		return nil, nil, err
 	}
 	cfg := rollout.Config{JS: c.JS, Names: f.bus.names(), Events: p.print, Log: log, Lease: f.lease, Holder: holder,
-		Key: signer.Key, TargetTTL: signer.TTL}
+		Key: signer.Key, MoreKeys: signer.More, TargetTTL: signer.TTL}
 	if f.follow {
 		cfg.Progress = progressEvery
 	}

@@ -126,25 +126,47 @@ func targetLine(version string, set []publish.Set, never []string) string {
 	return fmt.Sprintf("target %s set for %s%s", version, strings.Join(parts, ", "), signed)
 }
 
-// keyFlags are --key (else $MESH_RELEASE_KEY) and, for a command that signs targets,
-// --target-ttl.
+// keyFlags are --key (else $MESH_RELEASE_KEY), repeatable for a root whose targets role needs
+// two signatures or more (decision 0045), and, for a command that signs targets, --target-ttl.
 type keyFlags struct {
-	path   string
+	paths  listFlag
 	ttl    time.Duration
 	getenv func(string) string
 }
 
+// keyUsage is --key's usage for the commands that sign what hosts obey.
+const keyUsage = "the target key `FILE` that signs what hosts obey: release.key from `mesh-release keygen`, or a separate key the hosts trust as a target key (required; default $" + envReleaseKey +
+	"); repeat it for a root whose targets role needs two signatures or more: each key signs"
+
 func (k *keyFlags) register(fs *flag.FlagSet, ttl bool, getenv func(string) string) {
 	k.getenv = getenv
-	fs.StringVar(&k.path, "key", "", "the target key `FILE` that signs what hosts obey: release.key from `mesh-release keygen`, or a separate key the hosts trust as a target key (required; default $"+envReleaseKey+")")
+	fs.Var(&k.paths, "key", keyUsage)
 	if ttl {
 		fs.DurationVar(&k.ttl, "target-ttl", targets.DefaultTTL, "how long a target stays valid unless signed again; a host does not act on an expired one")
 	}
 }
 
-// file is --key, else $MESH_RELEASE_KEY, and which of them it is ("" when neither is set).
+// file is the first --key, else $MESH_RELEASE_KEY, and which of them it is ("" when neither is
+// set).
 func (k *keyFlags) file() (path, from string) {
-	return keyPathFrom(k.path, k.getenv)
+	first := ""
+	if len(k.paths) > 0 {
+		first = k.paths[0]
+	}
+	return keyPathFrom(first, k.getenv)
+}
+
+// more loads the keys of --key given after the first.
+func (k *keyFlags) more() ([]ed25519.PrivateKey, error) {
+	var out []ed25519.PrivateKey
+	for i, p := range k.paths[min(len(k.paths), 1):] {
+		key, err := build.LoadKey(p)
+		if err != nil {
+			return nil, fmt.Errorf("--key %d (%s): %w", i+2, p, err)
+		}
+		out = append(out, key)
+	}
+	return out, nil
 }
 
 // keyPathFrom is flagValue with the flag's name, else $MESH_RELEASE_KEY's value with its.
@@ -182,5 +204,17 @@ func (k *keyFlags) signer() (targets.Signer, error) {
 	if err != nil {
 		return targets.Signer{}, err
 	}
-	return targets.NewSigner(key, k.ttl)
+	more, err := k.more()
+	if err != nil {
+		return targets.Signer{}, err
+	}
+	s, err := targets.NewSigner(key, k.ttl)
+	if err != nil {
+		return targets.Signer{}, err
+	}
+	s.More = more
+	if err := s.Check(); err != nil {
+		return targets.Signer{}, usageError{err.Error()}
+	}
+	return s, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/novox/mesh-host/internal/text"
+	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/targets"
 	"github.com/novox/mesh-host/wire"
 )
@@ -88,7 +89,7 @@ func windowSetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string
 	force := fs.Bool("force", false, "set it even for a NODE that has never heartbeated (a node not yet started)")
 	var k keyFlags
 	k.register(fs, false, s.getenv)
-	ttl := fs.Duration("ttl", targets.DefaultWindowTTL, "how long the window stays valid; a node does not keep an expired window (it stands aside as soon as it stages)")
+	ttl := fs.Duration("ttl", targets.DefaultWindowTTL, "how long the window stays valid; a node does not keep an expired window (it stands aside as soon as it stages); by default at most the max_ttl of the newest root's targets role, which nodes hold a window to")
 	var b busFlags
 	b.register(fs, s.getenv)
 	pos, err := parseArgs(fs, args)
@@ -116,6 +117,10 @@ func windowSetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string
 	if err != nil {
 		return err
 	}
+	more, err := k.more()
+	if err != nil {
+		return err
+	}
 	c, err := b.connect(ctx)
 	if err != nil {
 		return err
@@ -133,7 +138,10 @@ func windowSetCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string
 	if err != nil {
 		return err
 	}
-	set, err := targets.SetWindow(ctx, kv, nodes, *fleet, spec, key, *ttl, nil)
+	if !flagGiven(fs, "ttl") {
+		*ttl = withinMaxTTL(ctx, c.JS, names, *ttl)
+	}
+	set, err := targets.SetWindow(ctx, kv, nodes, *fleet, spec, key, *ttl, nil, more...)
 	if len(set) > 0 {
 		s.println(windowSetLine(spec, set, time.Now()))
 	}
@@ -378,4 +386,27 @@ func (r shownWindowJSON) expiresText() string {
 		return r.Expires + " (expired: not kept)"
 	}
 	return r.Expires
+}
+
+// flagGiven reports whether the flag name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// withinMaxTTL is ttl, or the max_ttl of the newest root's targets role on the bus when that is
+// shorter: a node refuses a window that claims to last longer from now (decision 0045). A bus
+// without roots, or whose roots cannot be read, leaves ttl as it is.
+func withinMaxTTL(ctx context.Context, js jetstream.JetStream, names wire.Names, ttl time.Duration) time.Duration {
+	var rr fleet.RootReader
+	if _, _, err := rr.Newest(ctx, js, names); err != nil {
+		return ttl
+	}
+	if r, ok := rr.Root(); ok {
+		if max := r.MaxTTL(wire.RoleTargets); max > 0 && max < ttl {
+			return max
+		}
+	}
+	return ttl
 }

@@ -38,6 +38,14 @@ that a script may withdraw again safely. The list on the bus must verify with --
 public key given with --trust (a release.pub file), since the new list signs every entry it
 keeps. --list prints the withdrawn versions (--json: the list as stored) and needs no key.
 
+The list expires (decision 0045: a list that never expires lets a freeze go unnoticed): it is
+signed valid for --list-ttl, by default 7 days once the bus holds a root (hosts that follow
+roots read an expiry) and never before (hosts from before roots refuse a list carrying one).
+` + "`serve --key`" + ` and rollout controllers sign it again, as they do targets, before less than half is
+left. --renew signs the list on the bus again as it is (no VERSION): after rotating the target
+key, sign it with the new --key, the old one given with --trust. Repeat --key for a root whose
+targets role needs two signatures or more.
+
 exit status: 0 withdrawn (or withdrawn already), 1 an error, 2 usage.`
 
 func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
@@ -45,6 +53,8 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 	force := fs.Bool("force", false, "withdraw VERSION even if it is not published on this bus")
 	trust := fs.String("trust", "", "public key `FILES` (comma-separated, as release.pub) that may have signed the list already on the bus")
 	list := fs.Bool("list", false, "print the withdrawn versions instead (no VERSION, no --key)")
+	renew := fs.Bool("renew", false, "sign the list on the bus again as it is, with --key (no VERSION)")
+	listTTL := fs.Duration("list-ttl", targets.DefaultTTL, "how long the list stays valid unless signed again (0: it never expires); by default 7 days once the bus holds a root, never before")
 	asJSON := fs.Bool("json", false, "with --list: write the list as stored, as JSON")
 	var k keyFlags
 	k.register(fs, false, s.getenv)
@@ -60,6 +70,12 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 		}
 		return listWithdrawals(ctx, s, b, *asJSON)
 	}
+	if *renew {
+		if len(pos) != 0 {
+			return usagef("--renew takes no VERSION")
+		}
+		return renewWithdrawals(ctx, s, fs, b, k, *trust, *listTTL)
+	}
 	switch {
 	case *asJSON:
 		return usagef("--json goes with --list")
@@ -73,7 +89,7 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 	if err := check.Validate(); err != nil {
 		return usagef("--reason: %s", strings.TrimPrefix(err.Error(), "withdrawal list: withdrawn[0].reason: "))
 	}
-	key, err := k.key()
+	l, err := listSigning(k, *listTTL)
 	if err != nil {
 		return err
 	}
@@ -92,7 +108,10 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 			return err
 		}
 	}
-	w, err := targets.Withdraw(ctx, c.JS, names, version, *reason, key, trusted)
+	if !flagGiven(fs, "list-ttl") {
+		l.TTL = defaultListTTL(ctx, c.JS, names)
+	}
+	w, err := targets.WithdrawSigned(ctx, c.JS, names, version, *reason, l, trusted)
 	if err != nil {
 		return err
 	}
@@ -100,8 +119,8 @@ func withdrawCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string)
 		s.printf("%s was withdrawn already (%s); nothing changed\n", version, targets.Describe(w.Entry))
 		return nil
 	}
-	s.printf("withdrew %s (%s): hosts never fetch it again, and a node running it steps down to the version it ran before (list seq %d, %s, signed by key %s)\n",
-		version, targets.Describe(w.Entry), w.List.Seq, count(len(w.List.Withdrawn), "version", "versions")+" withdrawn", w.List.KeyID)
+	s.printf("withdrew %s (%s): hosts never fetch it again, and a node running it steps down to the version it ran before (list seq %d, %s, signed by %s%s)\n",
+		version, targets.Describe(w.Entry), w.List.Seq, count(len(w.List.Withdrawn), "version", "versions")+" withdrawn", signedBy(w.List.List()), listExpiry(w.List))
 	for _, line := range consequences(ctx, c, names, version) {
 		s.println(line)
 	}
@@ -221,4 +240,82 @@ func listWithdrawals(ctx context.Context, s *stdio, b busFlags, asJSON bool) err
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", printable(e.Version), printable(e.At), text.Printable(reason))
 	}
 	return tw.Flush()
+}
+
+// listSigning loads every --key and checks --list-ttl.
+func listSigning(k keyFlags, ttl time.Duration) (targets.ListSigning, error) {
+	if ttl < 0 || (ttl > 0 && targets.ValidTTL(ttl) != nil) {
+		return targets.ListSigning{}, usagef("--list-ttl %s: want 0 (never expires) or between %s and 87600h", ttl, targets.MinTTL)
+	}
+	key, err := k.key()
+	if err != nil {
+		return targets.ListSigning{}, err
+	}
+	more, err := k.more()
+	if err != nil {
+		return targets.ListSigning{}, err
+	}
+	return targets.ListSigning{Key: key, More: more, TTL: ttl}, nil
+}
+
+// defaultListTTL is --list-ttl's default: targets.DefaultTTL once the bus holds a root (its
+// hosts read an expiry), else 0 (hosts from before roots refuse a list carrying one).
+func defaultListTTL(ctx context.Context, js jetstream.JetStream, names wire.Names) time.Duration {
+	var rr fleet.RootReader
+	if v, _, err := rr.Newest(ctx, js, names); err == nil && v > 0 {
+		return targets.DefaultTTL
+	}
+	return 0
+}
+
+// signedBy names the keys of a signature list: `key 82912897…` or `keys 82912897…, 1a2b3c4d…`.
+func signedBy(sigs []wire.Signature) string {
+	ids := make([]string, 0, len(sigs))
+	for _, sg := range sigs {
+		ids = append(ids, sg.KeyID)
+	}
+	if len(ids) == 1 {
+		return "key " + ids[0]
+	}
+	return "keys " + strings.Join(ids, ", ")
+}
+
+// listExpiry is ", valid until T" for a list that expires, nothing otherwise.
+func listExpiry(w wire.Withdrawals) string {
+	if w.Expires == "" {
+		return ""
+	}
+	return ", valid until " + w.Expires
+}
+
+// renewWithdrawals is `withdraw --renew`: the list on the bus signed again as it is.
+func renewWithdrawals(ctx context.Context, s *stdio, fs *flag.FlagSet, b busFlags, k keyFlags, trust string, ttl time.Duration) error {
+	l, err := listSigning(k, ttl)
+	if err != nil {
+		return err
+	}
+	trusted, err := publicKeys(trust)
+	if err != nil {
+		return err
+	}
+	c, err := b.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	names := b.names()
+	if !flagGiven(fs, "list-ttl") {
+		l.TTL = defaultListTTL(ctx, c.JS, names)
+	}
+	w, err := targets.RenewSigned(ctx, c.JS, names, l, trusted)
+	if err != nil {
+		return err
+	}
+	if w.Rev == 0 {
+		s.println("no withdrawal list on this bus: nothing to sign")
+		return nil
+	}
+	s.printf("signed the withdrawal list again: seq %d, %s withdrawn, signed by %s%s\n", w.List.Seq,
+		count(len(w.List.Withdrawn), "version", "versions"), signedBy(w.List.List()), listExpiry(w.List))
+	return nil
 }

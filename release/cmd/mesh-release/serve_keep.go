@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"strings"
 
 	"github.com/novox/mesh-host/internal/logkey"
 	"github.com/novox/mesh-host/release/bus"
@@ -17,7 +18,7 @@ import (
 // targets nobody touches for a week is not frozen by its own expiry.
 func keepTargetsInServe(fs *flag.FlagSet) func(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error {
 	var k keyFlags
-	fs.StringVar(&k.path, "key", "", "a target key `FILE` (release.key, or a key hosts trust as a target key): serve re-signs the targets it signed before they expire (default $"+envReleaseKey+")")
+	fs.Var(&k.paths, "key", "a target key `FILE` (release.key, or a key hosts trust as a target key): serve re-signs the targets, windows and withdrawal list it signed before they expire (default $"+envReleaseKey+"); repeat it for a targets threshold of two or more")
 	fs.DurationVar(&k.ttl, "target-ttl", targets.DefaultTTL, "with --key, how long each re-signed target stays valid")
 	return func(ctx context.Context, s *stdio, srv *bus.Server, store *trust.Store, n wire.Names) error {
 		k.getenv = s.getenv
@@ -39,11 +40,11 @@ func keepTargetsInServe(fs *flag.FlagSet) func(ctx context.Context, s *stdio, sr
 		log := logkey.Text(s.err, nil).With("component", "targets")
 		go func() {
 			defer c.Close()
-			if err := targets.Keep(ctx, c.JS, n, signer.Key, signer.TTL, log); err != nil && !errors.Is(err, context.Canceled) {
+			if err := targets.KeepSigned(ctx, c.JS, n, signer, log); err != nil && !errors.Is(err, context.Canceled) {
 				log.Error("re-signing targets stopped", "err", err)
 			}
 		}()
-		s.printf("targets: re-signing those key %s signed before they expire (valid %s each)\n", signer.KeyID(), signer.TTL)
+		s.printf("targets: re-signing those key %s signed before they expire (valid %s each)\n", strings.Join(signer.KeyIDs(), "+"), signer.TTL)
 		return nil
 	}
 }
