@@ -104,14 +104,24 @@ func (h *Host) followRoots(ctx context.Context) {
 	}
 	poll := time.NewTicker(RootPollBeats * every)
 	defer poll.Stop()
+	// A walk that could not ask the bus (a timeout on a loaded bus, a reconnect under way) is
+	// tried again soon, not at the next poll, which may be hours away.
+	retry := time.NewTimer(0)
+	<-retry.C
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.trust.kick:
 		case <-poll.C:
+		case <-retry.C:
 		}
-		if h.walkRoots(ctx) {
+		moved, failed := h.walkRoots(ctx)
+		if failed {
+			retry.Reset(min(every, rootRetry))
+		}
+		if moved {
 			select {
 			case h.trust.moved <- struct{}{}:
 			default:
@@ -122,15 +132,19 @@ func (h *Host) followRoots(ctx context.Context) {
 	}
 }
 
-// walkRoots takes root.<N+1> from the bus while there is one, and reports whether trust moved.
-func (h *Host) walkRoots(ctx context.Context) (moved bool) {
+// rootRetry is the longest a walk that could not ask the bus waits to ask again.
+const rootRetry = 5 * time.Second
+
+// walkRoots takes root.<N+1> from the bus while there is one, and reports whether trust moved
+// and whether the bus could not be asked.
+func (h *Host) walkRoots(ctx context.Context) (moved, failed bool) {
 	h.trust.walk.Lock()
 	defer h.trust.walk.Unlock()
 	h.trust.mu.Lock()
 	broken := h.trust.broken
 	h.trust.mu.Unlock()
 	if broken != nil || h.link == nil {
-		return false
+		return false, false
 	}
 	for ctx.Err() == nil {
 		cur := h.trustNow()
@@ -138,18 +152,18 @@ func (h *Host) walkRoots(ctx context.Context) (moved bool) {
 		raw, revision, found, err := h.link.Root(ctx, want)
 		if err != nil {
 			h.walkFailed(ctx, want, err)
-			return moved
+			return moved, true
 		}
 		h.trust.mu.Lock()
 		h.trust.askErr = ""
 		h.trust.mu.Unlock()
 		if !found {
-			return moved
+			return moved, false
 		}
 		next, err := h.acceptRoot(cur, raw)
 		if err != nil {
 			h.refuseRoot(ctx, revision, fmt.Sprintf("%s %s: %v; %s", wire.NamesFor(h.opts.Config.Prefix).Releases(), wire.RootKey(want), err, keepsTrust(cur)))
-			return moved
+			return moved, false
 		}
 		h.trust.mu.Lock()
 		h.trust.trust, h.trust.refused = next, ""
@@ -157,7 +171,7 @@ func (h *Host) walkRoots(ctx context.Context) (moved bool) {
 		h.log.Info("accepted root", "trust_root", next.Version(), "expires", rootExpires(next))
 		moved = true
 	}
-	return moved
+	return moved, false
 }
 
 // walkFailed logs that the next root could not be asked for: at warning level once, then at
