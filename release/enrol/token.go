@@ -191,9 +191,9 @@ func IssueToken(ctx context.Context, js jetstream.JetStream, store Store, names 
 	return Issued{Token: text, ID: t.ID, Node: o.Node, Expires: expires, Root: root}, nil
 }
 
-// newestRoot is the root a new token pins: the newest of the chain on the bus (checked, as a
-// node would check it), nil when the bus holds no root. A chain that does not verify refuses the
-// token: a node pinned to it could follow nothing.
+// newestRoot is the root a new token pins: the newest of the chain on the bus walked as a node
+// walks it (trustroot.History: a root after it that does not verify is left out, as a node leaves
+// it), nil when the bus holds no root.
 func newestRoot(ctx context.Context, js jetstream.JetStream, names wire.Names) (*wire.TokenRoot, error) {
 	kv, err := js.KeyValue(ctx, names.Releases())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {

@@ -392,7 +392,7 @@ func trustRotateCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []stri
 	if err := rotateFlags(&c, *role, add, remove, *maxTTL, *from, *fromBus); err != nil {
 		return err
 	}
-	cur, dir, err := newestRoot(ctx, b, *from, *fromBus)
+	cur, dir, err := newestRoot(ctx, s, b, *from, *fromBus)
 	if err != nil {
 		return err
 	}
@@ -459,35 +459,39 @@ func rotateFlags(c *trustroot.Change, role string, add, remove []string, maxTTL,
 	return nil
 }
 
-// newestRoot reads the root to rotate from: the file, or the newest on the bus; dir is where the
-// next one is written by default.
-func newestRoot(ctx context.Context, b busFlags, from string, fromBus bool) (wire.Root, string, error) {
+// newestRoot reads the root to rotate from: the file, or the newest verified root on the bus
+// (saying on stderr which root.<n> after it was refused); dir is where the next one is written by
+// default.
+func newestRoot(ctx context.Context, s *stdio, b busFlags, from string, fromBus bool) (wire.Root, string, error) {
 	if !fromBus {
 		r, err := trustroot.ReadFile(from)
 		return r, filepath.Dir(from), err
 	}
-	roots, err := busRoots(ctx, b)
+	chain, err := busRoots(ctx, b)
 	if err != nil {
 		return wire.Root{}, "", err
 	}
-	if len(roots) == 0 {
+	if chain.Refused != nil {
+		fmt.Fprintf(s.err, "mesh-release trust rotate: %s; publishing the next root replaces it\n", chain.Refused)
+	}
+	if len(chain.Roots) == 0 {
 		return wire.Root{}, "", fmt.Errorf("the bus holds no root yet: make root v1 with mesh-release trust init")
 	}
-	return roots[len(roots)-1], ".", nil
+	return chain.Roots[len(chain.Roots)-1], ".", nil
 }
 
-// busRoots reads the chain of roots on the bus, oldest first.
-func busRoots(ctx context.Context, b busFlags) ([]wire.Root, error) {
+// busRoots reads the chain of verified roots on the bus, oldest first, and the root it stops at.
+func busRoots(ctx context.Context, b busFlags) (trustroot.Chain, error) {
 	c, err := b.connect(ctx)
 	if err != nil {
-		return nil, err
+		return trustroot.Chain{}, err
 	}
 	defer c.Close()
 	kv, err := c.JS.KeyValue(ctx, b.names().Releases())
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", b.names().Releases(), err)
+		return trustroot.Chain{}, fmt.Errorf("open %s: %w", b.names().Releases(), err)
 	}
-	return trustroot.History(ctx, kv)
+	return trustroot.ReadChain(ctx, kv)
 }
 
 // describeChange is what differs between two roots' roles: "releases: +a1b2c3d4…, -82912897…".
@@ -560,6 +564,9 @@ func trustPublishCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 		return nil
 	}
 	s.printf("published root v%d (%s, expires %s) in %s as %s\n", r.Version, r.Fingerprint(), r.Expires, res.Bucket, res.Key)
+	if res.Replaced != nil {
+		s.printf("replaced %s, which did not verify as the next root (%s)\n", res.Key, text.Bound(res.Replaced.Err.Error()))
+	}
 	if _, legacy := trustroot.Status(r, nil); r.Version == 1 && len(legacy) == 0 {
 		fmt.Fprintf(s.err, "mesh-release trust publish: warning: root v1 carries no signature by a releases or targets key: nodes holding only host.json keys (trusted_keys) will not take it; nodes enrolled with a token naming it will\n")
 	}
@@ -578,6 +585,7 @@ type showJSON struct {
 	Thresholds  []trustroot.Threshold `json:"thresholds"`
 	Complete    bool                  `json:"complete"`
 	OnBus       []uint64              `json:"on_bus,omitempty"`
+	Refused     string                `json:"refused,omitempty"`
 }
 
 type roleOut struct {
@@ -609,11 +617,18 @@ func trustShowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string
 		}
 		out.Source = pos[0]
 	case len(pos) == 0 && *fromBus:
-		roots, err := busRoots(ctx, b)
+		chain, err := busRoots(ctx, b)
 		if err != nil {
 			return err
 		}
+		roots := chain.Roots
+		if chain.Refused != nil {
+			out.Refused = chain.Refused.String()
+		}
 		if len(roots) == 0 {
+			if out.Refused != "" {
+				return fmt.Errorf("the bus holds no root that verifies (%s): nodes trust their host.json keys", out.Refused)
+			}
 			return fmt.Errorf("the bus holds no root yet (%s): nodes trust their host.json keys", b.names().Releases())
 		}
 		r = roots[len(roots)-1]
@@ -675,6 +690,9 @@ func printShow(s *stdio, o showJSON) {
 	}
 	if len(o.OnBus) > 0 {
 		s.printf("on the bus   v%d to v%d, the chain verifies\n", o.OnBus[0], o.OnBus[len(o.OnBus)-1])
+	}
+	if o.Refused != "" {
+		s.printf("refused      %s; nodes stop before it, and publishing the next root replaces it\n", o.Refused)
 	}
 	if !o.Complete && o.Version > 1 && len(o.Thresholds) == 1 {
 		s.printf("root v%d not given (--prev): its root keys were not counted\n", o.Version-1)

@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/novox/mesh-host/release/build"
+	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/trustroot"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
@@ -203,6 +204,68 @@ func TestTrustCeremonyPublishesAVerifiedChainAndRefusesTheRest(t *testing.T) {
 	err = tr.Verify(wire.Envelope{Kind: wire.KindManifest, Name: "v9.9.9", Role: wire.RoleReleases, Text: []byte("manifest"), Signatures: []wire.Signature{sg}}, time.Now())
 	if !errors.Is(err, wire.ErrKeyRemoved) || !strings.Contains(err.Error(), "which root v2 removed from releases") {
 		t.Errorf("a manifest signed by the removed key: %v", err)
+	}
+}
+
+// Anyone able to write the releases bucket can put a root.2 that does not verify (here signed by
+// 1 of root v1's 3 root keys) where the real one goes. It must not block the rotation: show --bus
+// and rotate --bus name it refused and work on v1, publish of the real root.2 replaces it (and a
+// fleet reader then walks to v2), and a root.2 that verifies is never replaced by other bytes.
+func TestTrustPublishReplacesARootOnTheBusThatDoesNotVerify(t *testing.T) {
+	b := meshtest.StartBus(t)
+	env := map[string]string{envNATSURL: b.URL()}
+	c := newCeremony(t)
+	mustRun(t, env, "trust", "publish", c.root(1))
+	mustRun(t, nil, "trust", "rotate", "--from", c.root(1))
+	mustRun(t, nil, "trust", "sign", c.root(2), "--key", c.key(1))
+	forged, err := os.ReadFile(c.root(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Put(b.Names.Releases(), wire.RootKey(2), forged)
+	refused := "root.2 in mesh_host_releases is refused: "
+
+	var shown showJSON
+	if err := json.Unmarshal([]byte(mustRun(t, env, "trust", "show", "--bus", "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if shown.Version != 1 || !strings.HasPrefix(shown.Refused, refused) {
+		t.Errorf("show --bus with a forged root.2: v%d, refused %q", shown.Version, shown.Refused)
+	}
+	if out := mustRun(t, env, "trust", "show", "--bus"); !strings.Contains(out, "refused      "+refused) {
+		t.Errorf("show --bus said %q", out)
+	}
+	code, out, errOut := runMain(t, env, "trust", "rotate", "--bus", "--out", filepath.Join(c.dir, "elsewhere.json"))
+	if code != 0 || !strings.Contains(out, "root v2 from v1") || !strings.Contains(errOut, refused) {
+		t.Errorf("rotate --bus: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	var rr fleet.RootReader
+	ctx := meshtest.Context(t, time.Minute)
+	if v, why, err := rr.Newest(ctx, b.Conn.JS, b.Names); v != 1 || !strings.HasPrefix(why, refused) || err != nil {
+		t.Errorf("fleet's newest root with a forged root.2: v%d, %q, %v", v, why, err)
+	}
+
+	mustRun(t, nil, "trust", "sign", c.root(2), "--key", c.key(2))
+	out = mustRun(t, env, "trust", "publish", c.root(2))
+	if !strings.Contains(out, "published root v2") || !strings.Contains(out, "replaced root.2, which did not verify as the next root (") {
+		t.Errorf("publish over the forged root.2 said %q", out)
+	}
+	shown = showJSON{}
+	if err := json.Unmarshal([]byte(mustRun(t, env, "trust", "show", "--bus", "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if shown.Version != 2 || shown.Refused != "" || len(shown.OnBus) != 2 {
+		t.Errorf("show --bus after the replacement = %+v", shown)
+	}
+	if v, why, err := rr.Newest(ctx, b.Conn.JS, b.Names); v != 2 || why != "" || err != nil {
+		t.Errorf("fleet's newest root after the replacement: v%d, %q, %v", v, why, err)
+	}
+
+	// A verified root.2 stays: the same root with a third signature is other bytes.
+	mustRun(t, nil, "trust", "sign", c.root(2), "--key", c.key(3))
+	code, _, errOut = runMain(t, env, "trust", "publish", c.root(2))
+	if code != 1 || !strings.Contains(errOut, "root v2 is on the bus already (root.2 in mesh_host_releases) with other content or signatures; a published root is never replaced") {
+		t.Errorf("publish over a verified root.2: exit %d, %q", code, errOut)
 	}
 }
 
