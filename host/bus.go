@@ -74,7 +74,7 @@ func (h *Host) busArrived(ctx context.Context, ev link.BusArrived) {
 		h.refuse(ctx, BusWhat, ev.Revision, fmt.Sprintf("%s refused: it expired at %s; %s", what, d.Expires, keep))
 		return
 	}
-	if err := h.checkBus(d); err != nil {
+	if err := h.checkBus(ctx, d); err != nil {
 		h.refuse(ctx, BusWhat, ev.Revision, fmt.Sprintf("%s refused: %v; %s", what, err, keep))
 		return
 	}
@@ -109,7 +109,7 @@ func (h *Host) busArrived(ctx context.Context, ev link.BusArrived) {
 // checkBus refuses a configuration this node cannot take: CAs that do not verify the server
 // it is connected to now (its next reconnect, to that server or one like it, would fail), or
 // URLs that its insecure_plaintext setting refuses.
-func (h *Host) checkBus(d wire.Bus) error {
+func (h *Host) checkBus(ctx context.Context, d wire.Bus) error {
 	cfg := h.opts.Config
 	if certs := d.Certificates(); len(certs) > 0 && cfg.NATSCA != "" {
 		pool := x509.NewCertPool()
@@ -121,7 +121,16 @@ func (h *Host) checkBus(d wire.Bus) error {
 		case errors.Is(err, link.ErrNotConnected):
 			return fmt.Errorf("the link is down, so its CAs cannot be checked against the server; it is judged again at the next reconnect")
 		default:
-			return fmt.Errorf("%w; applied, this node would lose its link at its next reconnect: switch the servers' certificates only after every node took a bundle holding both CAs (mesh-release bus ca status)", err)
+			// The session's handshake may predate the server's switch to a certificate of the
+			// new CA (serve keeps connections made): a fresh handshake says what the next
+			// reconnect meets, so the old CA's drop takes while the node stays connected.
+			perr := h.link.ProbeServerCAs(ctx, pool)
+			if perr == nil {
+				h.log.Info("the bus configuration's CAs do not verify this link's session, made before the server's certificate changed, but a new connection to the same server verifies with them: taken", "session", err)
+				break
+			}
+			h.log.Warn("the bus configuration's CAs verify neither this link's session nor a new connection to the same server: refused", "session", err, "probe", perr)
+			return fmt.Errorf("%w; %w; applied, this node would lose its link at its next reconnect: switch the servers' certificates only after every node took a bundle holding both CAs (mesh-release bus ca status)", err, perr)
 		}
 	}
 	if d.URLs != nil {

@@ -19,8 +19,10 @@ import (
 // A CA rollover over the link, as decision 0046 runs it, against a real server on TLS: a bundle
 // that would cut the node off and an unsigned one are refused and change nothing; the bundle of
 // both CAs is applied (the CA file, host.json's nats_urls with every other field kept, the
-// heartbeat's bus_seq and bus_cas); then the server presents a certificate of the new CA, and
-// the host, still connected, reconnects to it after its connection is cut.
+// heartbeat's bus_seq and bus_cas); then the server presents a certificate of the new CA, the
+// bundle of the new CA alone is taken without the link dropping (a new connection verifies it,
+// though the session's does not), and the host reconnects to the server after its connection
+// is cut.
 func TestBusCARolloverOverTheLink(t *testing.T) {
 	ca1, ca2 := meshtest.NewCA(t, "ca 1"), meshtest.NewCA(t, "ca 2")
 	opt, srvTLS := meshtest.TLS(t, ca1)
@@ -92,15 +94,41 @@ func TestBusCARolloverOverTheLink(t *testing.T) {
 	}
 
 	// The servers switch: new handshakes meet a certificate of CA 2; the host's connection made
-	// before stays. Cut, it reconnects, verifying the server with the CA file it wrote.
+	// before stays. The bundle of CA 2 alone (the old CA's drop) does not verify that session's
+	// certificate, but a new connection to the same server verifies with it: it is taken while
+	// the host stays on the session it had.
 	srvTLS.Trust(ca2)
 	srvTLS.Present(t, ca2)
+	only1, only2 := x509.NewCertPool(), x509.NewCertPool()
+	only1.AddCert(ca1.Cert)
+	only2.AddCert(ca2.Cert)
+	drop, err := wire.NewBus([]*x509.Certificate{ca2.Cert}, urls, both.Seq, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drop.Sign(meshtest.ReleaseKey.Private); err != nil {
+		t.Fatal(err)
+	}
+	b.Put(b.Names.Releases(), wire.BusKey, drop.Marshal())
+	meshtest.WaitHeartbeat(t, hbs, "bus_seq and bus_cas of the bundle of CA 2 alone", func(hb wire.Heartbeat) bool {
+		return hb.BusSeq == drop.Seq && slices.Equal(hb.BusCAs, []string{fp2})
+	})
+	if got, _ := os.ReadFile(caFile); !bytes.Equal(got, wire.EncodeCAs([]*x509.Certificate{ca2.Cert})) {
+		t.Errorf("the CA file after the drop:\n%s", got)
+	}
+	// Still the session of CA 1's certificate: no reconnect took the bundle.
+	if err := th.h.link.CheckServerCAs(only1); err != nil {
+		t.Fatalf("the drop was taken on a new session, not the one made before the switch: %v", err)
+	}
+	if logs := th.logs.String(); strings.Contains(logs, "linked to the bus again") || strings.Contains(logs, "lost the bus") {
+		t.Fatalf("the link dropped while the bundle was taken:\n%s", logs)
+	}
+
+	// Cut, it reconnects, verifying the server with the CA file it wrote.
 	if n := b.Kick("mesh-host n1"); n != 1 {
 		t.Fatalf("cut %d connections of the host, want 1", n)
 	}
 	meshtest.Eventually(t, "the host reconnected", func() bool { return strings.Contains(th.logs.String(), "linked to the bus again") })
-	only2 := x509.NewCertPool()
-	only2.AddCert(ca2.Cert)
 	if err := th.h.link.CheckServerCAs(only2); err != nil {
 		t.Fatalf("after the switch the host is not connected to a server of ca 2: %v", err)
 	}

@@ -1,12 +1,16 @@
 package link
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
@@ -86,4 +90,67 @@ func (l *Link) CheckServerCAs(pool *x509.CertPool) error {
 			text.Redact(l.nc.ConnectedUrl()), text.Bound(leaf.Subject.CommonName), text.Bound(leaf.Issuer.CommonName), err)
 	}
 	return nil
+}
+
+// probeTimeout bounds ProbeServerCAs: one dial and handshake to a server the link reached.
+const probeTimeout = 15 * time.Second
+
+// ProbeServerCAs dials the server the link is connected to now with a fresh connection that
+// verifies it with pool only, and this link's credentials. CheckServerCAs judges the session's
+// own handshake, which may predate the server's switch to a certificate of a new CA (`serve`
+// presents a new certificate from its next handshake, keeping connections made): the probe
+// sees what the next reconnect will meet. The connection is closed at once. ErrNotConnected
+// while the link is down.
+func (l *Link) ProbeServerCAs(ctx context.Context, pool *x509.CertPool) error {
+	if !l.nc.IsConnected() {
+		return ErrNotConnected
+	}
+	url := l.nc.ConnectedUrl()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	// The link's Close ends a probe under way too.
+	go func() {
+		select {
+		case <-l.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	deadline, _ := ctx.Deadline()
+	opts := []nats.Option{
+		nats.Name(l.opts.Name + " (CA probe)"),
+		nats.NoReconnect(),
+		nats.Timeout(time.Until(deadline)),
+		nats.SetCustomDialer(ctxDialer{ctx}),
+		nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}),
+		nats.NoCallbacksAfterClientClose(),
+	}
+	if l.held != nil {
+		opt, err := l.held.option()
+		if err != nil {
+			return fmt.Errorf("the probe of %s: credentials: %w", text.Redact(url), err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("a new connection to the server this node is connected to (%s), verifying it with these CAs only, failed: %w",
+			text.Redact(url), text.RedactError(err))
+	}
+	nc.Close()
+	return nil
+}
+
+// ctxDialer dials as nats.go would, and closes the connection when ctx ends: the TLS handshake
+// and the exchange after it end with the probe's context.
+type ctxDialer struct{ ctx context.Context }
+
+func (d ctxDialer) Dial(network, address string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(d.ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(d.ctx, func() { c.Close() })
+	return c, nil
 }
