@@ -378,7 +378,7 @@ func trustRotateCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []stri
 	fs.Var(&remove, "remove", "`KEYID` to remove from --role (16 hex digits or its first 8 or more; repeatable)")
 	threshold := fs.Int("threshold", 0, "--role's new threshold (default: kept)")
 	from := fs.String("from", "", "the newest root `FILE` (root.<N>.json)")
-	fromBus := fs.Bool("bus", false, "take the newest root from the bus instead of --from")
+	fromBus := fs.Bool("bus", false, "take the newest root from the bus (the default without --from)")
 	out := fs.String("out", "", "`FILE` to write (default root.<N+1>.json beside --from)")
 	expires := fs.Duration("expires", trustroot.DefaultExpires, "how long the new root lasts from now")
 	maxTTL := fs.String("targets-max-ttl", "", "with --role targets: the new max_ttl (0 drops it; default: kept)")
@@ -389,6 +389,9 @@ func trustRotateCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []stri
 		return err
 	}
 	c := trustroot.Change{Threshold: *threshold, Expires: *expires}
+	if *from == "" {
+		*fromBus = true // the newest root the nodes walk to is the bus's
+	}
 	if err := rotateFlags(&c, *role, add, remove, *maxTTL, *from, *fromBus); err != nil {
 		return err
 	}
@@ -421,8 +424,6 @@ func trustRotateCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []stri
 // rotateFlags checks rotate's flags and fills c from them.
 func rotateFlags(c *trustroot.Change, role string, add, remove []string, maxTTL, from string, fromBus bool) error {
 	switch {
-	case from == "" && !fromBus:
-		return usagef("give --from root.<N>.json or --bus: the newest root to rotate from")
 	case from != "" && fromBus:
 		return usagef("give --from or --bus, not both")
 	case role == "" && (len(add) > 0 || len(remove) > 0 || c.Threshold != 0 || maxTTL != ""):
@@ -595,7 +596,7 @@ type roleOut struct {
 }
 
 func trustShowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
-	fromBus := fs.Bool("bus", false, "show the newest root on the bus (and check the chain there)")
+	fromBus := fs.Bool("bus", false, "show the newest root on the bus and check the chain there (the default without FILE)")
 	prevPath := fs.String("prev", "", "the root `FILE` FILE follows (default: root.<N>.json beside FILE)")
 	asJSON := fs.Bool("json", false, "write it as JSON")
 	var b busFlags
@@ -603,6 +604,9 @@ func trustShowCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) == 0 {
+		*fromBus = true // with no file, the root the nodes walk to: the bus's
 	}
 	var out showJSON
 	var r wire.Root
