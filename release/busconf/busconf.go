@@ -1,5 +1,6 @@
-// Package busconf publishes the bus configuration nodes follow (decision 0046): the CA bundle
-// and the bus's URLs, signed under the targets role, and reads which nodes report a CA.
+// Package busconf publishes the bus configuration nodes follow and reads which nodes report a CA.
+// The configuration (decision 0046) is the CA bundle and the bus's URLs, signed under the targets
+// role.
 package busconf
 
 import (
