@@ -65,16 +65,7 @@ type Bus struct {
 
 // ParseBus decodes a bus configuration strictly (DecodeSigned) and validates it. It does not
 // check the signatures: that is Trust.Verify of its Envelope.
-func ParseBus(b []byte) (Bus, error) {
-	var d Bus
-	if err := DecodeSigned(KindBus, b, &d); err != nil {
-		return Bus{}, err
-	}
-	if err := d.Validate(); err != nil {
-		return Bus{}, err
-	}
-	return d, nil
-}
+func ParseBus(b []byte) (Bus, error) { return parseSigned[Bus](KindBus, b) }
 
 // Validate checks every field, naming the first that is wrong; the signatures are checked for
 // form.

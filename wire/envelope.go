@@ -95,6 +95,18 @@ func DecodeSigned(kind string, b []byte, v any) error {
 	return nil
 }
 
+// parseSigned is every signed document's parse: DecodeSigned, then the document's own Validate.
+func parseSigned[T interface{ Validate() error }](kind string, b []byte) (T, error) {
+	var v, zero T
+	if err := DecodeSigned(kind, b, &v); err != nil {
+		return zero, err
+	}
+	if err := v.Validate(); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
 // Envelope is one signed document as the verifier sees it.
 type Envelope struct {
 	Kind       string // KindManifest, ...

@@ -164,16 +164,7 @@ const VersionRule = layout.VersionRule
 
 // ParseManifest decodes a manifest strictly (unknown fields and trailing data are refused)
 // and validates every field. It does not check the signature: that is Verify.
-func ParseManifest(b []byte) (Manifest, error) {
-	var m Manifest
-	if err := DecodeSigned(KindManifest, b, &m); err != nil {
-		return Manifest{}, err
-	}
-	if err := m.Validate(); err != nil {
-		return Manifest{}, err
-	}
-	return m, nil
-}
+func ParseManifest(b []byte) (Manifest, error) { return parseSigned[Manifest](KindManifest, b) }
 
 // Validate checks every field except the signature, naming the first one that is wrong.
 func (m Manifest) Validate() error {

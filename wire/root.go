@@ -70,16 +70,7 @@ func RootKey(n uint64) string { return "root." + strconv.FormatUint(n, 10) }
 
 // ParseRoot decodes a root strictly (DecodeSigned) and validates it. It does not check the
 // signatures: that is Trust.Advance.
-func ParseRoot(b []byte) (Root, error) {
-	var r Root
-	if err := DecodeSigned(KindRoot, b, &r); err != nil {
-		return Root{}, err
-	}
-	if err := r.Validate(); err != nil {
-		return Root{}, err
-	}
-	return r, nil
-}
+func ParseRoot(b []byte) (Root, error) { return parseSigned[Root](KindRoot, b) }
 
 // Validate checks every field, naming the first that is wrong; signatures are checked for form.
 func (r Root) Validate() error {

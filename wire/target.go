@@ -57,16 +57,7 @@ var (
 // fields (the version by the one version rule, ValidVersion; the expiry as RFC 3339; the
 // signatures' form). It does not check the signatures: that is Verify, which needs the key the
 // target was read under.
-func ParseTarget(b []byte) (Target, error) {
-	var t Target
-	if err := DecodeSigned(KindTarget, b, &t); err != nil {
-		return Target{}, err
-	}
-	if err := t.Validate(); err != nil {
-		return Target{}, err
-	}
-	return t, nil
-}
+func ParseTarget(b []byte) (Target, error) { return parseSigned[Target](KindTarget, b) }
 
 // Validate checks every field except the signature, naming the first one that is wrong.
 func (t Target) Validate() error {

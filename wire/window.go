@@ -290,16 +290,7 @@ func (w Window) Spec() (WindowSpec, error) {
 // ParseWindow decodes a window strictly, at most MaxWindowBytes (DecodeSigned), and checks its
 // fields. It does not check the signature:
 // that is Verify, which needs the key the window was read under.
-func ParseWindow(b []byte) (Window, error) {
-	var w Window
-	if err := DecodeSigned(KindWindow, b, &w); err != nil {
-		return Window{}, err
-	}
-	if err := w.Validate(); err != nil {
-		return Window{}, err
-	}
-	return w, nil
-}
+func ParseWindow(b []byte) (Window, error) { return parseSigned[Window](KindWindow, b) }
 
 // Validate checks every field except the signature, naming the first one that is wrong.
 func (w Window) Validate() error {

@@ -66,14 +66,7 @@ var (
 // (DecodeSigned), and checks its fields. It does not check
 // the signature: that is Verify.
 func ParseWithdrawals(b []byte) (Withdrawals, error) {
-	var w Withdrawals
-	if err := DecodeSigned(KindWithdrawals, b, &w); err != nil {
-		return Withdrawals{}, err
-	}
-	if err := w.Validate(); err != nil {
-		return Withdrawals{}, err
-	}
-	return w, nil
+	return parseSigned[Withdrawals](KindWithdrawals, b)
 }
 
 // Validate checks every field except the signature, naming the first one that is wrong.
