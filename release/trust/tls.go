@@ -130,22 +130,11 @@ func ensureCA(dataDir, dir string) (*x509.Certificate, *ecdsa.PrivateKey, error)
 			return nil, nil, fmt.Errorf("tls: put the new CA in place at %s: %w", dir, err)
 		}
 	}
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, CAFile), filepath.Join(dir, CAKeyFile))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("tls: %s is incomplete (%w); restore %s and %s from a backup, or move the directory aside to make a new CA (every client must then be given the new %s)", dir, err, CAFile, CAKeyFile, CAFile)
-		}
-		return nil, nil, fmt.Errorf("tls: the CA in %s: %w", dir, err)
+	ca, key, err := loadCA(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%w; %s is incomplete: restore %s and %s from a backup, or move the directory aside to make a new CA (every client must then be given the new %s)", err, dir, CAFile, CAKeyFile, CAFile)
 	}
-	ca, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		return nil, nil, fmt.Errorf("tls: %s: %w", filepath.Join(dir, CAFile), err)
-	}
-	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
-	if !ok || !ca.IsCA {
-		return nil, nil, fmt.Errorf("tls: %s is not an ECDSA CA certificate and key", dir)
-	}
-	return ca, key, nil
+	return ca, key, err
 }
 
 func newCA(now time.Time) (certPEM, keyPEM []byte, err error) {
