@@ -71,6 +71,7 @@ var maxSignedBytes = map[string]int{
 	KindWithdrawals: MaxWithdrawalsBytes,
 	KindRoot:        MaxRootBytes,
 	KindBus:         MaxBusBytes,
+	KindPlan:        MaxPlanBytes,
 }
 
 // MaxSignedBytes is the size cap of kind's documents; 0 for an unknown kind.

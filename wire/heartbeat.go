@@ -62,7 +62,7 @@ const MaxHeartbeatBytes = 1 << 20
 // stream keeps the last one per node, so it is each node's last word. Every key is always
 // present except target_expired_since, refused, fetch, link, profile, inventory, drift,
 // launcher, window, link_class, interval_s, manifest_schema, trust_root,
-// trust_expired_since, bus_seq, bus_cas and truncated.
+// trust_expired_since, plans, bus_seq, bus_cas and truncated.
 type Heartbeat struct {
 	Schema           int      `json:"schema"`
 	Node             string   `json:"node"`
@@ -99,6 +99,10 @@ type Heartbeat struct {
 	// the SHA-256 fingerprints ("sha256:<hex>") of the CAs its ca.pem holds, at most
 	// MaxBusCAs. A CA rollover switches the servers' certificates once every node reports the
 	// new CA here. Absent from hosts older than issue 29.
+	// Plans is the newest rollout plan schema the host reads (PlanSchema), said only while its
+	// link follows PlanKey: a rollout gives a node without it a per-node target instead.
+	// Absent from hosts older than issue 30.
+	Plans   int          `json:"plans,omitempty"`
 	BusSeq  uint64       `json:"bus_seq,omitempty"`
 	BusCAs  []string     `json:"bus_cas,omitempty"`
 	Refused *Refusal     `json:"refused,omitempty"`

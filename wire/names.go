@@ -64,9 +64,10 @@ func NodeCredentialsSubject(node string) string { return NodeInboxPrefix(node) +
 // subscription and direct get and may ask RenewSubject (decision 0024); 3 may also read its
 // maintenance window and the fleet's (decision 0029); 4 may also subscribe to the notices of the
 // roots and of the bus configuration, the releases bucket's keys root.<n> and BusKey (decisions
-// 0045, 0046).
+// 0045, 0046); 5 may also follow the rollout plan, the rollouts bucket's key PlanKey (decision
+// 0047).
 const (
-	NodeUserVersion   = 4
+	NodeUserVersion   = 5
 	NodeUserTagPrefix = "mesh-node-user:"
 )
 
