@@ -92,7 +92,7 @@ type Plan struct {
 	Waves []uint32 `json:"waves"`
 	// In is how many batches the plan holds now: 0 none, 1 the canaries, 1+k the canaries and
 	// the first k waves. A running plan holds the batch in progress; a halted or aborted one
-	// the batches done; a completed one all (1+len(Waves)).
+	// the batches done; a completed one all (1+len(Waves)), and holds no node (Holds).
 	In     int    `json:"in"`
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
@@ -254,8 +254,14 @@ func (p Plan) BatchOf(n PlanNode) int {
 	return -1 // unreachable: the last wave is PlanScale
 }
 
-// Holds reports whether the plan holds node now: its batch is one of the first In.
+// Holds reports whether the plan holds node now: its batch is one of the first In, and the plan
+// has not completed. A completed plan holds no node: the controller sets the fleet key to the
+// version before it writes the plan completed, so the fleet key is what every node follows from
+// then on, and an operator's later fleet target is not shadowed by a finished rollout.
 func (p Plan) Holds(n PlanNode) bool {
+	if p.State == PlanCompleted {
+		return false
+	}
 	b := p.BatchOf(n)
 	return b >= 0 && b < p.In
 }

@@ -105,6 +105,11 @@ func TestANodeInABatchStaysInEveryLaterOne(t *testing.T) {
 			}
 		}
 		counts[b]++
+		p.State = wire.PlanCompleted
+		if p.Holds(n) {
+			t.Fatalf("a completed plan holds %s", n.ID)
+		}
+		p.State = wire.PlanRunning
 	}
 	// 1 %, 9 %, 40 %, 50 % of 100,000, within a few hundred.
 	for k, want := range []int{1000, 9000, 40000, 50000} {
