@@ -243,6 +243,30 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	return st, nil
 }
 
+// Preview is the rollout o would be if it started now, computed as Start computes it (the version
+// checked, the fleet read and planned, its plan's batches) and written nowhere: `rollout plan`
+// prints it, and `rollout start` prints the same batches for the same fleet.
+func (c *Controller) Preview(ctx context.Context, o Options) (State, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return State{}, err
+	}
+	rel, err := c.mayRollOut(ctx, o.Version)
+	if err != nil {
+		return State{}, err
+	}
+	entries, err := c.readFleet(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	now := time.Now().UTC()
+	p, err := planFleet(o, rel, entries, now)
+	if err != nil {
+		return State{}, err
+	}
+	return c.newState(o, p, now, current{}), nil
+}
+
 // mayRollOut checks that version is published, with a manifest hosts read, and not withdrawn,
 // and returns what the platform gate needs of it.
 func (c *Controller) mayRollOut(ctx context.Context, version string) (release, error) {

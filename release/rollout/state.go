@@ -151,6 +151,27 @@ type State struct {
 	// one set and left are among those this one clears when it completes (see clearLeftBehind).
 	Supersedes string `json:"supersedes,omitempty"`
 	AbortedBy  string `json:"aborted_by,omitempty"`
+	// Plan is the signed plan the rollout writes under wire.PlanKey (issue 30, decision 0047):
+	// absent from rollouts started before it.
+	Plan *PlanRef `json:"plan,omitempty"`
+	// Readers is, index for index with Nodes, whether the node's heartbeat said it reads plans
+	// (heartbeat plans >= wire.PlanSchema) when the rollout was planned: such a node takes the
+	// plan; any other is given a per-node target when its batch begins. Kept with Nodes in the
+	// node list's chunks; nil in rollouts started before issue 30 (every node per-node).
+	Readers []bool `json:"readers,omitempty"`
+}
+
+// PlanRef is what a rollout's state keeps of its plan: what it was planned with (Salt, Waves,
+// MeteredLast, SkipPlatforms; the canaries are the first batch of Nodes) and the last plan it
+// wrote (Seq, and Revision, the plan key's revision then: the next write is a compare-and-set on
+// it).
+type PlanRef struct {
+	Salt          string   `json:"salt"`
+	Waves         []uint32 `json:"waves"`
+	MeteredLast   bool     `json:"metered_last,omitempty"`
+	SkipPlatforms []string `json:"skip_platforms,omitempty"`
+	Seq           uint64   `json:"seq,omitempty"`
+	Revision      uint64   `json:"revision,omitempty"`
 }
 
 // Batch is Nodes[previous End:End].
@@ -163,6 +184,13 @@ type Batch struct {
 	// whose heartbeat said none); absent when no node said one, and in rollouts started before
 	// issue 28.
 	Platforms []PlatformCount `json:"platforms,omitempty"`
+	// In is the plan's In while this batch runs: the batches of the plan it holds (the
+	// canaries are 1, wave k is 1+k). Waves that hold no node of the fleet are no batch here,
+	// so In may step by more than one. 0 in rollouts started before issue 30.
+	In int `json:"plan_in,omitempty"`
+	// PerNode is how many of the batch's nodes were given a per-node target when it began:
+	// those whose hosts do not read plans (State.Readers).
+	PerNode int `json:"per_node_targets,omitempty"`
 }
 
 // LeftOut is a node skipped because it was silent when its batch began.
