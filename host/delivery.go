@@ -66,16 +66,17 @@ func (h *Host) newDelivery() (*delivery, error) {
 // remembers a refusal for the manifest's bytes, so the same bytes are refused again unfetched
 // (at the new target's revision) and a new manifest is delivered.
 func (h *Host) deliverTarget(ctx context.Context, version string, revision uint64) {
+	what := h.targetWhat() // "plan" when the plan put the version in force
 	if version != "" && version != h.opts.Version {
 		// A withdrawn version, and one this node marked bad, is refused whatever is on disk
 		// (its directory may not be retired yet), and never fetched again.
 		if reason, ok := h.isWithdrawn(version); ok {
-			h.refuse(ctx, "target", revision, fmt.Sprintf("target %s is withdrawn (%s): it is not fetched and not run", version, reason))
+			h.refuse(ctx, what, revision, fmt.Sprintf("target %s is withdrawn (%s): it is not fetched and not run", version, reason))
 			version = ""
 		} else if bad, reason, err := h.records.IsBad(ctx, version); err != nil {
 			h.log.Error("could not read whether the target is marked bad", "err", err)
 		} else if bad {
-			h.refuse(ctx, "target", revision, fmt.Sprintf("target %s is marked bad on this node and is not fetched again: %s", version, reason))
+			h.refuse(ctx, what, revision, fmt.Sprintf("target %s is marked bad on this node and is not fetched again: %s", version, reason))
 			version = ""
 		}
 	}
@@ -117,7 +118,7 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 		switch {
 		case err == nil:
 			h.log.Info("staged the target version; standing aside once no reconcile is running", "target", version)
-			if err := h.store.SettleRefusals(rctx, "target", revision); err != nil {
+			if err := h.store.SettleRefusals(rctx, what, revision); err != nil {
 				h.log.Warn("could not forget the target refusals the delivered version put right", "err", err)
 			}
 			h.recheckSoon()
@@ -135,7 +136,7 @@ func (h *Host) deliverTarget(ctx context.Context, version string, revision uint6
 				h.log.Debug("the target arrived again and is refused as before", "target", version, "revision", revision)
 				return
 			}
-			h.refuse(rctx, "target", revision, r.reason)
+			h.refuse(rctx, what, revision, r.reason)
 		}
 	}()
 }

@@ -14,8 +14,8 @@ import (
 // watches never stall). A declaration is validated and held before it triggers a reconcile; one
 // that is refused is recorded and reported, and the held one stays.
 //
-// When trust moves (a root walked), the target, withdrawal list, window and bus configuration
-// last reported are judged again with it: one refused for a key the node did not trust yet is taken now.
+// When trust moves (a root walked), the target, withdrawal list, window, bus configuration and
+// rollout plan last reported are judged again with it: one refused for a key the node did not trust yet is taken now.
 func (h *Host) readEvents(ctx context.Context) {
 	var last lastSigned
 	events := h.link.Events()
@@ -48,7 +48,13 @@ func (h *Host) readEvents(ctx context.Context) {
 			h.declarationArrived(ctx, ev)
 		case link.TargetChanged:
 			last.target = &ev
-			h.targetChanged(ctx, ev)
+			h.mu.Lock()
+			h.linkTarget = &ev
+			h.mu.Unlock()
+			h.decideTarget(ctx)
+		case link.PlanArrived:
+			last.plan = &ev
+			h.planArrived(ctx, ev)
 		case link.WithdrawalsArrived:
 			last.withdrawals = &ev
 			h.withdrawalsArrived(ctx, ev)
@@ -68,6 +74,7 @@ type lastSigned struct {
 	withdrawals *link.WithdrawalsArrived
 	window      *link.WindowChanged
 	bus         *link.BusArrived
+	plan        *link.PlanArrived
 }
 
 // again judges each again with the trust held now; what was taken already is taken again
@@ -83,8 +90,10 @@ func (l lastSigned) again(ctx context.Context, h *Host) {
 	if l.bus != nil && !l.bus.Deleted {
 		h.busArrived(ctx, *l.bus)
 	}
-	if l.target != nil {
-		h.targetChanged(ctx, *l.target)
+	if l.plan != nil && !l.plan.Deleted {
+		h.planArrived(ctx, *l.plan) // decides the target too
+	} else if l.target != nil {
+		h.decideTarget(ctx)
 	}
 }
 

@@ -133,6 +133,9 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 	}
 	hb.LinkClass = h.opts.Config.LinkClass
 	hb.BusSeq, hb.BusCAs = h.busState()
+	if h.link != nil && h.link.FollowsPlan() {
+		hb.Plans = wire.PlanSchema // a rollout tells this node by its plan (decision 0047)
+	}
 	hb.Profile = h.machine.profileNow()
 	hb.Inventory, hb.Drift = h.inventory(ctx)
 	return hb

@@ -77,9 +77,11 @@ type Host struct {
 
 	mu              sync.Mutex
 	confirmed       bool
-	target          *inForce    // the target accepted last; nil for none
-	expiry          *time.Timer // fires when target expires
-	delivery        *delivery   // nil when the host does not fetch versions (no link or no trusted keys)
+	target          *inForce            // the target accepted last; nil for none
+	linkTarget      *link.TargetChanged // the node's or the fleet's target key as the link reported it last
+	plan            keptPlan            // the rollout plan accepted last, and the version carried (plan.go)
+	expiry          *time.Timer         // fires when target expires
+	delivery        *delivery           // nil when the host does not fetch versions (no link or no trusted keys)
 	withdrawn       map[string]wire.Withdrawn
 	withdrawalsRev  uint64      // KV revision of the withdrawal list accepted last (0: known from the store)
 	saidNoStepDown  bool        // the refusal "withdrawn, nothing to step down to" was recorded
@@ -202,6 +204,7 @@ func (h *Host) openLocal(ctx context.Context) (closeAll func(), err error) {
 	}
 	h.applyWithdrawals(ctx, 0, false)
 	h.loadWindow()
+	h.loadPlan()
 	closers = append(closers, h.stopWindowTimer, func() {
 		h.mu.Lock()
 		if h.expiry != nil {

@@ -184,6 +184,14 @@ func (p Plan) Validate() error {
 	return p.SignatureList.Check("plan")
 }
 
+// ValidPlanSalt says why s is not a plan's salt, or nil.
+func ValidPlanSalt(s string) error {
+	if !validSalt(s) {
+		return errors.New("a plan's salt is 32 lowercase hex digits")
+	}
+	return nil
+}
+
 func validSalt(s string) bool {
 	if len(s) != 32 {
 		return false

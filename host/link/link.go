@@ -629,7 +629,7 @@ func (l *Link) send(ctx context.Context, ev Event) bool {
 
 // startSession starts the watches for one connected period — the declaration, the withdrawal
 // list, the target's fold (the node's key and the fleet's), the window's, the bus
-// configuration (bus.go) and the notices of new roots (roots.go) — and returns a
+// configuration (bus.go), the rollout plan (plan.go) and the notices of new roots (roots.go) — and returns a
 // function that stops them and waits until they have stopped.
 func (l *Link) startSession(parent context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
@@ -651,6 +651,9 @@ func (l *Link) startSession(parent context.Context) (stop func()) {
 	}
 	if l.followsBus() {
 		keys = append(keys, l.busWatch())
+	}
+	if l.FollowsPlan() {
+		keys = append(keys, l.planWatch())
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)

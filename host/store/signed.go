@@ -120,11 +120,13 @@ func (s *Store) acceptTx(ctx context.Context, tx *sql.Tx, what, key string, seq 
 	return false, nil
 }
 
-// The kinds of signed value AcceptSigned keeps a sequence number for: targets (per target key)
-// and the withdrawal list (key wire.WithdrawalsKey).
+// The kinds of signed value AcceptSigned keeps a sequence number for: targets (per target key),
+// the withdrawal list (key wire.WithdrawalsKey) and the rollout plan.
 const (
 	TargetWhat      = "target"
 	WithdrawalsWhat = "withdrawals"
+	// PlanWhat: the rollout plan (key wire.PlanKey, decision 0047).
+	PlanWhat = "plan"
 )
 
 // AcceptWithdrawals accepts a verified withdrawal list as AcceptSigned does (ErrReplay,

@@ -325,6 +325,7 @@ func (c *Controller) newState(o Options, p plannedFleet, now time.Time, cur curr
 		Created: now, Updated: now, Canary: max(o.Canary, p.canaries), CanaryNodes: o.CanaryNodes, Steps: o.Steps,
 		WindowS: o.Window.Seconds(), SoakS: o.Soak.Seconds(), AliveS: o.Alive.Seconds(), SilentAfterS: o.SilentAfter.Seconds(),
 		Urgent: o.Urgent, Metered: p.metered, Skipped: p.skipped, Nodes: p.nodes, Ran: p.ran, Batches: p.batches, LeftOut: []LeftOut{}, Holder: c.holder(now, now),
+		Plan: p.plan, Readers: p.readers,
 	}
 	if st.Nodes == nil {
 		st.Nodes, st.Ran = []string{}, []string{}
@@ -535,7 +536,9 @@ func Abort(ctx context.Context, js jetstream.JetStream, n wire.Names, by string,
 }
 
 // restore sets the targets of a halted or aborted rollout's batch back to what its nodes ran
-// and records that it did (targets_restored). Keys that no longer name the rollout's version
+// and records that it did (targets_restored): the plan, if it has one, lowered to the batches
+// done (one write: its nodes that read plans fall back to what they followed before it), and
+// the per-node keys of its other nodes set back. Keys that no longer name the rollout's version
 // were not set by it, or were set since by someone else, and are left alone.
 func restore(ctx context.Context, s *store, st State, rev uint64, workers int) (State, error) {
 	if st.Restored || (st.Status != StatusHalted && st.Status != StatusAborted) {
@@ -545,10 +548,25 @@ func restore(ctx context.Context, s *store, st State, rev uint64, workers int) (
 	if st.Halt != nil {
 		i = st.Halt.Batch
 	}
+	if st.Plan != nil {
+		state, reason := wire.PlanHalted, haltReason(st)
+		if st.Status == StatusAborted {
+			state, reason = wire.PlanAborted, "aborted by "+st.AbortedBy
+		}
+		_, err := s.writePlan(ctx, st, st.planIn(i), state, reason)
+		if err != nil && !errors.Is(err, errPlanTaken) {
+			return st, fmt.Errorf("lower the rollout plan to the batches done: %w", err)
+		}
+	}
 	if i < len(st.Batches) && !st.Batches[i].Started.IsZero() {
 		start := st.batchStart(i)
-		nodes := st.BatchNodes(i)
-		if err := s.restoreTargets(ctx, nodes, st.Ran[start:start+len(nodes)], st.Version, workers); err != nil {
+		var nodes, ran []string
+		for k, n := range st.BatchNodes(i) {
+			if !st.reads(start + k) {
+				nodes, ran = append(nodes, n), append(ran, st.Ran[start+k])
+			}
+		}
+		if err := s.restoreTargets(ctx, nodes, ran, st.Version, workers); err != nil {
 			return st, fmt.Errorf("set the targets of batch %d back: %w", i+1, err)
 		}
 	}
@@ -563,4 +581,18 @@ func restore(ctx context.Context, s *store, st State, rev uint64, workers int) (
 		}
 	}
 	return st, errors.New("the rollout kept changing while its targets were being restored")
+}
+
+// haltReason is a halt's reason as its plan says it: the first troubled node and why.
+func haltReason(st State) string {
+	h := st.Halt
+	if h == nil || len(h.Nodes) == 0 {
+		return "halted"
+	}
+	n := h.Nodes[0]
+	more := len(h.Nodes) - 1 + h.More
+	if more > 0 {
+		return fmt.Sprintf("halted at %s: %s %s (and %d more)", batchLabel(st, h.Batch), n.Node, n.Why, more)
+	}
+	return fmt.Sprintf("halted at %s: %s %s", batchLabel(st, h.Batch), n.Node, n.Why)
 }

@@ -29,7 +29,10 @@ type track struct {
 	inBatch   bool
 	leftOut   bool   // silent when its batch began: not targeted, not judged
 	done      bool   // already had the version (or a newer one) when its batch began
-	targetRev uint64 // the revision of node.<id> naming the version
+	targetRev uint64 // the revision of node.<id> naming the version, or of the plan holding it
+	// reader: the node takes the rollout's plan, not a target of its own, so a refusal of it
+	// is said as the plan's (refused.what "plan", decision 0047).
+	reader bool
 	// priorRollback is when (by the node's clock) the node last rolled back from the version
 	// before its batch began: that rollback is history — the node marked the version bad then,
 	// and now refuses it, which is what it is judged on.
@@ -97,6 +100,15 @@ func newLauncherRollback(hb wire.Heartbeat, prior launcherRollback) *wire.Launch
 func (t *track) judged() bool { return t.inBatch && !t.leftOut && !t.done }
 
 // reset forgets what a previous batch (or controller) saw; its last heartbeat stays.
+// refusalWhat is what a refusal of the node's target is said as: "plan" for a node taking the
+// plan, else "target".
+func (t *track) refusalWhat() string {
+	if t.reader {
+		return "plan"
+	}
+	return "target"
+}
+
 func (t *track) reset() {
 	*t = track{last: t.last, heard: t.heard, platform: t.platform}
 }
@@ -154,7 +166,7 @@ func (t *track) observe(e fleet.Entry, version string, soak time.Duration) chang
 			Detail: detail(wire.TrustExpiredLine(*since) + ": it runs what it has and takes no new target until a fresher root reaches it (`mesh-release trust publish`)")}
 		return changeTrouble
 	}
-	if r := hb.Refused; r != nil && r.What == "target" && t.targetRev != 0 && r.Revision >= t.targetRev {
+	if r := hb.Refused; r != nil && r.What == t.refusalWhat() && t.targetRev != 0 && r.Revision >= t.targetRev {
 		t.trouble = &NodeReason{Node: e.Node, Why: WhyRefused, Since: r.At,
 			Detail: detail(fmt.Sprintf("refused its target (revision %d) at %s: %s", r.Revision, clock(r.At), r.Error))}
 		return changeTrouble

@@ -49,21 +49,25 @@ type head struct {
 	State
 	Nodes    []string  `json:"nodes,omitempty"`
 	Ran      []string  `json:"ran,omitempty"`
+	Readers  []bool    `json:"readers,omitempty"`
 	NodeList *nodeList `json:"node_list,omitempty"`
 }
 
-// chunk is the value under nodes.<id>.<n>: Nodes[i] ran Ran[i], for a run of the rollout's nodes.
+// chunk is the value under nodes.<id>.<n>: Nodes[i] ran Ran[i], for a run of the rollout's nodes,
+// and Readers[i] says whether it reads plans (schema 3; absent when no node of the rollout does).
 type chunk struct {
 	Rollout string   `json:"rollout"`
 	Index   int      `json:"index"`
 	Nodes   []string `json:"nodes"`
 	Ran     []string `json:"ran"`
+	Readers []bool   `json:"readers,omitempty"`
 }
 
 // cached is a node list a store has written or read (and checked), by rollout id.
 type cached struct {
 	list       nodeList
 	nodes, ran []string
+	readers    []bool
 }
 
 // chunkOverhead is room in a chunk for everything but its node ids and versions.
@@ -74,6 +78,9 @@ const chunkOverhead = 512
 func splitNodes(st State) ([][]byte, nodeList, error) {
 	if len(st.Ran) != len(st.Nodes) {
 		return nil, nodeList{}, fmt.Errorf("rollout %s lists %d nodes but %d versions they ran", st.ID, len(st.Nodes), len(st.Ran))
+	}
+	if st.Readers != nil && len(st.Readers) != len(st.Nodes) {
+		return nil, nodeList{}, fmt.Errorf("rollout %s lists %d nodes but says of %d whether they read plans", st.ID, len(st.Nodes), len(st.Readers))
 	}
 	var values [][]byte
 	h := sha256.New()
@@ -90,12 +97,15 @@ func splitNodes(st State) ([][]byte, nodeList, error) {
 		}
 		values = append(values, b)
 		h.Write(b)
-		c.Nodes, c.Ran, size = []string{}, []string{}, chunkOverhead+len(st.ID)
+		c.Nodes, c.Ran, c.Readers, size = []string{}, []string{}, nil, chunkOverhead+len(st.ID)
 		return nil
 	}
 	for i, n := range st.Nodes {
 		// Each string as JSON writes it (quotes, escapes) and a comma.
 		need := jsonLen(n) + jsonLen(st.Ran[i]) + 2
+		if st.Readers != nil {
+			need += len("false,")
+		}
 		if need+chunkOverhead+len(st.ID) > bus.RolloutChunkBytes {
 			return nil, nodeList{}, fmt.Errorf("rollout %s: node %q with version %q does not fit a chunk of %d bytes", st.ID, text(n), text(st.Ran[i]), bus.RolloutChunkBytes)
 		}
@@ -105,6 +115,9 @@ func splitNodes(st State) ([][]byte, nodeList, error) {
 			}
 		}
 		c.Nodes, c.Ran = append(c.Nodes, n), append(c.Ran, st.Ran[i])
+		if st.Readers != nil {
+			c.Readers = append(c.Readers, st.Readers[i])
+		}
 		size += need
 	}
 	if len(c.Nodes) > 0 {
@@ -133,7 +146,7 @@ func jsonLen(s string) int {
 
 // encodeHead is the head of st naming list.
 func encodeHead(st State, list nodeList) ([]byte, error) {
-	st.Schema, st.Nodes, st.Ran = Schema, nil, nil
+	st.Schema, st.Nodes, st.Ran, st.Readers = Schema, nil, nil, nil
 	b, err := json.Marshal(head{State: st, NodeList: &list})
 	if err != nil {
 		return nil, err
@@ -146,7 +159,7 @@ func encodeHead(st State, list nodeList) ([]byte, error) {
 
 // headSize is about how many bytes st's head takes (the digest and counts at their longest).
 func headSize(st State) int {
-	st.Schema, st.Nodes, st.Ran = Schema, nil, nil
+	st.Schema, st.Nodes, st.Ran, st.Readers = Schema, nil, nil, nil
 	b, _ := json.Marshal(head{State: st, NodeList: &nodeList{Chunks: bus.MaxRolloutChunks, Nodes: 1 << 40, SHA256: strings.Repeat("0", 64)}})
 	return len(b)
 }
@@ -159,12 +172,12 @@ func decodeHead(b []byte) (State, *nodeList, error) {
 		return State{}, nil, fmt.Errorf("unreadable rollout state: %w", err)
 	}
 	st := h.State
-	st.Nodes, st.Ran = h.Nodes, h.Ran
+	st.Nodes, st.Ran, st.Readers = h.Nodes, h.Ran, h.Readers
 	switch {
 	case st.Schema == schemaOneValue && h.NodeList != nil:
 		return State{}, nil, errors.New("rollout state of schema 1 names a chunked node list, which schema 1 never does")
-	case st.Schema != schemaOneValue && st.Schema != Schema:
-		return State{}, nil, fmt.Errorf("rollout state of schema %d; this tool reads schemas %d and %d", st.Schema, schemaOneValue, Schema)
+	case st.Schema < schemaOneValue || st.Schema > Schema:
+		return State{}, nil, fmt.Errorf("rollout state of schema %d; this tool reads schemas %d to %d", st.Schema, schemaOneValue, Schema)
 	}
 	if l := h.NodeList; l != nil {
 		if len(st.Nodes) > 0 || len(st.Ran) > 0 {
@@ -215,7 +228,7 @@ func (s *store) writeNodes(ctx context.Context, st State) (nodeList, error) {
 	if err != nil {
 		return nodeList{}, err
 	}
-	s.keepNodes(st.ID, cached{list: list, nodes: st.Nodes, ran: st.Ran})
+	s.keepNodes(st.ID, cached{list: list, nodes: st.Nodes, ran: st.Ran, readers: st.Readers})
 	return list, nil
 }
 
@@ -226,7 +239,7 @@ const chunkWorkers = 4
 // or written that very list before.
 func (s *store) readNodes(ctx context.Context, st State, list nodeList) (State, error) {
 	if c, ok := s.cachedNodes(st.ID); ok && c.list == list {
-		st.Nodes, st.Ran = c.nodes, c.ran
+		st.Nodes, st.Ran, st.Readers = c.nodes, c.ran, c.readers
 		return st, nil
 	}
 	values := make([][]byte, list.Chunks)
@@ -246,6 +259,7 @@ func (s *store) readNodes(ctx context.Context, st State, list nodeList) (State, 
 	}
 	h := sha256.New()
 	nodes, ran := make([]string, 0, list.Nodes), make([]string, 0, list.Nodes)
+	var readers []bool
 	for k, v := range values {
 		h.Write(v)
 		var c chunk
@@ -254,17 +268,24 @@ func (s *store) readNodes(ctx context.Context, st State, list nodeList) (State, 
 		if err := dec.Decode(&c); err != nil {
 			return State{}, fmt.Errorf("%s in %s is unreadable: %w", chunkKey(st.ID, k), s.n.Rollouts(), err)
 		}
-		if c.Rollout != st.ID || c.Index != k || len(c.Nodes) != len(c.Ran) || len(nodes)+len(c.Nodes) > list.Nodes {
+		if c.Rollout != st.ID || c.Index != k || len(c.Nodes) != len(c.Ran) || len(nodes)+len(c.Nodes) > list.Nodes ||
+			(c.Readers != nil && len(c.Readers) != len(c.Nodes)) {
 			return State{}, fmt.Errorf("%s in %s is not chunk %d of rollout %s's %d nodes", chunkKey(st.ID, k), s.n.Rollouts(), k, text(st.ID), list.Nodes)
 		}
 		nodes, ran = append(nodes, c.Nodes...), append(ran, c.Ran...)
+		if c.Readers != nil {
+			readers = append(readers, c.Readers...)
+		}
+	}
+	if readers != nil && len(readers) != len(nodes) {
+		return State{}, fmt.Errorf("the node list of rollout %s in %s says of %d of its %d nodes whether they read plans", text(st.ID), s.n.Rollouts(), len(readers), len(nodes))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != list.SHA256 || len(nodes) != list.Nodes {
 		return State{}, fmt.Errorf("the node list of rollout %s in %s is not the one its head was written with (sha256 %s, %d nodes; the head names %s, %d)",
 			text(st.ID), s.n.Rollouts(), got, len(nodes), text(list.SHA256), list.Nodes)
 	}
-	st.Nodes, st.Ran = nodes, ran
-	s.keepNodes(st.ID, cached{list: list, nodes: nodes, ran: ran})
+	st.Nodes, st.Ran, st.Readers = nodes, ran, readers
+	s.keepNodes(st.ID, cached{list: list, nodes: nodes, ran: ran, readers: readers})
 	return st, nil
 }
 

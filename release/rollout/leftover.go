@@ -116,7 +116,7 @@ func (s *store) leftBehind(ctx context.Context, st State) ([]leftBehind, error) 
 }
 
 // targeted are the nodes whose key the rollout may have set: those of every batch it began,
-// less the ones it listed as left out of it.
+// less the ones it listed as left out of it and those that took its plan (decision 0047).
 func (st State) targeted() []string {
 	type at struct {
 		node  string
@@ -131,10 +131,26 @@ func (st State) targeted() []string {
 		if b.Started.IsZero() {
 			continue
 		}
-		for _, n := range st.BatchNodes(i) {
-			if !leftOut[at{n, i}] {
+		start := st.batchStart(i)
+		for k, n := range st.BatchNodes(i) {
+			if !leftOut[at{n, i}] && !st.reads(start+k) {
 				out = append(out, n)
 			}
+		}
+	}
+	return out
+}
+
+// perNodeNodes are the rollout's nodes that do not read plans: every node of a rollout without
+// a plan.
+func (st State) perNodeNodes() []string {
+	if st.Plan == nil {
+		return st.Nodes
+	}
+	var out []string
+	for i, n := range st.Nodes {
+		if !st.reads(i) {
+			out = append(out, n)
 		}
 	}
 	return out

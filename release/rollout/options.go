@@ -71,6 +71,9 @@ func (o Options) Validate() error {
 		}
 		skip[pp.String()] = true
 	}
+	if o.Salt != "" && wire.ValidPlanSalt(o.Salt) != nil {
+		return fmt.Errorf("--salt %q: %w", text(o.Salt), wire.ValidPlanSalt(o.Salt))
+	}
 	if err := validSteps(o.Steps); err != nil {
 		return err
 	}

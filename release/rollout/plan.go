@@ -36,6 +36,10 @@ type plannedFleet struct {
 	metered    int
 	skipped    []SkippedPlatform
 	canaries   int
+	// plan and readers are set when some node reads plans (decision 0047): the plan the
+	// batches were cut by, and, index for index with nodes, whether each reads it.
+	plan    *PlanRef
+	readers []bool
 }
 
 // planFleet is plan for rel, saying how many metered nodes (heartbeat link_class metered) it
@@ -71,19 +75,42 @@ func planFleet(o Options, rel release, entries []fleet.Entry, now time.Time) (pl
 		})
 	}
 	isMetered := func(m planMember) bool { return defer_ && m.metered }
+	var ref *PlanRef
+	if slices.ContainsFunc(members, func(m planMember) bool { return m.plans }) {
+		ref = &PlanRef{Salt: o.Salt, MeteredLast: defer_, SkipPlatforms: planSkips(skipped)}
+		if ref.Salt == "" {
+			ref.Salt = wire.PlanSalt(o.Version)
+		}
+		for _, step := range o.Steps {
+			ref.Waves = append(ref.Waves, wire.PercentToPlanScale(step))
+		}
+		inPlanOrder(members, ref.Salt, isMetered)
+	}
 	members, canaries, err := chooseCanaries(members, o.Canary, o.CanaryGiven, o.CanaryNodes, isMetered, why)
 	if err != nil {
 		return plannedFleet{}, err
 	}
-	p := plannedFleet{skipped: skipped, canaries: canaries}
+	p := plannedFleet{skipped: skipped, canaries: canaries, plan: ref}
 	for i, m := range members {
 		p.nodes, p.ran = append(p.nodes, m.node), append(p.ran, m.ran)
 		if i >= canaries && isMetered(m) {
 			p.metered++
 		}
 	}
-	p.batches = cut(len(p.nodes)-p.metered, canaries, o.Steps)
-	if p.metered > 0 && len(p.batches) > 0 {
+	if ref != nil {
+		if canaries > wire.MaxPlanCanaries {
+			return plannedFleet{}, fmt.Errorf("%d canaries: a rollout plan names at most %d", canaries, wire.MaxPlanCanaries)
+		}
+		ref.Canaries = canaries
+		p.readers = make([]bool, len(members))
+		for i, m := range members {
+			p.readers[i] = m.plans
+		}
+		p.batches = cutWaves(members, canaries, p.metered, ref.Waves, o.Steps)
+	} else {
+		p.batches = cut(len(p.nodes)-p.metered, canaries, o.Steps)
+	}
+	if ref == nil && p.metered > 0 && len(p.batches) > 0 {
 		p.batches[len(p.batches)-1].End = len(p.nodes) // the metered nodes join the last batch
 	}
 	start := 0
@@ -105,6 +132,10 @@ type planMember struct {
 	platform   string
 	os, kernel string
 	reads      int
+	// plans: its heartbeat says it reads rollout plans; bucket is where the plan's salt puts
+	// it (wire.PlanBucket), set when the rollout has a plan.
+	plans  bool
+	bucket uint32
 }
 
 // fleetMembers are the nodes of a rollout of o.Version as of now, in the hash order of the
@@ -144,7 +175,7 @@ func memberOf(version string, e fleet.Entry) planMember {
 		r = ""
 	}
 	m := planMember{node: e.Node, ran: r, hash: sha256.Sum256([]byte(version + "/" + e.Node)),
-		metered: hb.LinkClass == wire.LinkMetered, reads: hb.ManifestSchema}
+		metered: hb.LinkClass == wire.LinkMetered, reads: hb.ManifestSchema, plans: hb.Plans >= wire.PlanSchema}
 	m.plat, m.platform = platformOf(hb)
 	if pr := hb.Profile; pr != nil {
 		m.os, m.kernel = text(pr.OSID+" "+pr.OSVersion), text(pr.Kernel)
@@ -195,6 +226,72 @@ func cut(n, canaries int, steps []int) []Batch {
 		end = e
 	}
 	return batches
+}
+
+// inPlanOrder puts members in the order of the plan salted with salt (wire.PlanBucket, then the
+// node id), the metered ones (isMetered) last: the order in which the plan's waves take them.
+func inPlanOrder(members []planMember, salt string, isMetered func(planMember) bool) {
+	for i := range members {
+		members[i].bucket = wire.PlanBucket(salt, members[i].node)
+	}
+	slices.SortFunc(members, func(a, b planMember) int {
+		am, bm := isMetered(a), isMetered(b)
+		switch {
+		case am && !bm:
+			return 1
+		case bm && !am:
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), strings.Compare(a.node, b.node))
+	})
+}
+
+// cutWaves makes the batches of a rollout with a plan: the canaries (the first canaries of
+// members, plan batch 1), then each wave that holds a node not in an earlier batch — exactly the
+// nodes a node evaluating the plan finds itself in (wire.Plan.BatchOf): those whose bucket is
+// below the wave's fraction, and the metered ones (the last metered of members) in the last.
+// A wave that adds no node is no batch: the next batch's In steps over it.
+func cutWaves(members []planMember, canaries, metered int, waves []uint32, steps []int) []Batch {
+	if len(members) == 0 {
+		return nil
+	}
+	var batches []Batch
+	if canaries > 0 {
+		batches = append(batches, Batch{Name: "canary", End: canaries, In: 1})
+	}
+	rest := members[canaries:]
+	plain := len(rest) - metered
+	end, j := canaries, 0
+	for k, w := range waves {
+		for j < plain && rest[j].bucket < w {
+			j++
+		}
+		e := canaries + j
+		if k == len(waves)-1 {
+			e = len(members)
+		}
+		if e <= end {
+			continue
+		}
+		batches = append(batches, Batch{Name: fmt.Sprintf("%d%%", steps[k]), End: e, In: k + 2})
+		end = e
+	}
+	return batches
+}
+
+// planSkips are the platforms a plan leaves out: those skipped by platform (not the old hosts,
+// whom no plan reaches).
+func planSkips(skipped []SkippedPlatform) []string {
+	var out []string
+	for _, s := range skipped {
+		if s.Why == SkipOldHosts {
+			continue
+		}
+		if p, err := wire.ParsePlatform(s.Platform); err == nil && !slices.Contains(out, p.String()) {
+			out = append(out, p.String())
+		}
+	}
+	return out
 }
 
 // alreadyHas reports whether a node's known-good is v or newer: it needs no rollout of v.

@@ -12,6 +12,7 @@ import (
 	"github.com/novox/mesh-host/release/bus"
 	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/release/targets"
+	"github.com/novox/mesh-host/wire"
 )
 
 // Run drives rollout id — held by this controller, or taken over as 0006 allows — until its
@@ -512,16 +513,23 @@ func (r *runner) note(node string, t *track, ch change) {
 }
 
 // begin starts the batch in progress: on a fresh batch it leaves out silent nodes and records
-// the batch as started before any target is set; then (fresh or resumed) it sets the targets
-// of its nodes, leaving keys that already name the version as they are. Its phases: read the
-// nodes' targets, ask the stream about nodes that look silent, sort the nodes, record the batch
-// started, set the targets, start judging.
+// the batch as started before any target is set; then (fresh or resumed) it raises the plan to
+// hold the batch (a rollout with a plan, decision 0047) and sets the targets of its nodes that do
+// not read plans, leaving keys that already name the version as they are. Its phases: read the
+// per-node nodes' targets and the plan, ask the stream about nodes that look silent, sort the
+// nodes, record the batch started, write the plan, set the targets, start judging.
 func (r *runner) begin(ctx context.Context) error {
 	i := r.st.Current
 	nodes := r.st.BatchNodes(i)
+	start := r.st.batchStart(i)
+	reader := func(k int) bool { return r.st.reads(start + k) }
 	now := time.Now().UTC()
 	fresh := r.st.Batches[i].Started.IsZero()
-	cur, err := r.targetsOf(ctx, nodes)
+	cur, err := r.targetsOf(ctx, nodes, reader)
+	if err != nil {
+		return err
+	}
+	held, err := r.planHeld(ctx, i)
 	if err != nil {
 		return err
 	}
@@ -530,11 +538,14 @@ func (r *runner) begin(ctx context.Context) error {
 			return err
 		}
 	}
-	s := r.sortBatch(i, nodes, cur, now, fresh)
+	s := r.sortBatch(i, nodes, cur, now, fresh, reader, held)
 	if fresh {
-		if err := r.recordStarted(ctx, i, now, s.leftOut); err != nil {
+		if err := r.recordStarted(ctx, i, now, s.leftOut, s.perNode); err != nil {
 			return err
 		}
+	}
+	if err := r.raisePlan(ctx, i, s.targeted); err != nil {
+		return err
 	}
 	if err := r.setBatchTargets(ctx, nodes, cur, s.toSet); err != nil {
 		return err
@@ -543,11 +554,55 @@ func (r *runner) begin(ctx context.Context) error {
 	return nil
 }
 
-// targetsOf reads the target key of each node.
-func (r *runner) targetsOf(ctx context.Context, nodes []string) ([]targets.Current, error) {
+// reads reports whether node i of Nodes takes the plan (State.Readers).
+func (st State) reads(i int) bool {
+	return st.Plan != nil && i >= 0 && i < len(st.Readers) && st.Readers[i]
+}
+
+// planHeld reports whether the plan on the bus holds batch i of the rollout already (a batch
+// resumed): its nodes that read plans were told the version.
+func (r *runner) planHeld(ctx context.Context, i int) (bool, error) {
+	if r.st.Plan == nil {
+		return false, nil
+	}
+	p, ok, _, err := r.s.readPlan(ctx)
+	return planHolds(p, ok, r.st, r.st.Batches[i].In), err
+}
+
+// raisePlan writes the plan holding batch i — one write for all of the batch's nodes that read
+// plans — and notes its revision as their target's.
+func (r *runner) raisePlan(ctx context.Context, i int, targeted []string) error {
+	if r.st.Plan == nil {
+		return nil
+	}
+	var rev uint64
+	err := r.renewing(ctx, func(ctx context.Context) (err error) {
+		rev, err = r.s.writePlan(ctx, r.st, r.st.Batches[i].In, wire.PlanRunning, "")
+		return err
+	})
+	if errors.Is(err, errPlanTaken) {
+		return fmt.Errorf("rollout %s: %w; it was superseded", r.st.ID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("raise the rollout plan to batch %d: %w", i+1, err)
+	}
+	for _, n := range targeted {
+		if t := r.tracks[n]; t.reader {
+			t.targetRev = rev
+		}
+	}
+	return nil
+}
+
+// targetsOf reads the target key of each node that does not read plans (reader); the others'
+// are left empty: the plan is theirs.
+func (r *runner) targetsOf(ctx context.Context, nodes []string, reader func(k int) bool) ([]targets.Current, error) {
 	cur := make([]targets.Current, len(nodes))
 	err := r.renewing(ctx, func(ctx context.Context) error {
 		return each(ctx, r.c.cfg.Workers, len(nodes), func(ctx context.Context, k int) (err error) {
+			if reader(k) {
+				return nil
+			}
 			cur[k], err = r.s.targetOf(ctx, nodes[k])
 			return err
 		})
@@ -598,10 +653,13 @@ type batchSort struct {
 	leftOut           []LeftOut
 	targeted, already []string
 	toSet             []int
+	perNode           int // targeted nodes that do not read plans
 }
 
 // sortBatch resets each node's track for batch i and sorts the nodes (see batchSort).
-func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now time.Time, fresh bool) batchSort {
+// A node that reads plans (reader) is told the version by the plan, which names it for the
+// batch when held.
+func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now time.Time, fresh bool, reader func(k int) bool, held bool) batchSort {
 	b := r.st.Batches[i]
 	listed := make(map[string]bool)
 	for _, lo := range r.st.LeftOut {
@@ -613,7 +671,11 @@ func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now tim
 	for k, n := range nodes {
 		t := r.tracks[n]
 		t.reset()
-		t.inBatch = true
+		t.inBatch, t.reader = true, reader(k)
+		names := cur[k].Names(r.version)
+		if t.reader {
+			names = held
+		}
 		switch {
 		case fresh && (!t.heard || r.unheard(t.last.Heard, now) > r.silentAfter),
 			!fresh && listed[n],
@@ -627,7 +689,7 @@ func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now tim
 				s.leftOut = append(s.leftOut, lo)
 			}
 		case t.heard && t.last.Err == nil && alreadyHas(t.last.Heartbeat, r.version) &&
-			(t.last.Heartbeat.KnownGood != r.version || !cur[k].Names(r.version)):
+			(t.last.Heartbeat.KnownGood != r.version || !names):
 			t.done = true // it has the version or a newer one, and not from this rollout
 			s.already = append(s.already, n)
 		default:
@@ -636,9 +698,13 @@ func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now tim
 				t.priorRollback = lastRollbackFrom(t.last, r.version)
 				t.priorLauncher = priorLauncherRollback(t.last, b.Started) // zero when fresh
 			}
-			if r.s.ours(cur[k], r.version) {
+			switch {
+			case t.reader: // raisePlan notes the plan's revision
+			case r.s.ours(cur[k], r.version):
+				s.perNode++
 				t.targetRev = cur[k].Rev
-			} else {
+			default:
+				s.perNode++
 				s.toSet = append(s.toSet, k)
 			}
 		}
@@ -647,9 +713,12 @@ func (r *runner) sortBatch(i int, nodes []string, cur []targets.Current, now tim
 }
 
 // recordStarted writes fresh batch i started, with the nodes it leaves out, and says each.
-func (r *runner) recordStarted(ctx context.Context, i int, now time.Time, leftOut []LeftOut) error {
+func (r *runner) recordStarted(ctx context.Context, i int, now time.Time, leftOut []LeftOut, perNode int) error {
 	err := r.write(ctx, func(st *State) {
 		st.Batches[i].Started = now
+		if st.Plan != nil {
+			st.Batches[i].PerNode = perNode
+		}
 		st.LeftOut = append(append([]LeftOut(nil), st.LeftOut...), leftOut...)
 		fit(st)
 	})
@@ -789,8 +858,8 @@ func (r *runner) batchDone(ctx context.Context) error {
 	return nil
 }
 
-// complete sets the fleet key, deletes the per-node keys of the rollout's nodes (each falls
-// back to the fleet key) and those earlier rollouts of the release left (clearLeftBehind), then
+// complete sets the fleet key, writes the plan completed (it holds no node then), deletes the
+// per-node keys of the rollout's nodes that do not read plans (each falls back to the fleet key) and those earlier rollouts of the release left (clearLeftBehind), then
 // records the rollout completed. Each step is idempotent, so a controller killed half-way and
 // resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
@@ -799,11 +868,17 @@ func (r *runner) complete(ctx context.Context) (State, error) {
 	if err := r.write(ctx, func(*State) {}); err != nil {
 		return r.st, err
 	}
-	nodes := r.st.Nodes
+	nodes := r.st.perNodeNodes()
 	var left []string
 	err := r.renewing(ctx, func(ctx context.Context) (err error) {
 		if err := r.s.setFleet(ctx, r.version); err != nil {
 			return err
+		}
+		if r.st.Plan != nil {
+			// After the fleet key: a node the plan stops holding finds the version there.
+			if _, err := r.s.writePlan(ctx, r.st, 0, wire.PlanCompleted, ""); err != nil {
+				return fmt.Errorf("write the rollout plan completed: %w", err)
+			}
 		}
 		if err := r.s.clearTargets(ctx, nodes, r.c.cfg.Workers); err != nil {
 			return err

@@ -6,9 +6,10 @@ import (
 	"github.com/novox/mesh-host/release/fleet"
 )
 
-// Schema is the format of the state this package writes: 2, a head under rollout.<id> and its
-// node list in chunks (decision 0021). Schema 1, the state as one value, is read still.
-const Schema = 2
+// Schema is the format of the state this package writes: 3, a head under rollout.<id> and its
+// node list in chunks (decision 0021) that may say which nodes read plans (decision 0047).
+// Schema 2 (the same without readers) and schema 1, the state as one value, are read still.
+const Schema = 3
 
 // Policy is how a rollout reaches the fleet.
 type Policy string
@@ -91,6 +92,9 @@ type Options struct {
 	// SkipOldHosts leaves out the nodes whose hosts cannot read the version's manifest schema
 	// (their heartbeats say no manifest_schema of it or more); without it the version is refused.
 	SkipOldHosts bool
+	// Salt orders the fleet for the rollout's plan (32 lowercase hex digits, --salt); empty:
+	// wire.PlanSalt(Version), so `rollout plan` and `rollout start` say the same batches.
+	Salt string
 }
 
 // State is a rollout as KV <prefix>_rollouts holds it: what it was asked, whom it covers, how
@@ -167,6 +171,7 @@ type State struct {
 // it).
 type PlanRef struct {
 	Salt          string   `json:"salt"`
+	Canaries      int      `json:"canaries"` // the first Canaries of Nodes
 	Waves         []uint32 `json:"waves"`
 	MeteredLast   bool     `json:"metered_last,omitempty"`
 	SkipPlatforms []string `json:"skip_platforms,omitempty"`

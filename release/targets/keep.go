@@ -20,8 +20,8 @@ import (
 // Keep keeps the targets signed with key from expiring, until ctx ends: it follows every key
 // of the targets bucket (a KV watch, pushed by the server) and re-signs, by compare-and-set,
 // each target that verifies with key and has less than half of ttl left — the same version,
-// numbered after it, valid for ttl from now. Windows and the withdrawal list of key are signed
-// again the same way, each for the period it was signed for (keepdocs.go). A target signed by another key, or not signed, is
+// numbered after it, valid for ttl from now. Windows, the withdrawal list and the rollout plan
+// (decision 0047) of key are signed again the same way, each for the period it was signed for (keepdocs.go). A target signed by another key, or not signed, is
 // left alone (it is that key holder's to keep); a key changed by someone else while it was being
 // re-signed is left to its new value. Any number of Keeps may run on one bus (`serve --key`,
 // each rollout controller): the compare-and-set makes one of them win each time.
@@ -64,8 +64,10 @@ type keeper struct {
 	keys    map[string]Current
 	windows map[string]window  // the window keys
 	lists   jetstream.KeyValue // the withdrawals bucket; nil on a bus without it
+	plans   jetstream.KeyValue // the rollouts bucket, holding the rollout plan; nil on a bus without it
 	// listWarned is the revision of the list last said unreadable, so it is said once.
 	listWarned uint64
+	planWarned int // 1 once the plan was said unreadable
 	retryAt    map[string]time.Time // a key whose re-signing failed, and when to try again
 	foreign    map[string]uint64    // keys reported as not ours, at that revision (said once)
 	// signed is, per key, whether its target at a revision verifies with this keeper's key:
@@ -93,6 +95,9 @@ func (k *keeper) run(ctx context.Context, js jetstream.JetStream) error {
 	w := Writer{KV: kv, Signer: k.signer}
 	if lists, err := js.KeyValue(ctx, k.names.Withdrawals()); err == nil {
 		k.lists = lists // a bus set up before withdrawals has no list to keep
+	}
+	if plans, err := js.KeyValue(ctx, k.names.Rollouts()); err == nil {
+		k.plans = plans
 	}
 	k.retryAt = make(map[string]time.Time)
 	k.foreign = make(map[string]uint64)
@@ -191,12 +196,13 @@ func (k *keeper) noteWindow(e jetstream.KeyValueEntry) {
 	}
 }
 
-// pass re-signs every target that is due, in key order, then the windows and the withdrawal
-// list that are due.
+// pass re-signs the windows, the withdrawal list and the rollout plan that are due, then every
+// target that is due, in key order.
 func (k *keeper) pass(ctx context.Context, w Writer) {
 	now := time.Now()
 	k.passWindows(ctx, w.KV, now)
 	k.passList(ctx, now)
+	k.passPlan(ctx)
 	var due []string
 	for key, c := range k.keys {
 		if at, ok := k.retryAt[key]; ok && now.Before(at) {

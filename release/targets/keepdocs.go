@@ -161,3 +161,37 @@ func RenewList(list wire.Withdrawals, now time.Time, ttl time.Duration, s Signer
 	}
 	return next, nil
 }
+
+// passPlan signs the rollout plan again when it is the keeper's key's and due: a halted
+// rollout's plan holds the batches done for as long as it is the plan on the bus, and a node
+// holding an expired plan takes nothing new from it.
+func (k *keeper) passPlan(ctx context.Context) {
+	if k.plans == nil {
+		return
+	}
+	e, err := k.plans.Get(ctx, wire.PlanKey)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) && k.planWarned != 1 {
+			k.planWarned = 1
+			k.log.Warn("could not read the rollout plan to sign it again", "err", err)
+		}
+		return
+	}
+	p, err := wire.ParsePlan(e.Value())
+	if err != nil || !k.signer.SignedPlan(p) || !k.signer.PlanDue(p) {
+		return
+	}
+	if err := k.signer.SignPlan(&p, p.Seq); err != nil {
+		k.log.Warn("could not sign the rollout plan again", "err", err)
+		return
+	}
+	_, err = k.plans.Update(ctx, wire.PlanKey, p.Marshal(), e.Revision())
+	switch {
+	case err == nil:
+		k.log.Info("signed the rollout plan again before it expires", "rollout", p.Rollout, "seq", p.Seq, "expires", p.Expires)
+	case Conflict(err):
+		// the controller wrote the plan meanwhile: the next pass judges the new one
+	default:
+		k.log.Warn("could not sign the rollout plan again; trying again on the next pass", "err", err)
+	}
+}

@@ -40,13 +40,14 @@ func getKey(bucket, key string) string {
 //   - publish its heartbeat, names.Heartbeat(node), and ask for its user signed again with
 //     today's permissions, names.RenewSubject(node) (decision 0024);
 //   - stream info of the streams of the buckets it reads (declarations, targets, releases,
-//     withdrawals) and of the archive and blob stores: what js.KeyValue, js.ObjectStore and
+//     withdrawals, rollouts) and of the archive and blob stores: what js.KeyValue, js.ObjectStore and
 //     js.Stream ask;
 //   - follow exactly its own keys: subscribe to each key's subject (the mesh account's writes,
 //     imported) and get its last value directly — its declaration, its target
 //     (wire.NodeTargetKey), the fleet target (wire.FleetTargetKey), the withdrawals list
-//     (wire.WithdrawalsKey), and its maintenance window and the fleet's (wire.NodeWindowKey,
-//     wire.FleetWindowKey, in the targets bucket: decision 0029);
+//     (wire.WithdrawalsKey), its maintenance window and the fleet's (wire.NodeWindowKey,
+//     wire.FleetWindowKey, in the targets bucket: decision 0029), and the rollout plan
+//     (wire.PlanKey in the rollouts bucket: decision 0047, wire.NodeUserVersion 5);
 //   - subscribe to the notices of the roots and of the bus configuration, the releases
 //     bucket's keys root.<n> and wire.BusKey (decisions 0045, 0046; wire.NodeUserVersion 4);
 //   - direct gets of a release manifest (kv.Get on releases), of an archive's or a blob's
@@ -69,7 +70,7 @@ func NodePermissions(names wire.Names, node string) jwt.Permissions {
 	objs := []string{names.Archives(), names.Blobs()}
 	for _, s := range []string{
 		kvStream(names.Declarations()), kvStream(names.Targets()), kvStream(names.Releases()),
-		kvStream(names.Withdrawals()),
+		kvStream(names.Withdrawals()), kvStream(names.Rollouts()),
 	} {
 		p.Pub.Allow.Add(jsStreamInfo + s)
 	}
@@ -102,7 +103,7 @@ func NodePermissions(names wire.Names, node string) jwt.Permissions {
 }
 
 // nodeKeys are the keys a node follows: its declaration, its target, the fleet target, the
-// withdrawal list, and its maintenance window and the fleet's (decision 0029: two keys of the
+// withdrawal list, the rollout plan, and its maintenance window and the fleet's (decision 0029: two keys of the
 // targets bucket, so no new stream to read; a node enrolled before them lacks these two and
 // keeps no window until its user is signed again: wire.NodeUserVersion 3, which such a host
 // asks for).
@@ -114,6 +115,7 @@ func nodeKeys(names wire.Names, node string) []struct{ bucket, key string } {
 		{names.Withdrawals(), wire.WithdrawalsKey},
 		{names.Targets(), wire.NodeWindowKey(node)},
 		{names.Targets(), wire.FleetWindowKey},
+		{names.Rollouts(), wire.PlanKey},
 	}
 }
 
