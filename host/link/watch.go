@@ -514,7 +514,7 @@ func (l *Link) reportTarget(ctx context.Context, node, fleet *keyEntry) bool {
 
 // WatchedSubjects are the KV subjects the link follows for a node, each with its stream: its
 // declaration, its target, the fleet target, the withdrawal list, its window and the fleet's,
-// and the bus configuration.
+// the bus configuration and the rollout plan.
 // A node's permissions let it subscribe to each and get its last value directly
 // ($JS.API.DIRECT.GET.<stream>.<subject>).
 func WatchedSubjects(names wire.Names, node string) map[string]string {
@@ -526,5 +526,6 @@ func WatchedSubjects(names wire.Names, node string) map[string]string {
 		kvSubject(names.Targets(), wire.NodeWindowKey(node)): kvStream(names.Targets()),
 		kvSubject(names.Targets(), wire.FleetWindowKey):      kvStream(names.Targets()),
 		kvSubject(names.Releases(), wire.BusKey):             kvStream(names.Releases()),
+		kvSubject(names.Rollouts(), wire.PlanKey):            kvStream(names.Rollouts()),
 	}
 }

@@ -64,6 +64,7 @@ type simNode struct {
 	linkClass string   // its heartbeat's link_class
 	platform  string   // its profile's platform ("": no profile)
 	reads     int      // its heartbeat's manifest_schema
+	plans     bool     // it reads rollout plans (heartbeat plans), taking the plan over the fleet key
 	// windowOpens: the node keeps a maintenance window that opens then (decision 0029): a
 	// version staged before waits for it, saying so in its heartbeat.
 	windowOpens time.Time
@@ -82,6 +83,7 @@ func (n *simNode) profile() *wire.Profile {
 type simTarget struct {
 	version string
 	rev     uint64
+	plan    bool // the plan (or what one held the node at) put it in force
 }
 
 type sim struct {
@@ -96,6 +98,13 @@ type sim struct {
 	// unverified are the targets that did not verify as a host verifies them (with the test
 	// release key, for the key they are under): a host would refuse each.
 	unverified []string
+	// plan is the rollout plan on the bus as the plan-reading nodes evaluate it (planRev its
+	// revision, planPuts how many were written), and carry what a replaced plan held each at
+	// (as host/plan.go keeps it).
+	plan     *wire.Plan
+	planRev  uint64
+	planPuts int
+	carry    map[string]string
 }
 
 // connect is a connection of its own that rides out a server restart.
@@ -138,7 +147,7 @@ func startSimEvery(t testing.TB, b *meshtest.Bus, beat time.Duration, nodes ...*
 func startSimEchoing(t testing.TB, b *meshtest.Bus, beat, echo time.Duration, nodes ...*simNode) *sim {
 	t.Helper()
 	back := make(chan struct{}, 1)
-	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back, every: beat}
+	s := &sim{names: b.Names, nodes: nodes, targets: map[string]simTarget{}, puts: map[string]int{}, back: back, every: beat, carry: map[string]string{}}
 	t.Cleanup(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -156,9 +165,12 @@ func startSimEchoing(t testing.TB, b *meshtest.Bus, beat, echo time.Duration, no
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	ready := make(chan struct{})
-	wg.Add(2)
+	wg.Add(3)
+	planReady := make(chan struct{})
 	go func() { defer wg.Done(); s.watchTargets(ctx, ready) }()
+	go func() { defer wg.Done(); s.watchPlan(ctx, planReady) }()
 	<-ready
+	<-planReady
 	s.beat(ctx, time.Now()) // every node heard before the test goes on
 	go func() {
 		defer wg.Done()
@@ -223,7 +235,7 @@ func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
 				if err != nil {
 					s.unverified = append(s.unverified, fmt.Sprintf("%s revision %d: %v", e.Key(), e.Revision(), err))
 				} else if old, ok := s.targets[e.Key()]; !ok || old.rev < e.Revision() {
-					s.targets[e.Key()] = simTarget{tg.Version, e.Revision()}
+					s.targets[e.Key()] = simTarget{version: tg.Version, rev: e.Revision()}
 					s.puts[e.Key()]++
 				}
 			} else {
@@ -235,10 +247,90 @@ func (s *sim) watchTargets(ctx context.Context, ready chan struct{}) {
 	}
 }
 
-// target is what node n runs by the keys: its own, else the fleet's.
+// watchPlan follows the plan key as a host does: verified with the test release key, and
+// what the plan it replaces held each node at carried (host/plan.go).
+func (s *sim) watchPlan(ctx context.Context, ready chan struct{}) {
+	once := sync.OnceFunc(func() { close(ready) })
+	defer once()
+	for ctx.Err() == nil {
+		kv, err := s.js.KeyValue(ctx, s.names.Rollouts())
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		w, err := kv.Watch(ctx, wire.PlanKey)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+	read:
+		for {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case e, ok = <-w.Updates():
+			case <-ctx.Done():
+			}
+			if !ok {
+				break read
+			}
+			if e == nil {
+				once()
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			p, err := wire.ParsePlan(e.Value())
+			if err == nil {
+				err = p.Verify(wire.LegacyTrust(nil, []ed25519.PublicKey{meshtest.ReleaseKey.Public}), time.Now())
+			}
+			s.mu.Lock()
+			switch {
+			case err != nil:
+				s.unverified = append(s.unverified, fmt.Sprintf("plan revision %d: %v", e.Revision(), err))
+			case e.Revision() > s.planRev:
+				for _, n := range s.nodes {
+					if old := s.plan; old != nil && old.Rollout != p.Rollout && old.Holds(n.planNode()) {
+						s.carry[n.id] = old.Version
+					}
+				}
+				if p.State == wire.PlanCompleted {
+					clear(s.carry)
+				}
+				s.plan, s.planRev = &p, e.Revision()
+				s.planPuts++
+			}
+			s.mu.Unlock()
+		}
+		_ = w.Stop()
+	}
+}
+
+// planNode is the node as a plan evaluates it.
+func (n *simNode) planNode() wire.PlanNode {
+	return wire.PlanNode{ID: n.id, Platform: n.platform, Metered: n.linkClass == wire.LinkMetered}
+}
+
+// target is what node n runs by the keys: its own, else (when it reads plans) the plan holding
+// it or what an earlier plan held it at, else the fleet's.
 func (s *sim) target(n string) simTarget {
 	if t, ok := s.targets[wire.NodeTargetKey(n)]; ok {
 		return t
+	}
+	var sn *simNode
+	for _, x := range s.nodes {
+		if x.id == n {
+			sn = x
+		}
+	}
+	if sn != nil && sn.plans {
+		if s.plan != nil && s.plan.Holds(sn.planNode()) {
+			return simTarget{s.plan.Version, s.planRev, true}
+		}
+		if v := s.carry[n]; v != "" {
+			return simTarget{v, s.planRev, true}
+		}
 	}
 	return s.targets[wire.FleetTargetKey]
 }
@@ -259,7 +351,7 @@ func (s *sim) beat(ctx context.Context, now time.Time) {
 			Target: tg.version, UptimeS: int64(now.Sub(n.boot).Seconds()), SentAt: now.UTC(), IntervalS: s.every.Seconds(),
 			Rollbacks: slices.Clone(n.rollbacks), Refused: n.refused, Fetch: n.fetch, Launcher: clone(n.launcher),
 			LastReconcile: &wire.LastReconcile{OK: true, Trigger: wire.TriggerTimer}, LinkClass: n.linkClass, Window: clone(n.window),
-			ManifestSchema: n.reads, Profile: n.profile()})
+			ManifestSchema: n.reads, Profile: n.profile(), Plans: planSchema(n.plans)})
 	}
 	s.mu.Unlock()
 	for _, hb := range hbs {
@@ -312,7 +404,11 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	case hangs:
 		n.fetch = &wire.Fetch{State: "staged", Version: p}
 	case refuses:
-		n.refused = &wire.Refusal{What: "target", Revision: tg.rev, Error: "target " + p + " is marked bad on this node and is not fetched again", At: now.UTC()}
+		what := "target"
+		if tg.plan {
+			what = "plan"
+		}
+		n.refused = &wire.Refusal{What: what, Revision: tg.rev, Error: "target " + p + " is marked bad on this node and is not fetched again", At: now.UTC()}
 		n.bad[p], n.fetch, n.pending = true, nil, ""
 	case fetchFail:
 		n.fetch = &wire.Fetch{State: "failed", Version: p, Error: "archive digest mismatch"}
@@ -320,6 +416,14 @@ func (n *simNode) step(now time.Time, tg simTarget) {
 	case goSilent:
 		n.silent = true
 	}
+}
+
+// planSchema is what a node's heartbeat says in plans.
+func planSchema(reads bool) int {
+	if reads {
+		return wire.PlanSchema
+	}
+	return 0
 }
 
 func clone[T any](p *T) *T {

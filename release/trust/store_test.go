@@ -383,6 +383,7 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_host_targets",
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_host_releases",
 		"$JS.mesh.API.STREAM.INFO.KV_mesh_host_withdrawals",
+		"$JS.mesh.API.STREAM.INFO.KV_mesh_rollouts",
 		"$JS.mesh.API.STREAM.INFO.OBJ_mesh_host_archives",
 		"$JS.mesh.API.STREAM.INFO.OBJ_mesh_blobs",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_declarations.$KV.mesh_declarations.web-01",
@@ -392,6 +393,8 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 		// The maintenance window's two keys (decision 0029).
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.window.node.web-01",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_targets.$KV.mesh_host_targets.window.fleet",
+		// The rollout plan (decision 0047).
+		"$JS.mesh.API.DIRECT.GET.KV_mesh_rollouts.$KV.mesh_rollouts.plan",
 		"$JS.mesh.API.DIRECT.GET.KV_mesh_host_releases.$KV.mesh_host_releases.>",
 		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_host_archives",
 		"$JS.mesh.API.DIRECT.GET.OBJ_mesh_host_archives.$O.mesh_host_archives.M.*",
@@ -404,6 +407,7 @@ func TestNodePermissionsAreTheDecisionsList(t *testing.T) {
 	if want := []string{
 		"$KV.mesh_declarations.web-01", "$KV.mesh_host_targets.node.web-01", "$KV.mesh_host_targets.fleet",
 		"$KV.mesh_host_withdrawals.list", "$KV.mesh_host_targets.window.node.web-01", "$KV.mesh_host_targets.window.fleet",
+		"$KV.mesh_rollouts.plan", // the rollout plan (decision 0047)
 		// The roots and the bus configuration (decisions 0045, 0046).
 		"$KV.mesh_host_releases.root.>", "$KV.mesh_host_releases.bus",
 		"_INBOX.node.web-01.>",
