@@ -30,7 +30,7 @@ const (
 // else one every 5 of these (rollout.Config.Progress).
 const progressEvery = 2 * time.Second
 
-const rolloutArgs = "(start|resume|status|abort|watch) [flags] [arguments]"
+const rolloutArgs = "(plan|start|resume|status|abort|watch) [flags] [arguments]"
 
 const rolloutAbout = `A rollout stages a published release across the fleet: canaries first, then growing
 batches, each waiting until its nodes run the release confirmed and keep running it; only then
@@ -40,6 +40,7 @@ which nodes and why. Its state is kept on the bus (KV <prefix>_rollouts), so a c
 stopped at any point is continued by ` + "`rollout resume`" + ` (docs/decisions/0006).
 
 subcommands:
+  plan VERSION   print which nodes each batch of a rollout of VERSION would hold; write nothing
   start VERSION  start a rollout of VERSION and drive it to the end (this process is the controller)
   resume         continue the current rollout where it stopped
   status [ID]    show the current rollout (or rollout ID): batches, nodes, why it halted
@@ -82,7 +83,19 @@ that goes silent, rolls back, restarts, refuses VERSION or does not confirm halt
 at once: its batch's targets are set back to what each node ran, the fleet target is
 untouched, and the report names each node and why. A node silent for --silent-after when its
 batch begins is left out. A rollout already running is refused unless --supersede. --policy
-immediate sets the fleet target at once (for labs).` + driveAbout + "\n" + exitsAbout
+immediate sets the fleet target at once (for labs). Nodes whose hosts read rollout plans are
+told by one signed plan that each evaluates for itself (one write per batch; --salt orders
+them; ` + "`rollout plan`" + ` prints the batches beforehand, and start prints them again).` + driveAbout + "\n" + exitsAbout
+
+const planAbout = `Plans a rollout of VERSION as ` + "`rollout start`" + ` with the same flags would, from the
+heartbeats on the bus now, and prints which nodes each batch will hold; nothing is written, and
+no key is needed. The plan is deterministic: the same fleet, flags and --salt give the same
+batches, and start prints them again. A rollout to hosts that read plans (their heartbeats say
+plans) is one signed plan on the bus that each node evaluates for itself (decision 0047): the
+canaries by id, then each --steps share as a wave of the hash of --salt and the node id
+(docs/wire.md "Rollout plan"), so a batch holds about its share of the fleet, not exactly; hosts
+that do not read plans are listed as getting a target of their own. --json writes the planned
+state.`
 
 const resumeAbout = `Continues the current rollout where it stopped, never repeating a finished batch nor
 skipping a pending one (a batch in progress starts its soak again). Another controller that
@@ -113,6 +126,7 @@ stopped by a signal (exit 0; a rollout it drives pauses, and the next
 // rolloutCommands are the subcommands of `mesh-release rollout`; each answers as a command
 // does (its own --help, usage errors and exit statuses).
 var rolloutCommands = []command{
+	{"rollout plan", "VERSION", "print which nodes each batch of a rollout of VERSION would hold", planAbout, rolloutPlanCmd},
 	{"rollout start", "VERSION", "start a staged rollout of VERSION and drive it to the end", startAbout, rolloutStartCmd},
 	{"rollout resume", "", "continue the current rollout where it stopped", resumeAbout, rolloutResumeCmd},
 	{"rollout status", "[ID]", "show the current rollout (or rollout ID)", statusAbout, rolloutStatusCmd},
@@ -136,6 +150,7 @@ type rolloutFlags struct {
 	urgent, includeMetered      bool
 	skipPlatforms               platformList
 	skipOldHosts                bool
+	salt                        string
 	fs                          *flag.FlagSet
 }
 
@@ -161,6 +176,7 @@ func (f *rolloutFlags) registerOptions(fs *flag.FlagSet) {
 	fs.DurationVar(&f.silent, "silent-after", rollout.DefaultSilentAfter, "leave out a node unheard this long when its batch begins")
 	fs.BoolVar(&f.includeMetered, "include-metered", false, "plan nodes on metered links (host.json link_class) as any other; by default they are never canaries and wait for the last batch")
 	registerSkips(fs, &f.skipPlatforms, &f.skipOldHosts, "the rollout")
+	fs.StringVar(&f.salt, "salt", "", "order the fleet's waves by this `salt` (32 lowercase hex digits); default: one derived from VERSION, the same on every run")
 }
 
 // registerSkips adds --skip-platform and --skip-old-hosts: the nodes a command leaves out of
@@ -194,7 +210,7 @@ func (l *platformList) Set(v string) error {
 func (f *rolloutFlags) options(version string) (rollout.Options, error) {
 	o := rollout.Options{Version: version, Policy: rollout.Policy(f.policy), Canary: f.canary,
 		Window: f.window, Soak: f.soak, Alive: f.alive, SilentAfter: f.silent, Supersede: f.supersede, Urgent: f.urgent, IncludeMetered: f.includeMetered,
-		SkipPlatforms: f.skipPlatforms, SkipOldHosts: f.skipOldHosts}
+		SkipPlatforms: f.skipPlatforms, SkipOldHosts: f.skipOldHosts, Salt: f.salt}
 	switch o.Policy {
 	case rollout.PolicyCanary, rollout.PolicyImmediate:
 	default:
@@ -300,10 +316,50 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 		}
 		return err
 	}
+	if !f.asJSON && st.Policy != rollout.PolicyImmediate && len(st.Batches) > 0 {
+		if err := rollout.WritePlan(s.out, st); err != nil {
+			return err
+		}
+	}
 	if !st.Status.Final() {
 		st, err = ctl.Run(ctx, st.ID)
 	}
 	return p.outcome(ctx, st, err)
+}
+
+func rolloutPlanCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
+	f := rolloutFlags{lease: rollout.DefaultLease}
+	f.registerOptions(fs)
+	f.fs = fs
+	f.bus.register(fs, s.getenv)
+	fs.BoolVar(&f.asJSON, "json", false, "write the planned state as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want VERSION, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
+	}
+	if !wire.ValidVersion(pos[0]) {
+		return usagef("%q is not a version; want vX.Y.Z", text.Cut(text.Printable(pos[0]), 64))
+	}
+	o, err := f.options(pos[0])
+	if err != nil {
+		return err
+	}
+	c, err := f.bus.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := rollout.PreviewOn(ctx, c.JS, f.bus.names(), o)
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return rollout.WriteStatusJSON(s.out, st)
+	}
+	return rollout.WritePlan(s.out, st)
 }
 
 func rolloutResumeCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {

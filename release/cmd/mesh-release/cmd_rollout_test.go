@@ -25,7 +25,7 @@ import (
 // on stdout with exit 0, naming its arguments, its flags and the exit statuses it can return.
 func TestRolloutAndEachSubcommandPrintTheirHelpOnStdout(t *testing.T) {
 	code, out, errOut := runMain(t, nil, "rollout", "--help")
-	if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: mesh-release rollout (start|resume|status|abort|watch)") {
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: mesh-release rollout (plan|start|resume|status|abort|watch)") {
 		t.Fatalf("rollout --help: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	for _, sub := range []string{"start VERSION", "resume", "status [ID]", "abort", "watch"} {
@@ -81,7 +81,7 @@ func TestRolloutUsageErrorsExit2AndAreSaidOnce(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"rollout", "frob"}, "mesh-release rollout: unknown subcommand \"frob\"; want start, resume, status, abort or watch\nrun `mesh-release rollout --help` for usage\n"},
+		{[]string{"rollout", "frob"}, "mesh-release rollout: unknown subcommand \"frob\"; want plan, start, resume, status, abort or watch\nrun `mesh-release rollout --help` for usage\n"},
 		{[]string{"rollout", "--bogus"}, "mesh-release rollout: flag provided but not defined: -bogus\nrun `mesh-release rollout --help` for usage\n"},
 		{[]string{"rollout", "start", "v1.2.0", "--bogus"}, "mesh-release rollout start: flag provided but not defined: -bogus\nrun `mesh-release rollout start --help` for usage\n"},
 		{[]string{"rollout", "start", "v1.2.0", "v1.3.0"}, "mesh-release rollout start: want VERSION, got 2 arguments\n"},
