@@ -67,7 +67,7 @@ type keeper struct {
 	plans   jetstream.KeyValue // the rollouts bucket, holding the rollout plan; nil on a bus without it
 	// listWarned is the revision of the list last said unreadable, so it is said once.
 	listWarned uint64
-	planWarned int // 1 once the plan was said unreadable
+	planWarned int                  // 1 once the plan was said unreadable
 	retryAt    map[string]time.Time // a key whose re-signing failed, and when to try again
 	foreign    map[string]uint64    // keys reported as not ours, at that revision (said once)
 	// signed is, per key, whether its target at a revision verifies with this keeper's key:
