@@ -211,11 +211,19 @@ func TestAControllerNeverReplacesThePlanOfARolloutStartedAfterItsOwn(t *testing.
 		t.Fatal(err)
 	}
 	st := func(id string) State {
-		return State{ID: id, Version: "v1.1.0", Nodes: []string{"a"}, Batches: []Batch{{End: 1, In: 1}},
+		return State{ID: id, Version: "v1.1.0", Nodes: []string{"a"}, Ran: []string{"v1.0.0"}, Batches: []Batch{{End: 1, In: 1}},
 			Plan: &PlanRef{Salt: wire.PlanSalt("v1.1.0"), Canaries: 1, Waves: []uint32{wire.PlanScale}}}
 	}
 	newer, older := st("20261203T100001Z-v1.1.0"), st("20261203T100000Z-v1.1.0")
+	// A plan naming a later rollout the bucket does not hold (someone else's write) is replaced.
+	if _, err := s.writePlan(ctx, st("20991231T000000Z-v6.6.6"), 1, wire.PlanRunning, ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.writePlan(ctx, newer, 1, wire.PlanRunning, ""); err != nil {
+		t.Fatalf("a plan of a rollout the bucket does not hold blocked the plan of one it does: %v", err)
+	}
+	newer.Created = time.Now()
+	if _, err := s.saveState(ctx, newer, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.writePlan(ctx, older, 1, wire.PlanHalted, "late"); err == nil {

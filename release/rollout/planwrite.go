@@ -71,7 +71,13 @@ func (s *store) writePlan(ctx context.Context, st State, in int, state, reason s
 			return 0, err
 		}
 		if ok && cur.Rollout != st.ID && startedAfter(cur.Rollout, st.ID) {
-			return 0, fmt.Errorf("%w (%s)", errPlanTaken, txt.Bound(cur.Rollout))
+			// Only a rollout the bucket holds counts: a plan written by someone who is not the
+			// release side (nodes refuse it) must not keep the operator's rollouts off the bus.
+			if _, ok, err := s.entry(ctx, s.rollouts, stateKey(cur.Rollout)); err != nil {
+				return 0, err
+			} else if ok {
+				return 0, fmt.Errorf("%w (%s)", errPlanTaken, txt.Bound(cur.Rollout))
+			}
 		}
 		if ok && samePlan(cur, want) && s.w.Signer.SignedPlan(cur) && !s.w.Signer.PlanDue(cur) {
 			return rev, nil
