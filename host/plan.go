@@ -96,13 +96,7 @@ func (h *Host) planArrived(ctx context.Context, ev link.PlanArrived) {
 func (h *Host) putPlan(p wire.Plan, rev uint64, me wire.PlanNode) {
 	h.mu.Lock()
 	old := h.plan
-	next := keptPlan{Plan: &p, Revision: rev, Carry: old.Carry, CarryFrom: old.CarryFrom}
-	if old.Plan != nil && old.Plan.Rollout != p.Rollout && old.Plan.Holds(me) {
-		next.Carry, next.CarryFrom = old.Plan.Version, old.Plan.Rollout
-	}
-	if p.State == wire.PlanCompleted {
-		next.Carry, next.CarryFrom = "", ""
-	}
+	next := old.replacedBy(p, rev, me)
 	h.plan = next
 	h.mu.Unlock()
 	if next.Carry != old.Carry {
@@ -112,6 +106,18 @@ func (h *Host) putPlan(p wire.Plan, rev uint64, me wire.PlanNode) {
 	if err := atomicfile.WriteFile(filepath.Join(h.root, PlanFile), b, 0o600); err != nil {
 		h.log.Warn("could not keep the rollout plan on disk; it holds until this host stops", "err", err)
 	}
+}
+
+// replacedBy is what k becomes when plan p (at revision rev) replaces its plan.
+func (k keptPlan) replacedBy(p wire.Plan, rev uint64, me wire.PlanNode) keptPlan {
+	next := keptPlan{Plan: &p, Revision: rev, Carry: k.Carry, CarryFrom: k.CarryFrom}
+	if k.Plan != nil && k.Plan.Rollout != p.Rollout && k.Plan.Holds(me) {
+		next.Carry, next.CarryFrom = k.Plan.Version, k.Plan.Rollout
+	}
+	if p.State == wire.PlanCompleted {
+		next.Carry, next.CarryFrom = "", ""
+	}
+	return next
 }
 
 // loadPlan reads the plan kept in PlanFile at start, verified again with the trust held now
@@ -142,20 +148,39 @@ func (h *Host) decideTarget(ctx context.Context) {
 	h.mu.Lock()
 	lt, kp := h.linkTarget, h.plan
 	h.mu.Unlock()
-	pinned := lt != nil && lt.Key == wire.NodeTargetKey(h.opts.Config.Node)
-	if !pinned {
-		if p := kp.Plan; p != nil && p.Holds(h.planNode()) {
-			h.planTarget(ctx, *p, kp.Revision)
-			return
-		}
-		if kp.Carry != "" {
-			h.carriedTarget(ctx, kp)
-			return
-		}
-	}
-	if lt != nil {
+	switch followed(lt, kp, h.planNode()) {
+	case followPlan:
+		h.planTarget(ctx, *kp.Plan, kp.Revision)
+	case followCarried:
+		h.carriedTarget(ctx, kp)
+	case followKey:
 		h.targetChanged(ctx, *lt)
 	}
+}
+
+// What a node follows.
+const (
+	followNothing = iota // the link has not reported the target keys yet, and no plan holds it
+	followKey            // the link's target: its own key, else the fleet key (or none)
+	followPlan           // the plan, which holds it
+	followCarried        // the version an earlier plan held it at
+)
+
+// followed says what node me follows, given the target key the link reported last (lt) and
+// the plan kept (kp): its own key first, then the plan holding it, then what is carried, then
+// the fleet key.
+func followed(lt *link.TargetChanged, kp keptPlan, me wire.PlanNode) int {
+	switch {
+	case lt != nil && lt.Key == wire.NodeTargetKey(me.ID):
+		return followKey
+	case kp.Plan != nil && kp.Plan.Holds(me):
+		return followPlan
+	case kp.Carry != "":
+		return followCarried
+	case lt != nil:
+		return followKey
+	}
+	return followNothing
 }
 
 // planTarget acts on the plan p holding this node, as on a target of p's version, seq, expiry
