@@ -14,8 +14,9 @@ import (
 )
 
 // The keys a node follows, as a host's link does (host/link/link.go): its declaration, its own
-// target, the fleet target and the withdrawal list. Only the two targets change what a
-// simulated node does; the others cost what they cost a host.
+// target, the fleet target, the withdrawal list and (a node that reads plans) the rollout plan.
+// Only the targets and the plan change what a simulated node does; the others cost what they
+// cost a host.
 type keyKind uint8
 
 const (
@@ -23,6 +24,7 @@ const (
 	keyOwn
 	keyFleet
 	keyWithdrawals
+	keyPlan
 	numKeys
 )
 
@@ -50,7 +52,7 @@ type getJob struct {
 func (s *shard) followSubscriptions() error {
 	n := s.f.cfg.Names
 	s.notices = make(chan *nats.Msg, 1<<16)
-	subjects := []string{kvSubject(n.Targets(), wire.FleetTargetKey), kvSubject(n.Withdrawals(), wire.WithdrawalsKey)}
+	subjects := []string{kvSubject(n.Targets(), wire.FleetTargetKey), kvSubject(n.Withdrawals(), wire.WithdrawalsKey), kvSubject(n.Rollouts(), wire.PlanKey)}
 	for _, nd := range s.order {
 		subjects = append(subjects, kvSubject(n.Declarations(), nd.id), kvSubject(n.Targets(), wire.NodeTargetKey(nd.id)))
 	}
@@ -71,7 +73,7 @@ func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 // openStreams opens the streams of the three buckets a node reads its keys from by direct get.
 func (s *shard) openStreams(ctx context.Context) error {
 	n := s.f.cfg.Names
-	for kind, bucket := range map[keyKind]string{keyDeclaration: n.Declarations(), keyOwn: n.Targets(), keyWithdrawals: n.Withdrawals()} {
+	for kind, bucket := range map[keyKind]string{keyDeclaration: n.Declarations(), keyOwn: n.Targets(), keyWithdrawals: n.Withdrawals(), keyPlan: n.Rollouts()} {
 		st, err := s.js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			return fmt.Errorf("sim: open KV bucket %s: %w", bucket, err)
@@ -95,6 +97,8 @@ func (s *shard) subject(n *node, kind keyKind) string {
 		return kvSubject(names.Targets(), wire.NodeTargetKey(n.id))
 	case keyFleet:
 		return kvSubject(names.Targets(), wire.FleetTargetKey)
+	case keyPlan:
+		return kvSubject(names.Rollouts(), wire.PlanKey)
 	default:
 		return kvSubject(names.Withdrawals(), wire.WithdrawalsKey)
 	}
@@ -105,7 +109,9 @@ func (s *shard) subject(n *node, kind keyKind) string {
 func (s *shard) getAll() {
 	for _, n := range s.order {
 		for k := range numKeys {
-			s.queue(getJob{n: n, kind: k, try: -1})
+			if k != keyPlan || n.reads {
+				s.queue(getJob{n: n, kind: k, try: -1})
+			}
 		}
 	}
 }
@@ -128,6 +134,7 @@ func (s *shard) queue(j getJob) {
 func (s *shard) noticesLoop(ctx context.Context) {
 	names := s.f.cfg.Names
 	fleet, withdrawals := kvSubject(names.Targets(), wire.FleetTargetKey), kvSubject(names.Withdrawals(), wire.WithdrawalsKey)
+	plan := kvSubject(names.Rollouts(), wire.PlanKey)
 	declPrefix, ownPrefix := kvSubject(names.Declarations(), ""), kvSubject(names.Targets(), "node.")
 	for {
 		var m *nats.Msg
@@ -145,6 +152,12 @@ func (s *shard) noticesLoop(ctx context.Context) {
 			}
 			for _, n := range s.order {
 				s.queue(getJob{n: n, kind: kind})
+			}
+		case m.Subject == plan:
+			for _, n := range s.order {
+				if n.reads {
+					s.queue(getJob{n: n, kind: keyPlan})
+				}
 			}
 		case strings.HasPrefix(m.Subject, ownPrefix):
 			if n := s.nodes[strings.TrimPrefix(m.Subject, ownPrefix)]; n != nil {
@@ -216,8 +229,11 @@ func (s *shard) get(ctx context.Context, j getJob) {
 		return
 	}
 	j.n.rev[j.kind] = rev
-	if j.kind == keyOwn || j.kind == keyFleet {
+	switch j.kind {
+	case keyOwn, keyFleet:
 		s.set(j.n, j.kind, value, deleted)
+	case keyPlan:
+		s.setPlan(j.n, rev, value, deleted)
 	}
 }
 
@@ -264,7 +280,7 @@ func (s *shard) followWatches(ctx context.Context) error {
 		kvs[kind] = kv
 	}
 	for _, n := range s.order {
-		for kind := range numKeys {
+		for kind := range keyPlan { // no plan: the figure is of hosts from before it
 			key := strings.TrimPrefix(s.subject(n, kind), kvSubject(buckets[kind], ""))
 			w, err := kvs[kind].Watch(ctx, key)
 			if err != nil {

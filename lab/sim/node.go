@@ -22,7 +22,10 @@ type node struct {
 	previous           string // what running was before the version being tried
 	started            time.Time
 	own, fleet         string // the node's key and the fleet key
-	target             string // the effective target: own, else fleet
+	reads              bool   // it reads rollout plans (Config.OldHosts says not)
+	plan               *wire.Plan
+	carry              string // what a plan another one replaced held it at (host/plan.go)
+	target             string // the effective target: own, else the plan holding it, else carry, else fleet
 	pending            string // the version being started or judged
 	bad                map[string]bool
 	rollbacks          []wire.Rollback
@@ -47,6 +50,10 @@ type shard struct {
 	nodes  map[string]*node
 	order  []*node
 	closed bool
+	// planRev and planAt are the last plan revision the shard's nodes read, parsed and
+	// verified (nil: refused).
+	planRev uint64
+	planAt  *wire.Plan
 }
 
 // set acts on a new value of n's own or the fleet target key: a target that does not verify
@@ -88,12 +95,53 @@ func (s *shard) set(n *node, kind keyKind, value []byte, deleted bool) {
 	s.consider(n)
 }
 
+// setPlan acts on a new value of the plan key, as a host evaluates it (host/plan.go): a plan
+// that does not verify is refused and the one in force stays; one of another rollout carries
+// the version the plan it replaces held the node at, until a plan completes. Each revision is
+// parsed and verified once per shard (a host does it once for itself). Called with mu held.
+func (s *shard) setPlan(n *node, rev uint64, value []byte, deleted bool) {
+	s.f.stats.targets.Add(1)
+	if deleted {
+		return // the plan in force stays
+	}
+	if s.planRev != rev {
+		s.planRev, s.planAt = rev, nil
+		p, err := wire.ParsePlan(value)
+		if err == nil && len(s.f.cfg.TrustedKeys) > 0 {
+			err = p.Verify(wire.LegacyTrust(nil, s.f.cfg.TrustedKeys), time.Now())
+		}
+		if err == nil {
+			s.planAt = &p
+		}
+	}
+	p := s.planAt
+	if p == nil {
+		s.f.stats.refused.Add(1)
+		return
+	}
+	me := wire.PlanNode{ID: n.id}
+	if old := n.plan; old != nil && old.Rollout != p.Rollout && old.Holds(me) {
+		n.carry = old.Version
+	}
+	if p.State == wire.PlanCompleted {
+		n.carry = ""
+	}
+	n.plan = p
+	s.consider(n)
+}
+
 // consider starts the effective target after a delay when it is newer than what runs, as a
 // host fetches, stages and stands aside for it. An older target changes nothing: the newest
 // good version wins on a node. Called with mu held.
 func (s *shard) consider(n *node) {
 	target := n.own
-	if target == "" {
+	switch {
+	case target != "":
+	case n.plan != nil && n.plan.Holds(wire.PlanNode{ID: n.id}) && !n.plan.ExpiredAt(time.Now()):
+		target = n.plan.Version
+	case n.carry != "":
+		target = n.carry
+	default:
 		target = n.fleet
 	}
 	changed := target != n.target
@@ -185,6 +233,9 @@ func (s *shard) beat(n *node) {
 		LastReconcile: &wire.LastReconcile{At: now.UTC(), Trigger: wire.TriggerTimer, OK: true, DurationMS: 1},
 		// As a host of this tree says it: a rollout of a schema 4 release is gated on it.
 		ManifestSchema: wire.ManifestSchemaPlatforms,
+	}
+	if n.reads {
+		hb.Plans = wire.PlanSchema
 	}
 	if _, err := s.js.PublishAsync(n.subject, hb.Marshal()); err != nil {
 		s.f.stats.errors.Add(1)

@@ -69,6 +69,9 @@ type Config struct {
 	// target it had) and is counted in Stats.Refused, as a host refuses it. Empty: targets are
 	// read, not verified.
 	TrustedKeys []ed25519.PublicKey
+	// OldHosts reports whether node's host is from before rollout plans: it follows its target
+	// keys only and says no plans in its heartbeat (nil: every node reads plans).
+	OldHosts func(node string) bool
 }
 
 // Stats are counters since Start.
@@ -144,7 +147,8 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	}
 	for i, id := range cfg.Nodes {
 		s := f.shards[i%len(f.shards)]
-		n := &node{id: id, running: cfg.Running, knownGood: cfg.Running, started: time.Now(), subject: cfg.Names.Heartbeat(id)}
+		n := &node{id: id, running: cfg.Running, knownGood: cfg.Running, started: time.Now(), subject: cfg.Names.Heartbeat(id),
+			reads: cfg.OldHosts == nil || !cfg.OldHosts(id)}
 		s.nodes[id] = n
 		s.order = append(s.order, n)
 	}

@@ -88,8 +88,8 @@ func TestSimNodesLoseNoTargetWrittenWhileDisconnected(t *testing.T) {
 	}
 	defer fleet.Close()
 	gets := fleet.Stats().Gets
-	if want := int64(4 * len(nodes)); gets != want {
-		t.Errorf("%d direct gets at the start, want %d (four keys per node)", gets, want)
+	if want := int64(5 * len(nodes)); gets != want {
+		t.Errorf("%d direct gets at the start, want %d (five keys per node, the plan's among them)", gets, want)
 	}
 
 	b.Stop()
@@ -100,7 +100,7 @@ func TestSimNodesLoseNoTargetWrittenWhileDisconnected(t *testing.T) {
 		t.Logf("the shard was back before the write (%d reconnects): it arrives pushed instead", s.Reconnects)
 	}
 	meshtest.EventuallyWithin(t, "n1 confirmed v1.1.0, written while it was disconnected", 20*time.Second, func() bool { return fleet.Running("v1.1.0") == 1 })
-	if s := fleet.Stats(); s.Reconnects < 1 || s.Gets < gets+int64(4*len(nodes)) {
+	if s := fleet.Stats(); s.Reconnects < 1 || s.Gets < gets+int64(5*len(nodes)) {
 		t.Errorf("stats %+v: want a reconnect followed by a get of every key of every node", s)
 	}
 
