@@ -1,11 +1,10 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -285,20 +284,27 @@ func signedTarget(ctx context.Context, tb testing.TB, js jetstream.JetStream, na
 	return t.Version, t.Verify(key, wire.LegacyTrust(nil, []ed25519.PublicKey{pub}), time.Now())
 }
 
-// planBatches is the order decision 0006 documents: canaries are the canary nodes with the
-// smallest sha256(version + "/" + node), the others follow in the same order, and batch k ends
-// at ceil(p_k × N / 100) nodes, a step that adds no node dropped.
+// planBatches is the order of a rollout plan (decision 0047, docs/wire.md "Rollout plan"),
+// computed here as any tool can from the documented hash: the nodes in the order of
+// wire.PlanBucket(wire.PlanSalt(version), node), then id; the first canary of them are the
+// canaries; each step p is a wave holding the others whose bucket is below p% (the last step
+// every node), a wave that adds no node dropped.
 func planBatches(version string, nodes []string, canary int, steps []int) [][]string {
+	salt := wire.PlanSalt(version)
 	order := slices.Clone(nodes)
-	key := func(n string) string { h := sha256.Sum256([]byte(version + "/" + n)); return string(h[:]) }
-	slices.SortFunc(order, func(a, b string) int { return strings.Compare(key(a), key(b)) })
+	slices.SortFunc(order, func(a, b string) int {
+		return cmp.Or(cmp.Compare(wire.PlanBucket(salt, a), wire.PlanBucket(salt, b)), strings.Compare(a, b))
+	})
 	var batches [][]string
 	end := min(canary, len(order))
 	if end > 0 {
 		batches = append(batches, order[:end])
 	}
-	for _, p := range steps {
-		next := int(math.Ceil(float64(p) * float64(len(order)) / 100))
+	for k, p := range steps {
+		next := end
+		for next < len(order) && (k == len(steps)-1 || wire.PlanBucket(salt, order[next]) < wire.PercentToPlanScale(p)) {
+			next++
+		}
 		if next > end {
 			batches = append(batches, order[end:next])
 			end = next
@@ -318,7 +324,7 @@ func checkPlan(tb testing.TB, st rollout.State, want [][]string) {
 	for i, b := range st.Batches {
 		got := st.Nodes[start:b.End]
 		if !slices.Equal(got, want[i]) {
-			tb.Errorf("%s batch %d (%s): %d nodes from %.3v; want %d from %.3v (decision 0006's order)", st.Version, i, b.Name, len(got), got, len(want[i]), want[i])
+			tb.Errorf("%s batch %d (%s): %d nodes from %.3v; want %d from %.3v (decision 0047's order)", st.Version, i, b.Name, len(got), got, len(want[i]), want[i])
 		}
 		start = b.End
 	}

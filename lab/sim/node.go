@@ -29,7 +29,7 @@ type node struct {
 	pending            string // the version being started or judged
 	bad                map[string]bool
 	rollbacks          []wire.Rollback
-	targeted           map[string]bool // the versions its own key was ever set to
+	targeted           map[string]bool // the versions its own key or the plan ever told it to run
 	timer              *time.Timer
 	rev                [numKeys]uint64 // the revision of each key acted on
 	queued             [numKeys]bool   // a get of the key waits in the shard's queue
@@ -139,6 +139,10 @@ func (s *shard) consider(n *node) {
 	case target != "":
 	case n.plan != nil && n.plan.Holds(wire.PlanNode{ID: n.id}) && !n.plan.ExpiredAt(time.Now()):
 		target = n.plan.Version
+		if n.targeted == nil {
+			n.targeted = map[string]bool{}
+		}
+		n.targeted[target] = true
 	case n.carry != "":
 		target = n.carry
 	default:

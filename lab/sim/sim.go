@@ -258,7 +258,7 @@ func (f *Fleet) Stats() Stats {
 	}
 }
 
-// Targeted lists the nodes whose own key (node.<id>) was ever set to version, in no order.
+// Targeted lists the nodes that their own key or the plan ever told to run version, in no order.
 func (f *Fleet) Targeted(version string) []string {
 	var out []string
 	for _, s := range f.shards {
