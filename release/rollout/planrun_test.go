@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,11 @@ func TestARolloutToNodesThatReadPlansWritesOnePlanPerBatchAndATargetOnlyForOldHo
 	ev.dump(t)
 	if err != nil || st.Status != StatusCompleted {
 		t.Fatalf("run = %s, %v", st.Status, err)
+	}
+	var status strings.Builder
+	if err := WriteStatus(&status, st, time.Now()); err != nil || !strings.Contains(status.String(), "plan     one signed plan the nodes evaluate (salt "+st.Plan.Salt) ||
+		!strings.Contains(status.String(), "10 nodes read it, 2 nodes given a target of its own") {
+		t.Errorf("rollout status does not say the plan (%v):\n%s", err, status.String())
 	}
 	p, _ := planOnBus(t, b)
 	if p.Rollout != st.ID || p.State != wire.PlanCompleted || p.In != p.Batches() {

@@ -167,6 +167,11 @@ func writeStatusHead(b *strings.Builder, st State, now time.Time) {
 			secondsText(st.WindowS), secondsText(st.SoakS), secondsText(st.AliveS), secondsText(st.SilentAfterS))
 	}
 	fmt.Fprintf(kv, "  fleet\t%s\n", fleetWords(st))
+	if st.Plan != nil {
+		old := len(st.perNodeNodes())
+		fmt.Fprintf(kv, "  plan\tone signed plan the nodes evaluate (salt %s, waves %s); %s read it, %s given a target of its own\n",
+			st.Plan.Salt, wavesText(st.Plan.Waves), countOf(len(st.Nodes)-old, "node", "nodes"), countOf(old, "node", "nodes"))
+	}
 	if st.BytesMoved > 0 {
 		fmt.Fprintf(kv, "  moved\t%s fetched by the nodes delivering it (as their heartbeats said, to the last batch done)\n", movedText(st.BytesMoved))
 	}
