@@ -54,7 +54,7 @@ func TestARolloutIsOneSignedPlanTheNodesEvaluate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("mesh-release rollout plan:\n%s", preview)
-	if !strings.Contains(preview, "salt "+wire.PlanSalt("v1.1.0")) || !strings.Contains(preview, "per-node targets: 1 node whose hosts do not read plans: node-4") {
+	if !strings.Contains(preview, "salt "+wire.PlanSalt("v1.1.0")) || !strings.Contains(preview, "per-node targets: 1 node not taking the plan (a host from before plans, or a target of its own): node-4") {
 		t.Errorf("rollout plan does not name its salt and node-4's target of its own:\n%s", preview)
 	}
 	if _, ok, err := s.f.Target(s.ctx, wire.FleetTargetKey); err != nil || ok {

@@ -208,7 +208,7 @@ func TestREADMEOperatingSectionWorksAsWritten(t *testing.T) {
 	// The rollout block: one node, so the canary is the whole fleet; it completes, sets the fleet
 	// key, and the node runs v1.3.0 confirmed.
 	out = run("rollout", blocks["rollout"])
-	for _, want := range []string{"batch 1/1 (canary): targets set for 1 node: web-01", "completed: v1.3.0 is the fleet target", "completed"} {
+	for _, want := range []string{"plan of v1.3.0: 1 node in 1 batch", "batch 1/1 (canary): targets set for 1 node: web-01", "completed: v1.3.0 is the fleet target", "completed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the README's rollout does not say %q:\n%s", want, out)
 		}

@@ -213,8 +213,12 @@ func (c *Controller) Start(ctx context.Context, o Options) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	pinned, err := s.pinnedNodes(ctx)
+	if err != nil {
+		return State{}, err
+	}
 	now := time.Now().UTC()
-	p, err := planFleet(o, rel, entries, now)
+	p, err := planPinned(o, rel, entries, now, pinned)
 	if err != nil {
 		return State{}, err
 	}
@@ -259,8 +263,16 @@ func (c *Controller) Preview(ctx context.Context, o Options) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	s, err := openStore(ctx, c.cfg.JS, c.cfg.Names, c.signer, c.log)
+	if err != nil {
+		return State{}, err
+	}
+	pinned, err := s.pinnedNodes(ctx)
+	if err != nil {
+		return State{}, err
+	}
 	now := time.Now().UTC()
-	p, err := planFleet(o, rel, entries, now)
+	p, err := planPinned(o, rel, entries, now, pinned)
 	if err != nil {
 		return State{}, err
 	}

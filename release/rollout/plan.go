@@ -49,7 +49,17 @@ type plannedFleet struct {
 // order, the platform gate, the metered ones last, the canaries first (chooseCanaries), then
 // the batches cut, each counting its nodes by platform.
 func planFleet(o Options, rel release, entries []fleet.Entry, now time.Time) (plannedFleet, error) {
+	return planPinned(o, rel, entries, now, nil)
+}
+
+// planPinned is planFleet for a fleet in which the nodes of pinned have a target key of their
+// own when it is planned: each gets its target from the rollout, as before plans (its batch
+// sets the key, which a plan would not win over), though its host reads plans.
+func planPinned(o Options, rel release, entries []fleet.Entry, now time.Time, pinned map[string]bool) (plannedFleet, error) {
 	all, why := fleetMembers(o, entries, now)
+	for i := range all {
+		all[i].plans = all[i].plans && !pinned[all[i].node]
+	}
 	members, skipped, err := gate(o, rel, all, why)
 	if err != nil {
 		return plannedFleet{}, err

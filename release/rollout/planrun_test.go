@@ -243,3 +243,32 @@ func TestAControllerNeverReplacesThePlanOfARolloutStartedAfterItsOwn(t *testing.
 		t.Errorf("plan %s at %d, want %s left as it was (%d)", p.Rollout, rev, newer.ID, rev1)
 	}
 }
+
+// A node that reads plans but has a target of its own when the rollout is planned (a pin the
+// plan would not win over) is given the rollout's target in its batch, as before plans, and
+// its key is deleted at completion.
+func TestANodeWithATargetOfItsOwnIsGivenTheRolloutsTargetAsBeforePlans(t *testing.T) {
+	b := meshtest.StartBus(t)
+	publishRelease(t, b, "v1.1.0")
+	putTarget(t, b, wire.FleetTargetKey, "v1.0.0")
+	putTarget(t, b, wire.NodeTargetKey("node-p03"), "v1.0.0")
+	s := startSim(t, b, readerNodes(4, 0)...)
+	c := newController(t, connect(t, b), nil, "")
+	ctx := meshtest.Context(t, 60*time.Second)
+	st, err := c.Start(ctx, testOptions("v1.1.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.perNodeNodes(); !slices.Equal(got, []string{"node-p03"}) {
+		t.Errorf("per-node nodes %v, want node-p03 alone", got)
+	}
+	if st, err = c.Run(ctx, st.ID); err != nil || st.Status != StatusCompleted {
+		t.Fatalf("run = %s, %v", st.Status, err)
+	}
+	if got := s.targeted("node-p03"); !slices.Equal(got, []string{"v1.1.0"}) {
+		t.Errorf("node-p03 took %v, want v1.1.0", got)
+	}
+	if _, _, ok := targetKey(t, b, wire.NodeTargetKey("node-p03")); ok {
+		t.Error("node-p03's own key is left behind")
+	}
+}

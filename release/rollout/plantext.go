@@ -48,7 +48,7 @@ func WritePlan(w io.Writer, st State) error {
 	tw.Flush()
 	if st.Plan != nil {
 		if old := st.perNodeNodes(); len(old) > 0 {
-			fmt.Fprintf(&b, "  per-node targets: %s whose hosts do not read plans: %s\n", countOf(len(old), "node", "nodes"), shownList(old))
+			fmt.Fprintf(&b, "  per-node targets: %s not taking the plan (a host from before plans, or a target of its own): %s\n", countOf(len(old), "node", "nodes"), shownList(old))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	txt "github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/wire"
 )
@@ -121,4 +123,34 @@ func startedAfter(a, b string) bool {
 // batches: a batch resumed finds its nodes told already.
 func planHolds(p wire.Plan, ok bool, st State, in int) bool {
 	return ok && p.Rollout == st.ID && p.Version == st.Version && p.State == wire.PlanRunning && p.In >= in
+}
+
+// pinnedNodes are the nodes whose own target key holds a value: one listing of the targets
+// bucket's node keys, not a read per node.
+func (s *store) pinnedNodes(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := retry(ctx, s.log, "list the nodes' own targets", func(ctx context.Context) error {
+		clear(out)
+		kl, err := s.targets.ListKeysFiltered(ctx, wire.NodeTargetKey(">"))
+		if err != nil {
+			return ignoreNoKeys(err)
+		}
+		defer kl.Stop()
+		for k := range kl.Keys() {
+			out[strings.TrimPrefix(k, wire.NodeTargetKey(""))] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes' own targets in %s: %w", s.targets.Bucket(), err)
+	}
+	return out, nil
+}
+
+// ignoreNoKeys is nil for a listing of a bucket with no such key.
+func ignoreNoKeys(err error) error {
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	return err
 }

@@ -158,9 +158,10 @@ type State struct {
 	// Plan is the signed plan the rollout writes under wire.PlanKey (issue 30, decision 0047):
 	// absent from rollouts started before it.
 	Plan *PlanRef `json:"plan,omitempty"`
-	// Readers is, index for index with Nodes, whether the node's heartbeat said it reads plans
-	// (heartbeat plans >= wire.PlanSchema) when the rollout was planned: such a node takes the
-	// plan; any other is given a per-node target when its batch begins. Kept with Nodes in the
+	// Readers is, index for index with Nodes, whether the node takes the plan: its heartbeat
+	// said it reads plans (heartbeat plans >= wire.PlanSchema) and it had no target key of its
+	// own when the rollout was planned. Any other is given a per-node target when its batch
+	// begins. Kept with Nodes in the
 	// node list's chunks; nil in rollouts started before issue 30 (every node per-node).
 	Readers []bool `json:"readers,omitempty"`
 }
@@ -194,7 +195,7 @@ type Batch struct {
 	// so In may step by more than one. 0 in rollouts started before issue 30.
 	In int `json:"plan_in,omitempty"`
 	// PerNode is how many of the batch's nodes were given a per-node target when it began:
-	// those whose hosts do not read plans (State.Readers).
+	// those not taking the plan (State.Readers).
 	PerNode int `json:"per_node_targets,omitempty"`
 }
 

@@ -44,7 +44,7 @@ func TestRolloutPlanPrintsTheBatchesAndWritesNothing(t *testing.T) {
 	for _, want := range []string{
 		"plan of v1.1.0: 31 nodes in ", "salt " + wire.PlanSalt("v1.1.0"), "waves 10%, 50%, 100%",
 		"  1/", "canary  plan in 1  2 nodes",
-		"per-node targets: 1 node whose hosts do not read plans: old-1",
+		"per-node targets: 1 node not taking the plan (a host from before plans, or a target of its own): old-1",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rollout plan does not say %q:\n%s", want, out)
