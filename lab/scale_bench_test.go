@@ -240,6 +240,10 @@ func benchScale(b *testing.B, p scaleParams) {
 		}
 		b.ReportMetric((good.Run.Wall - waits).Seconds(), "complete-minus-waits-s")
 		b.ReportMetric(controllerSteps(good.Run).Seconds(), "complete-targeting-s")
+		b.ReportMetric(float64(good.Writes.Plan), "complete-plan-writes")
+		b.ReportMetric(float64(good.Writes.Node), "complete-node-target-writes")
+		b.ReportMetric(float64(good.Writes.Fleet), "complete-fleet-writes")
+		b.ReportMetric(float64(bad.Writes.Plan), "halt-plan-writes")
 		b.ReportMetric(good.Run.CPU.Seconds()/good.Run.Wall.Seconds()*100, "complete-controller-cpu-%")
 		for j, s := range good.Servers {
 			b.ReportMetric(s.CPU.Seconds()/good.Run.Wall.Seconds()*100, fmt.Sprintf("s%d-cpu-%%", j+1))
@@ -269,8 +273,9 @@ func scaleSummary(p scaleParams, good, bad scaleFigures, waits time.Duration) st
 		fmt.Fprintf(&w, "  %s: %.1f CPU-s to take them, RSS %.0f MB then\n", s.Name, s.CPU.Seconds(), float64(s.RSS)/1024)
 	}
 	for _, f := range []scaleFigures{good, bad} {
-		fmt.Fprintf(&w, "%s: %s\n%s  servers: %s\n  simulated nodes (the test process): %.1f CPU-s; heartbeats stored %.0f/s; consumers on the servers once targeting began: %d\n",
-			f.Version, f.Run.summary(), batchTimeline(f.Run), serverSummary(f), f.Self.Seconds(), float64(f.Heartbeats)/f.Run.Wall.Seconds(), f.Consumers)
+		fmt.Fprintf(&w, "%s: %s\n%s  servers: %s\n  simulated nodes (the test process): %.1f CPU-s; heartbeats stored %.0f/s; consumers on the servers once targeting began: %d\n  writes of what nodes follow: plan %d, nodes' own targets %d, fleet key %d\n",
+			f.Version, f.Run.summary(), batchTimeline(f.Run), serverSummary(f), f.Self.Seconds(), float64(f.Heartbeats)/f.Run.Wall.Seconds(), f.Consumers,
+			f.Writes.Plan, f.Writes.Node, f.Writes.Fleet)
 	}
 	fmt.Fprintf(&w, "v1.1.0 took %.1fs; its configured waits at most %.1fs (per batch: a node starts within %s, confirms %s later, and its next heartbeat at least %s after, within %s, shows the soak): at least %.1fs of its own; the controller setting targets and completing alone %.1fs\n",
 		good.Run.Wall.Seconds(), waits.Seconds(), p.StartMax, p.ConfirmAfter, p.Soak, p.Heartbeat, (good.Run.Wall - waits).Seconds(), controllerSteps(good.Run).Seconds())

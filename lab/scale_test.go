@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +49,96 @@ type scaleFigures struct {
 	// Consumers is how many consumers the servers held once the rollout's first batch was
 	// targeted: the controller's own, and the nodes' (none unless Watch).
 	Consumers int
+	// Writes are the rollout's writes of the keys nodes follow (writeCounter).
+	Writes writes
+}
+
+// writes counts a rollout's writes of what nodes follow: the plan key, the nodes' own target
+// keys (puts and deletes), the fleet key.
+type writes struct{ Plan, Node, Fleet int }
+
+// countWrites watches the plan key and the targets bucket from now until stop, which returns
+// what was written, every write the streams hold by then counted.
+func countWrites(ctx context.Context, tb testing.TB, js jetstream.JetStream, names wire.Names) (stop func() writes) {
+	tb.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var w writes
+	seen := map[string]uint64{}
+	follow := func(bucket string, watch func(jetstream.KeyValue) (jetstream.KeyWatcher, error), count func(key string)) {
+		kv := mustKV(ctx, tb, js, bucket)
+		kw, err := watch(kv)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		go func() {
+			defer kw.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case e, ok := <-kw.Updates():
+					if !ok {
+						return
+					}
+					if e == nil {
+						continue
+					}
+					mu.Lock()
+					count(e.Key())
+					seen[bucket] = max(seen[bucket], e.Revision())
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	follow(names.Rollouts(), func(kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+		return kv.Watch(wctx, wire.PlanKey, jetstream.UpdatesOnly())
+	}, func(string) { w.Plan++ })
+	follow(names.Targets(), func(kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+		return kv.WatchFiltered(wctx, []string{wire.NodeTargetKey(">"), wire.FleetTargetKey}, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	}, func(key string) {
+		if key == wire.FleetTargetKey {
+			w.Fleet++
+		} else {
+			w.Node++
+		}
+	})
+	base, basePlan := targetsSeq(ctx, tb, js, names), planRevision(ctx, tb, js, names)
+	return func() writes {
+		defer cancel()
+		// Every write the streams hold now is counted before the counts are read: the plan key's
+		// last revision, and the targets stream's last message (nothing but node and fleet keys
+		// is written there during a bench rollout).
+		planRev, last := planRevision(ctx, tb, js, names), targetsSeq(ctx, tb, js, names)
+		waitUntil(tb, time.Minute, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return (last == base || seen[names.Targets()] >= last) && (planRev == basePlan || seen[names.Rollouts()] >= planRev)
+		}, func() string { return "the rollout's writes counted" })
+		mu.Lock()
+		defer mu.Unlock()
+		return w
+	}
+}
+
+// planRevision is the plan key's revision (0: none).
+func planRevision(ctx context.Context, tb testing.TB, js jetstream.JetStream, names wire.Names) uint64 {
+	tb.Helper()
+	if e, err := mustKV(ctx, tb, js, names.Rollouts()).Get(ctx, wire.PlanKey); err == nil {
+		return e.Revision()
+	}
+	return 0
+}
+
+// targetsSeq is the last sequence of the targets bucket's stream.
+func targetsSeq(ctx context.Context, tb testing.TB, js jetstream.JetStream, names wire.Names) uint64 {
+	tb.Helper()
+	st, err := js.Stream(ctx, "KV_"+names.Targets())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st.CachedInfo().State.LastSeq
 }
 
 // fleetFigures are what the simulated nodes cost the servers before any rollout: the time to
@@ -174,6 +265,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 			f.Servers = append(f.Servers, procFigures{Name: s.Name, before: t})
 		}
 		self0, hb0 := selfCPU(), fleet.Stats().Heartbeats
+		stopCounting := countWrites(ctx, tb, c.JS, names)
 		f.Consumers = -1
 		counted := false
 		onEvent := func(ev rollout.Event) {
@@ -186,6 +278,7 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 		}
 		f.Run = runController(ctx, tb, time.Duration(len(p.Steps)+2)*(p.Window+time.Minute), ctl, profile(v), onEvent, args(v)...)
 		f.Self, f.Heartbeats = selfCPU()-self0, fleet.Stats().Heartbeats-hb0
+		f.Writes = stopCounting()
 		for i, s := range cl.Servers {
 			sf := &f.Servers[i]
 			sf.after, _ = CPUTicks(s.Cmd.Process.Pid)
@@ -209,6 +302,11 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 		tb.Errorf("v1.1.0 completed with %d of %d nodes running it confirmed", n, p.Nodes)
 	}
 	checkBatchOrder(tb, good.Run)
+	// Every node reads plans: a write of the plan per batch and one to complete it, the fleet key
+	// once, no node's own key (decision 0047).
+	if w := good.Writes; w.Plan != len(st.Batches)+1 || w.Node != 0 || w.Fleet != 1 {
+		tb.Errorf("v1.1.0 wrote the plan %d times, nodes' own targets %d times, the fleet key %d times; want %d, 0, 1", w.Plan, w.Node, w.Fleet, len(st.Batches)+1)
+	}
 	if v, err := signedTarget(ctx, tb, c.JS, names, wire.FleetTargetKey, pub); err != nil || v != "v1.1.0" {
 		tb.Errorf("after v1.1.0 completed the fleet key is %q, %v; want v1.1.0, signed", v, err)
 	}
@@ -221,6 +319,10 @@ func runScale(tb testing.TB, p scaleParams) (good, bad scaleFigures) {
 	checkPlan(tb, st, planned)
 	if st.Status != rollout.StatusHalted || st.Halt == nil || st.Halt.Batch != p.FailBatch {
 		tb.Fatalf("v1.2.0: status %s, halt %+v; want halted in batch %d", st.Status, st.Halt, p.FailBatch)
+	}
+	// A write of the plan per batch begun and one to halt it, no target.
+	if w := bad.Writes; w.Plan != st.Halt.Batch+2 || w.Node != 0 || w.Fleet != 0 {
+		tb.Errorf("v1.2.0 wrote the plan %d times, nodes' own targets %d times, the fleet key %d times; want %d, 0, 0", w.Plan, w.Node, w.Fleet, st.Halt.Batch+2)
 	}
 	for _, r := range st.Halt.Nodes {
 		if !failing[r.Node] || r.Why != rollout.WhyRolledBack {
