@@ -289,17 +289,7 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 	fs.BoolVar(&f.supersede, "supersede", false, "replace a rollout that is running (it is marked superseded) instead of refusing to start")
 	fs.BoolVar(&f.urgent, "urgent", false, "sign every target urgent: nodes stand aside for VERSION as soon as they stage it, without waiting for their maintenance windows")
 	f.registerOutput(fs, s.getenv)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want VERSION, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
-	}
-	if !wire.ValidVersion(pos[0]) {
-		return usagef("%q is not a version; want vX.Y.Z", text.Cut(text.Printable(pos[0]), 64))
-	}
-	o, err := f.options(pos[0])
+	o, err := f.versionOptions(fs, args)
 	if err != nil {
 		return err
 	}
@@ -327,23 +317,29 @@ func rolloutStartCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []str
 	return p.outcome(ctx, st, err)
 }
 
+// versionOptions parses the flags and the one VERSION argument of `rollout plan` and `start`
+// into the rollout they ask for; a bad one is a usage error.
+func (f *rolloutFlags) versionOptions(fs *flag.FlagSet, args []string) (rollout.Options, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return rollout.Options{}, err
+	}
+	if len(pos) != 1 {
+		return rollout.Options{}, usagef("want VERSION, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
+	}
+	if !wire.ValidVersion(pos[0]) {
+		return rollout.Options{}, usagef("%q is not a version; want vX.Y.Z", text.Cut(text.Printable(pos[0]), 64))
+	}
+	return f.options(pos[0])
+}
+
 func rolloutPlanCmd(ctx context.Context, s *stdio, fs *flag.FlagSet, args []string) error {
 	f := rolloutFlags{lease: rollout.DefaultLease}
 	f.registerOptions(fs)
 	f.fs = fs
 	f.bus.register(fs, s.getenv)
 	fs.BoolVar(&f.asJSON, "json", false, "write the planned state as JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want VERSION, got %d %s", len(pos), text.Plural(len(pos), "argument", "arguments"))
-	}
-	if !wire.ValidVersion(pos[0]) {
-		return usagef("%q is not a version; want vX.Y.Z", text.Cut(text.Printable(pos[0]), 64))
-	}
-	o, err := f.options(pos[0])
+	o, err := f.versionOptions(fs, args)
 	if err != nil {
 		return err
 	}
