@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/novox/mesh-host/release/fleet"
 	"github.com/novox/mesh-host/wire"
 	"github.com/novox/mesh-host/wire/meshtest"
 )
@@ -270,5 +271,85 @@ func TestANodeWithATargetOfItsOwnIsGivenTheRolloutsTargetAsBeforePlans(t *testin
 	}
 	if _, _, ok := targetKey(t, b, wire.NodeTargetKey("node-p03")); ok {
 		t.Error("node-p03's own key is left behind")
+	}
+}
+
+// The controller's batches are exactly what each node finds evaluating the plan itself
+// (wire.Plan.BatchOf): canaries named or chosen, metered nodes last, a platform skipped, nodes
+// that do not take the plan in the same hash order — over fleets of several sizes and steps.
+func TestEachBatchHoldsExactlyTheNodesThePlanPutsInIt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		steps   []int
+		metered bool
+		named   []string
+		skip    []string
+	}{
+		{name: "3 nodes, 50% and 100%", n: 3, steps: []int{50, 100}},
+		{name: "200 nodes, 1% 10% 50% 100%", n: 200, steps: []int{1, 10, 50, 100}},
+		{name: "200 nodes, a tenth of them metered", n: 200, steps: []int{10, 50, 100}, metered: true},
+		{name: "named canaries and a skipped platform", n: 120, steps: []int{25, 100}, named: []string{"linux-amd64-07", "linux-arm64-03"},
+			skip: []string{"linux/arm/v7"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es := mixed(map[string]int{"linux/amd64": tc.n - tc.n/3, "linux/arm64": tc.n / 3, "linux/arm/v7": len(tc.skip) * 5})
+			for i := range es {
+				es[i].Heartbeat.Plans = wire.PlanSchema
+				if i%7 == 3 {
+					es[i].Heartbeat.Plans = 0 // a host from before plans
+				}
+				if tc.metered && i%10 == 1 {
+					es[i].Heartbeat.LinkClass = wire.LinkMetered
+				}
+			}
+			o := Options{Version: "v1.1.0", Canary: 2, Steps: tc.steps, CanaryNodes: tc.named, SkipPlatforms: tc.skip}.WithDefaults()
+			p, err := planFleet(o, anyRelease(o.Version), es, planNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := State{ID: "r", Version: o.Version, Nodes: p.nodes, Ran: p.ran, Batches: p.batches, Plan: p.plan, Readers: p.readers}
+			if st.Plan == nil {
+				t.Fatal("no plan for a fleet that reads plans")
+			}
+			plan := st.planOf(0, wire.PlanRunning, "")
+			if err := testSigner.SignPlan(&plan, 0); err != nil {
+				t.Fatal(err)
+			}
+			if tc.metered && !plan.MeteredLast || !slices.Equal(plan.SkipPlatforms, tc.skip) || len(plan.Canaries) < 2 {
+				t.Errorf("plan metered_last %v, skip %v, canaries %v; want metered last, %v, two or more", plan.MeteredLast, plan.SkipPlatforms, plan.Canaries, tc.skip)
+			}
+			byNode := map[string]fleet.Entry{}
+			for _, e := range es {
+				byNode[e.Node] = e
+			}
+			seen := 0
+			for i, b := range st.Batches {
+				lo := 0
+				if i > 0 {
+					lo = st.Batches[i-1].In
+				}
+				for _, n := range st.BatchNodes(i) {
+					seen++
+					hb := byNode[n].Heartbeat
+					_, platform := platformOf(hb)
+					got := plan.BatchOf(wire.PlanNode{ID: n, Platform: platform, Metered: hb.LinkClass == wire.LinkMetered})
+					if got < lo || got >= b.In {
+						t.Errorf("%s is in batch %d (%s, plan in %d) but evaluates itself into plan batch %d", n, i+1, b.Name, b.In, got)
+					}
+				}
+			}
+			for _, e := range es {
+				_, platform := platformOf(e.Heartbeat)
+				if slices.Contains(tc.skip, platform) {
+					if got := plan.BatchOf(wire.PlanNode{ID: e.Node, Platform: platform}); got != -1 {
+						t.Errorf("%s, of a skipped platform, evaluates itself into batch %d", e.Node, got)
+					}
+				}
+			}
+			if want := len(es) - 5*len(tc.skip); seen != want {
+				t.Errorf("the batches hold %d nodes, want %d", seen, want)
+			}
+		})
 	}
 }
