@@ -515,8 +515,8 @@ func (r *runner) note(node string, t *track, ch change) {
 // begin starts the batch in progress: on a fresh batch it leaves out silent nodes and records
 // the batch as started before any target is set; then (fresh or resumed) it raises the plan to
 // hold the batch (a rollout with a plan, decision 0047) and sets the targets of its nodes that do
-// not read plans, leaving keys that already name the version as they are. Its phases: read the
-// per-node nodes' targets and the plan, ask the stream about nodes that look silent, sort the
+// not take the plan, leaving keys that already name the version as they are. Its phases: read
+// the targets of the nodes that do not take the plan, and the plan, ask the stream about nodes that look silent, sort the
 // nodes, record the batch started, write the plan, set the targets, start judging.
 func (r *runner) begin(ctx context.Context) error {
 	i := r.st.Current
@@ -859,8 +859,9 @@ func (r *runner) batchDone(ctx context.Context) error {
 }
 
 // complete sets the fleet key, writes the plan completed (it holds no node then), deletes the
-// per-node keys of the rollout's nodes that do not read plans (each falls back to the fleet key) and those earlier rollouts of the release left (clearLeftBehind), then
-// records the rollout completed. Each step is idempotent, so a controller killed half-way and
+// per-node keys of the rollout's nodes that do not take the plan (each falls back to the fleet
+// key) and those earlier rollouts of the release left (clearLeftBehind), then records the
+// rollout completed. Each step is idempotent, so a controller killed half-way and
 // resumed completes it again.
 func (r *runner) complete(ctx context.Context) (State, error) {
 	// A compare-and-set first: an abort or a supersede that came in since the last write must
