@@ -516,8 +516,9 @@ func (r *runner) note(node string, t *track, ch change) {
 // the batch as started before any target is set; then (fresh or resumed) it raises the plan to
 // hold the batch (a rollout with a plan, decision 0047) and sets the targets of its nodes that do
 // not take the plan, leaving keys that already name the version as they are. Its phases: read
-// the targets of the nodes that do not take the plan, and the plan, ask the stream about nodes that look silent, sort the
-// nodes, record the batch started, write the plan, set the targets, start judging.
+// the targets of the nodes that do not take the plan, and the plan; ask the stream about nodes
+// that look silent; sort the nodes; record the batch started; write the plan; set the targets;
+// start judging.
 func (r *runner) begin(ctx context.Context) error {
 	i := r.st.Current
 	nodes := r.st.BatchNodes(i)
