@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -407,6 +408,29 @@ func planBatches(version string, nodes []string, canary int, steps []int) [][]st
 		for next < len(order) && (k == len(steps)-1 || wire.PlanBucket(salt, order[next]) < wire.PercentToPlanScale(p)) {
 			next++
 		}
+		if next > end {
+			batches = append(batches, order[end:next])
+			end = next
+		}
+	}
+	return batches
+}
+
+// perNodeBatches is the order decision 0006 documents, what a fleet where no node reads plans
+// is planned by: canaries are the nodes with the smallest sha256(version + "/" + node), the
+// others follow in the same order, and batch k ends at ceil(p_k × N / 100) nodes, a step that
+// adds no node dropped.
+func perNodeBatches(version string, nodes []string, canary int, steps []int) [][]string {
+	order := slices.Clone(nodes)
+	key := func(n string) string { h := sha256.Sum256([]byte(version + "/" + n)); return string(h[:]) }
+	slices.SortFunc(order, func(a, b string) int { return strings.Compare(key(a), key(b)) })
+	var batches [][]string
+	end := min(canary, len(order))
+	if end > 0 {
+		batches = append(batches, order[:end])
+	}
+	for _, p := range steps {
+		next := (p*len(order) + 99) / 100
 		if next > end {
 			batches = append(batches, order[end:next])
 			end = next

@@ -283,16 +283,24 @@ func rolloutThroughServerLoss(tb testing.TB, ctx context.Context) lossPauses {
 		}
 	}
 	kept(tb, beats, names, declared, "v1.1.0", lastDone)
+	// Every node's host reads plans (decision 0047): none is given a target of its own, and the
+	// plan was raised once per batch, in order — the bucket keeps its last five writes: the
+	// last four batches' raises, then completed.
 	for _, n := range names {
-		puts := 0
-		for _, p := range keyHistory(tb, ctx, admin, c.Names.Targets(), wire.NodeTargetKey(n)) {
-			if p.Version != "" {
-				puts++
-			}
+		if h := keyHistory(tb, ctx, admin, c.Names.Targets(), wire.NodeTargetKey(n)); len(h) != 0 {
+			tb.Errorf("%s, whose host reads plans, was given a target of its own: %+v", n, h)
 		}
-		if puts != 1 {
-			tb.Errorf("%s's target was set %d times; want once (no batch repeated)", n, puts)
+	}
+	var ins []int
+	var states []string
+	for _, p := range planWrites(tb, ctx, admin, c.Names) {
+		if p.Rollout == st.ID {
+			ins, states = append(ins, p.In), append(states, p.State)
 		}
+	}
+	wantIns := []int{st.Batches[1].In, st.Batches[2].In, st.Batches[3].In, st.Batches[4].In, st.Batches[4].In}
+	if !slices.Equal(ins, wantIns) || len(states) != 5 || states[4] != wire.PlanCompleted || slices.Contains(states[:4], wire.PlanCompleted) {
+		tb.Errorf("the plan's last writes held %v batches (%v); want %v, each batch raised once, then completed", ins, states, wantIns)
 	}
 	waitFor(tb, ctx, "every server healthy again", func() bool { ok, _ := c.Healthy(ctx, sys, c.Servers()...); return ok })
 	// The pause each loss caused: how much longer than the others its batch took, from its
@@ -669,6 +677,29 @@ func kept(tb testing.TB, beats *HeartbeatLog, names []string, declared map[strin
 }
 
 // keyHistory is the history of key in bucket (what the bucket keeps), oldest first.
+// planWrites are the values the plan key held (the rollouts bucket keeps the last five), oldest
+// first.
+func planWrites(tb testing.TB, ctx context.Context, conn *bus.Conn, names wire.Names) []wire.Plan {
+	tb.Helper()
+	kv, err := conn.JS.KeyValue(ctx, names.Rollouts())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	entries, err := kv.History(ctx, wire.PlanKey)
+	if err != nil {
+		tb.Fatalf("history of the plan key: %v", err)
+	}
+	var out []wire.Plan
+	for _, e := range entries {
+		p, err := wire.ParsePlan(e.Value())
+		if err != nil {
+			tb.Fatalf("plan revision %d: %v", e.Revision(), err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 func keyHistory(tb testing.TB, ctx context.Context, conn *bus.Conn, bucket, key string) []targetPut {
 	tb.Helper()
 	kv, err := conn.JS.KeyValue(ctx, bucket)

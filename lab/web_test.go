@@ -71,15 +71,17 @@ func TestBrowserWatchesARolloutAdvanceAndHaltOnTheFleetPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Six nodes: canary 1, then 50% (2 more), then 100% (3 more), one of which rolls back.
+	// Six nodes: canary 1, then 50% (2 more), then 100% (3 more), one of which rolls back. Their
+	// hosts are from before plans, so the batches are exact shares (the page is what is tested).
 	nodes := simNodes(6)
-	planned := planBatches("v1.1.0", nodes, 1, []int{50, 100})
+	planned := perNodeBatches("v1.1.0", nodes, 1, []int{50, 100})
 	failing := planned[2][0]
 	fl, err := sim.Start(ctx, sim.Config{
 		URLs: []string{b.URL()}, Names: b.Names, Nodes: nodes, Shards: 2, Running: "v1.0.0", Heartbeat: 300 * time.Millisecond,
 		StartMin: 300 * time.Millisecond, StartMax: 900 * time.Millisecond, ConfirmAfter: 200 * time.Millisecond,
 		Fails:       func(node, version string) bool { return version == "v1.1.0" && node == failing },
 		TrustedKeys: []ed25519.PublicKey{pub},
+		OldHosts:    func(string) bool { return true },
 	})
 	if err != nil {
 		t.Fatal(err)
