@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,8 +251,8 @@ func TestRolloutLeavesOutAStoppedNodeWhichUpgradesAloneWhenItReturns(t *testing.
 // Two controllers started at once: one acts, the other exits 1 naming the one that holds the
 // rollout. The one acting, killed with SIGKILL in the middle of a batch, is resumed by
 // `rollout resume`, which continues that batch at once (the holder's pid is gone) and completes:
-// no finished batch is set again and none is skipped — each node's target key was written once
-// for the release (its history in the bucket), batch after batch, and every batch is done.
+// no finished batch is set again and none is skipped — the plan was raised once per batch (its
+// history in the bucket), batch after batch, and every batch is done.
 func TestRolloutResumedAfterSIGKILLNeitherRepeatsNorSkipsABatchAndOnlyOneOfTwoControllersActs(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, 120*time.Second, FleetOptions{Nodes: 4})
@@ -335,28 +336,22 @@ func TestRolloutResumedAfterSIGKILLNeitherRepeatsNorSkipsABatchAndOnlyOneOfTwoCo
 	s.inBatchOrder(st, "v1.1.0")
 	s.targetsAfterCompletion("v1.1.0", s.f.Names())
 
-	// Each node's key: written once with the release, then deleted at the end; batch by batch.
-	var prev uint64
-	for i := range st.Batches {
-		var first uint64
-		for _, n := range BatchNodes(st, i) {
-			h := s.targetHistory(n)
-			var puts []uint64
-			for _, p := range h {
-				if !p.Deleted && p.Version == "v1.1.0" {
-					puts = append(puts, p.Revision)
-				}
-			}
-			if len(puts) != 1 || !h[len(h)-1].Deleted {
-				t.Errorf("%s (batch %d) target history %+v: want v1.1.0 set once, then deleted", n, i+1, h)
-				continue
-			}
-			if puts[0] <= prev {
-				t.Errorf("%s (batch %d) was targeted at revision %d, before batch %d's last (revision %d)", n, i+1, puts[0], i, prev)
-			}
-			first = max(first, puts[0])
+	// Every node's host reads plans (decision 0047): the plan was raised once per batch, in
+	// order — the resumed controller found it holding batch 2 and wrote nothing for it — then
+	// written completed, and no node was given a target of its own.
+	var ins []int
+	for _, p := range s.planHistory() {
+		if p.Rollout == st.ID {
+			ins = append(ins, p.In)
 		}
-		prev = first
+	}
+	if want := []int{st.Batches[0].In, st.Batches[1].In, st.Batches[2].In, st.Batches[2].In}; !slices.Equal(ins, want) {
+		t.Errorf("the plan's writes held %v batches; want %v: each batch raised once, then completed", ins, want)
+	}
+	for _, n := range s.f.Names() {
+		if h := s.targetHistory(n); len(h) != 0 {
+			t.Errorf("%s, whose host reads plans, was given a target of its own: %+v", n, h)
+		}
 	}
 }
 
