@@ -592,7 +592,8 @@ func (w *world) declareAndWait(t *testing.T, ctx context.Context, n *Node, decl 
 	since := time.Now()
 	rev := w.declare(t, ctx, n, decl)
 	w.waitBeat(t, ctx, n, fmt.Sprintf("declaration revision %d reconciled", rev), func(b lab.Beat) bool {
-		return b.DeclarationRevision == rev && b.LastReconcile != nil && b.LastReconcile.At.After(since)
+		return b.DeclarationRevision == rev && b.LastReconcile != nil &&
+			b.LastReconcile.Trigger == wire.TriggerDeclaration && b.LastReconcile.At.After(since)
 	})
 	return rev
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/novox/mesh-host/lab"
+	"github.com/novox/mesh-host/wire"
 )
 
 // TestPackageUpgradeNeverStopsTheHost is issue 19, section 7, item 5 (seed 000: a package
@@ -64,7 +65,8 @@ func TestPackageUpgradeNeverStopsTheHost(t *testing.T) {
 		rev := w.declare(t, ctx, n, declaration(n.Name,
 			[3]string{"package", "mesh-host", specJSON(t, map[string]any{"version": "1.0.2", "source": digest})}))
 		beat := w.waitBeat(t, ctx, n, "the mesh-host package declared and reconciled", func(b lab.Beat) bool {
-			return b.DeclarationRevision == rev && b.LastReconcile != nil && b.LastReconcile.At.After(since)
+			return b.DeclarationRevision == rev && b.LastReconcile != nil &&
+				b.LastReconcile.Trigger == wire.TriggerDeclaration && b.LastReconcile.At.After(since)
 		})
 		if r := beat.LastReconcile; !r.OK {
 			t.Errorf("the reconcile that applied the mesh-host package failed: %s\n%s", r.Error, diagnose(n))
