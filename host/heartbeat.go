@@ -111,6 +111,11 @@ func (h *Host) heartbeat(ctx context.Context, state, standingAsideFor string) wi
 		// Bounded when recorded; cut again for rows an older host wrote.
 		hb.LastReconcile.Error = text.CutMiddle(hb.LastReconcile.Error, wire.MaxErrorBytes)
 	}
+	if r, ok, err := h.store.LastRescue(ctx); err != nil {
+		warn("the last rescue", err)
+	} else if ok {
+		hb.Rescue = rescueReport(r)
+	}
 	if r, ok, err := h.store.LastRefusal(ctx); err != nil {
 		warn("the last refusal", err)
 	} else if ok {

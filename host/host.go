@@ -23,6 +23,7 @@ import (
 	"github.com/novox/mesh-host/host/profile"
 	"github.com/novox/mesh-host/host/store"
 	"github.com/novox/mesh-host/internal/logkey"
+	"github.com/novox/mesh-host/internal/text"
 	"github.com/novox/mesh-host/rollback"
 	"github.com/novox/mesh-host/wire"
 )
@@ -224,11 +225,7 @@ func (h *Host) startLink(bg context.Context) error {
 		return nil
 	}
 	var err error
-	h.link, err = link.Open(bg, link.Options{
-		URLs: cfg.NATSURLs, Creds: cfg.NATSCreds, CA: cfg.NATSCA, Node: cfg.Node,
-		Names: wire.NamesFor(cfg.Prefix), Logger: h.log.With("component", "link"),
-		InsecurePlaintext: cfg.InsecurePlaintext, JSAPIPrefix: cfg.JSAPIPrefix,
-	})
+	h.link, err = link.Open(bg, linkOptions(cfg, h.log.With("component", "link")))
 	if err != nil {
 		return err
 	}
@@ -248,16 +245,27 @@ func (h *Host) startLink(bg context.Context) error {
 func (h *Host) openStore(ctx context.Context) (*store.Store, error) {
 	path := filepath.Join(h.root, store.FileName)
 	s, err := store.Open(ctx, path)
-	if !errors.Is(err, store.ErrCorrupt) {
+	if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, store.ErrNewerSchema) {
 		return s, err
 	}
 	aside, merr := store.MoveAside(path, time.Now())
 	if merr != nil {
 		return nil, fmt.Errorf("%w; %w", err, merr)
 	}
-	h.log.Error("store.db was not a readable database: moved it aside and started an empty store; the declaration is taken from the bus again",
+	why := "store.db is not a readable database"
+	if errors.Is(err, store.ErrNewerSchema) {
+		why = "store.db is of a schema this host cannot read"
+	}
+	h.log.Error(why+": moved it aside and rescuing: the declaration is taken from the bus again, what is in its declared state adopted as it is, nothing removed",
 		"store", path, "moved_to", aside, "err", err)
-	return store.Open(ctx, path)
+	if s, err = store.Open(ctx, path); err != nil {
+		return nil, err
+	}
+	if err := s.BeginRescue(ctx, text.Cut(why, wire.MaxErrorBytes), aside, nil); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // loop is the reconcile loop: one reconcile at a time, triggers coalesced, the stand-aside check

@@ -99,7 +99,16 @@ func (h *Host) apply(ctx context.Context, stop <-chan struct{}) error {
 	}
 	h.engine.Appliers = Appliers(h.root, h.blobStore, runtime)
 	h.engine.Guard = apply.NewGuard(h.root) // the root's symlinks as they are now
+	rescue, rescuing, rerr := h.store.PendingRescue(ctx)
+	if rerr != nil {
+		h.log.Warn("could not read whether a rescue is pending; reconciling as usual", "err", rerr)
+	}
+	h.engine.Adopt = rescuing
 	rep, err := h.engine.Apply(ctx, decl, stop)
+	h.engine.Adopt = false
+	if rescuing && !errors.Is(err, apply.ErrStopped) {
+		h.endRescue(ctx, rescue, rep, err)
+	}
 	h.reportApplied(ctx, rep.Drifted, err == nil)
 	if errors.Is(err, apply.ErrStopped) {
 		return errStopped

@@ -127,6 +127,10 @@ type Heartbeat struct {
 	// LinkClass is host.json's link_class when the node declared its link LinkMetered (a
 	// rollout defers it to its last batch); absent otherwise.
 	LinkClass string `json:"link_class,omitempty"`
+	// Rescue is the node's last rescue (decision 0048): its local state set aside and derived
+	// again from the mesh, by `mesh-host rescue` or by the host itself when store.db could not
+	// be read. Absent when it was never rescued, and from hosts older than issue 31.
+	Rescue *Rescue `json:"rescue,omitempty"`
 	// Truncated is true when the host cut this heartbeat to fit the largest message it may
 	// send; what was cut is said in docs/wire.md.
 	Truncated bool `json:"truncated,omitempty"`
@@ -140,6 +144,30 @@ type LastReconcile struct {
 	Error      string    `json:"error"`
 	DurationMS int64     `json:"duration_ms"`
 }
+
+// Rescue is a rescue as the heartbeat reports it. Pending is true until the host's first
+// reconcile of a declaration after it: Adopted, Changed and Failed count what that reconcile
+// found in state and owned as it was, created or changed to match, and could not apply;
+// NotAdopted names the first MaxRescueNames of the changed and failed ("type id"), SetAside the
+// versions whose binaries no longer matched their digests.
+type Rescue struct {
+	At         time.Time `json:"at"`
+	Reason     string    `json:"reason"`
+	MovedTo    string    `json:"moved_to"`
+	Pending    bool      `json:"pending,omitempty"`
+	OK         bool      `json:"ok"`
+	Adopted    int       `json:"adopted"`
+	Changed    int       `json:"changed"`
+	Failed     int       `json:"failed"`
+	NotAdopted []string  `json:"not_adopted,omitempty"`
+	SetAside   []string  `json:"set_aside,omitempty"`
+}
+
+// Bounds of a rescue's report: names listed, and the bytes of each name and of the reason.
+const (
+	MaxRescueNames     = 20
+	MaxRescueNameBytes = 300
+)
 
 // Rollback is one rollback from the records: the launcher went From a failing version To its
 // known-good predecessor.

@@ -108,7 +108,7 @@ func (e *Engine) inspectForRun(ctx context.Context, r wire.Resource, byKey map[k
 	o, wasOwned := byKey[key{r.Type, r.ID}]
 	same := wasOwned && sameSpec(o.Spec, r.Spec)
 	if len(diffs) == 0 {
-		s.step.Action = ActionUnchanged
+		s.step.Action = e.unchanged(wasOwned)
 		s.record = !same
 		return s, nil
 	}

@@ -23,7 +23,15 @@ const (
 	ActionForgotten = "forgotten" // no longer declared; left on the machine, no longer owned
 	ActionKept      = "kept"      // no longer declared, but this host cannot remove it (no applier): still owned
 	ActionFailed    = "failed"    // the step failed; the apply stopped here
+	// ActionAdopted is a rescue's (Engine.Adopt): found in its declared state, not owned, and
+	// now owned as it is, the machine untouched (only the host's own record of it written).
+	ActionAdopted = "adopted"
 )
+
+// Unrecorded begins a difference that is only the host's own record missing (an archive
+// extracted as declared with no record of what it placed): applying it writes the record and
+// changes nothing on the machine, so a rescue counts it adopted.
+const Unrecorded = "unrecorded:"
 
 // Missing begins the difference an applier reports for a thing that does not exist at all
 // ("absent", or "missing: …"); `owned` reads it as "missing", not "differs".
@@ -52,6 +60,9 @@ type Engine struct {
 	Guard    Guard        // checks every path a resource names before anything changes it
 	Log      *slog.Logger // nil: silent
 	Pulse    func()       // called between steps (the launcher's liveness pipe); nil: none
+	// Adopt marks a rescue (docs/decisions/0048): a resource found in its declared state that
+	// the ledger does not own is reported ActionAdopted rather than ActionUnchanged.
+	Adopt bool
 }
 
 // Step is what happened to one resource.
@@ -190,7 +201,7 @@ func (e *Engine) applyOne(ctx context.Context, rep *Report, r wire.Resource, byK
 	o, wasOwned := byKey[key{r.Type, r.ID}]
 	same := wasOwned && sameSpec(o.Spec, r.Spec)
 	if len(diffs) == 0 {
-		step.Action = ActionUnchanged
+		step.Action = e.unchanged(wasOwned)
 		if same {
 			return nil // owned as it is: nothing to write, which keeps the drift check cheap
 		}
@@ -224,8 +235,11 @@ func (e *Engine) applyOne(ctx context.Context, rep *Report, r wire.Resource, byK
 		return fmt.Errorf("record: %w", err)
 	}
 	step.Action = ActionChanged
-	if created {
+	switch {
+	case created:
 		step.Action = ActionCreated
+	case e.Adopt && !wasOwned && onlyUnrecorded(diffs):
+		step.Action = ActionAdopted
 	}
 	e.log().Info("applied", "type", r.Type, "id", text.Bound(r.ID), "action", step.Action, "drifted", drift != nil, "diffs", step.Diffs)
 	return nil
@@ -296,7 +310,9 @@ func (e *Engine) Plan(ctx context.Context, d wire.Declaration) (Report, error) {
 		case err != nil:
 			step.Action, step.Error = ActionFailed, cut(err.Error(), maxErrorBytes)
 		case len(diffs) == 0:
-			step.Action = ActionUnchanged
+			step.Action = e.unchanged(wasOwned)
+		case e.Adopt && !wasOwned && onlyUnrecorded(diffs):
+			step.Action, step.Diffs = ActionAdopted, boundDiffs(diffs)
 		default:
 			step.Action, step.Diffs = ActionChanged, boundDiffs(diffs)
 			if wasOwned && sameSpec(o.Spec, r.Spec) {
@@ -357,6 +373,25 @@ func (e *Engine) Observe(ctx context.Context) ([]Observed, error) {
 		out = append(out, ob)
 	}
 	return out, nil
+}
+
+// unchanged is the action of a resource found in its declared state: adopted, in a rescue, when
+// the ledger did not own it.
+func (e *Engine) unchanged(owned bool) string {
+	if e.Adopt && !owned {
+		return ActionAdopted
+	}
+	return ActionUnchanged
+}
+
+// onlyUnrecorded says every difference is the host's own record missing (Unrecorded).
+func onlyUnrecorded(diffs []string) bool {
+	for _, d := range diffs {
+		if !strings.HasPrefix(d, Unrecorded) {
+			return false
+		}
+	}
+	return len(diffs) > 0
 }
 
 // prepare finds r's applier and parses its spec when the caller did not.

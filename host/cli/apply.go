@@ -340,7 +340,7 @@ func printReport(w io.Writer, rep apply.Report, err error, asJSON, plan bool) {
 		}
 	}
 	var parts []string
-	for _, a := range []string{apply.ActionCreated, apply.ActionChanged, apply.ActionRemoved, apply.ActionForgotten, apply.ActionUnchanged, apply.ActionKept, apply.ActionFailed} {
+	for _, a := range []string{apply.ActionCreated, apply.ActionChanged, apply.ActionRemoved, apply.ActionForgotten, apply.ActionAdopted, apply.ActionUnchanged, apply.ActionKept, apply.ActionFailed} {
 		if n := rep.Counts[a]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, a))
 		}

@@ -53,6 +53,8 @@ func command(version string, args []string, stdout, stderr io.Writer) int {
 			Run: func(args []string) int { return planCmd(args, stdout, stderr) }},
 		{Name: "owned", Summary: "list what this host applied and owns, as read from the machine now",
 			Run: func(args []string) int { return ownedCmd(args, stdout, stderr) }},
+		{Name: "rescue", Summary: "set this node's local state aside and derive it again from the mesh, adopting what is in state",
+			Run: func(args []string) int { return rescueCmd(args, stdout, stderr, os.Getenv) }},
 		{Name: "profile", Summary: "detect what this machine can do and what it is (the heartbeat's profile and inventory)",
 			Run: func(args []string) int { return profileCmd(args, stdout, stderr) }},
 	})

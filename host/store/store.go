@@ -79,11 +79,15 @@ var additions = []string{
 		at      TEXT    NOT NULL,
 		seq     INTEGER NOT NULL
 	)`,
-	ownedTable, // the host's ledger: owned.go
+	ownedTable,   // the host's ledger: owned.go
+	rescuesTable, // the rescues: rescue.go
 }
 
 // ErrCorrupt is wrapped by errors about a store.db that is not a readable SQLite database.
 var ErrCorrupt = errors.New("store database is corrupt")
+
+// ErrNewerSchema is wrapped by the error about a store.db of a schema this host cannot read.
+var ErrNewerSchema = errors.New("store schema is newer than this host understands")
 
 // Store is ROOT/store.db.
 type Store struct {
@@ -141,7 +145,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	if found > SchemaVersion {
 		db.Close()
-		return nil, fmt.Errorf("store %s has schema version %d, newer than this host understands (%d): run the newer mesh-host, or move the file aside to start with an empty store (the declaration is fetched from the bus again)", path, found, SchemaVersion)
+		return nil, fmt.Errorf("store %s has schema version %d (this host reads up to %d): %w: run the newer mesh-host, or `mesh-host rescue` to set it aside and derive the store again from the bus", path, found, SchemaVersion, ErrNewerSchema)
 	}
 	s := &Store{db: db, path: path, now: time.Now}
 	for _, q := range additions {

@@ -172,7 +172,7 @@ func (a archiveApplier) Inspect(ctx context.Context, r wire.Resource) ([]string,
 		return diffs, err
 	}
 	// In place, but the host has no record: applying writes one (and changes nothing else).
-	return []string{"extracted, but the host's record of it is missing"}, nil
+	return []string{apply.Unrecorded + " extracted as declared, but the host's record of it is missing"}, nil
 }
 
 // compare words how the disk under w.path differs from ents. A file's content is hashed only
