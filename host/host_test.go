@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -262,23 +263,72 @@ func TestTwoHundredHostsRunInOneProcess(t *testing.T) {
 	})
 }
 
-// A store.db that is not a database is moved aside; the host starts over an empty store and
-// takes its declaration from the bus again, instead of failing as if the binary were bad.
-func TestCorruptStoreIsMovedAsideAndDeclarationTakenAgain(t *testing.T) {
-	b := meshtest.StartBus(t)
-	hbs := b.Heartbeats("n1")
-	rev := b.Declare("n1", decl("n1", ""))
-	root := newRoot(t, "v1.0.0")
-	if err := os.WriteFile(filepath.Join(root, "store.db"), []byte(strings.Repeat("garbage ", 1000)), 0o644); err != nil {
-		t.Fatal(err)
+// A store.db that is not a database, or of a schema this host cannot read, is moved aside and
+// the host rescues itself instead of failing as if the binary were bad: it takes its declaration
+// from the bus again, adopts the file already in its declared state (its mtime untouched),
+// creates the one missing, and says so in the journal and the heartbeat.
+func TestHostRescuesItselfWhenItsStoreCannotBeRead(t *testing.T) {
+	newer := func(t *testing.T, path string) {
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.Exec(`PRAGMA user_version = 99`); err != nil {
+			t.Fatal(err)
+		}
 	}
-	th := startHost(t, root, "n1", b.URL())
-	meshtest.WaitHeartbeat(t, hbs, "the declaration held again", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
-	if matches, _ := filepath.Glob(filepath.Join(root, "store.db.corrupt-*")); len(matches) != 1 {
-		t.Errorf("the corrupt store was not kept aside: %v", matches)
+	garbage := func(t *testing.T, path string) {
+		if err := os.WriteFile(path, []byte(strings.Repeat("garbage ", 1000)), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if !strings.Contains(th.logs.String(), "moved it aside") {
-		t.Errorf("the host did not say what it did:\n%s", th.logs.String())
+	for _, tc := range []struct {
+		name   string
+		spoil  func(*testing.T, string)
+		reason string
+	}{
+		{"not a database", garbage, "store.db is not a readable database"},
+		{"a schema this host cannot read", newer, "store.db is of a schema this host cannot read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := meshtest.StartBus(t)
+			hbs := b.Heartbeats("n1")
+			dir := t.TempDir()
+			kept, made := filepath.Join(dir, "kept"), filepath.Join(dir, "made")
+			if err := os.WriteFile(kept, []byte("in state\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			old := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
+			if err := os.Chtimes(kept, old, old); err != nil {
+				t.Fatal(err)
+			}
+			rev := b.Declare("n1", decl("n1", fmt.Sprintf(`{"type": "file", "id": %q, "spec": {"content": "in state\n", "mode": "0644"}},
+				{"type": "file", "id": %q, "spec": {"content": "new\n"}}`, kept, made)))
+			root := newRoot(t, "v1.0.0")
+			tc.spoil(t, filepath.Join(root, "store.db"))
+			th := startHost(t, root, "n1", b.URL())
+			hb := meshtest.WaitHeartbeat(t, hbs, "the rescue ended", func(hb wire.Heartbeat) bool {
+				return hb.DeclarationRevision == rev && hb.Rescue != nil && !hb.Rescue.Pending
+			})
+			r := hb.Rescue
+			if r.Reason != tc.reason || !r.OK || r.Adopted != 1 || r.Changed != 1 || r.Failed != 0 ||
+				len(r.NotAdopted) != 1 || r.NotAdopted[0] != "created file "+made {
+				t.Errorf("heartbeat rescue %+v, want %q, ok, 1 adopted, 1 created (%s)", r, tc.reason, made)
+			}
+			if matches, _ := filepath.Glob(filepath.Join(root, "store.db.corrupt-*")); len(matches) != 1 || r.MovedTo != matches[0] {
+				t.Errorf("the store was not kept aside where the heartbeat says (%q): %v", r.MovedTo, matches)
+			}
+			if fi, err := os.Stat(kept); err != nil || !fi.ModTime().Equal(old) {
+				t.Errorf("the file in state was touched by the rescue: %v %v", fi.ModTime(), err)
+			}
+			if _, err := os.Stat(made); err != nil {
+				t.Errorf("the missing file was not made: %v", err)
+			}
+			if logs := th.logs.String(); !strings.Contains(logs, "moved it aside and rescuing") || !strings.Contains(logs, "rescued: the local state was derived again") {
+				t.Errorf("the journal does not say the host rescued itself:\n%s", logs)
+			}
+		})
 	}
 }
 

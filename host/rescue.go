@@ -68,13 +68,13 @@ func SetAside(root string, now time.Time) (dir string, moved []string, err error
 }
 
 // newRescuedDir makes ROOT/rescued/<time>/ (0700: the store holds file contents), another name
-// when two rescues fall in one second.
+// when two rescues fall in one millisecond.
 func newRescuedDir(root string, now time.Time) (string, error) {
 	base := RescuedDir(root)
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return "", fmt.Errorf("rescue: %w", err)
 	}
-	stamp := now.UTC().Format("20060102T150405Z")
+	stamp := now.UTC().Format("20060102T150405.000Z")
 	for i := 0; ; i++ {
 		dir := filepath.Join(base, stamp)
 		if i > 0 {

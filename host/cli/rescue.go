@@ -76,7 +76,11 @@ func rescueCmd(args []string, stdout, stderr io.Writer, getenv func(string) stri
 		defer lock.Unlock()
 	}
 	if *token != "" {
-		if code, ok := rescueEnrol(ctx, cfg, *token, stdout, stderr); !ok {
+		said := stdout
+		if *asJSON {
+			said = stderr // stdout is the JSON document alone
+		}
+		if code, ok := rescueEnrol(ctx, cfg, *token, said, stderr); !ok {
 			return code
 		}
 		if cfg, err = config.Load(*rootFlag, *cfgFlag, getenv); err != nil {

@@ -284,6 +284,13 @@ func (a archiveApplier) Apply(ctx context.Context, r wire.Resource) (bool, error
 		old = nil // a record of another place says nothing about this one
 	}
 
+	if old == nil && s.kind == "directory" {
+		// No record, and the tree may be in place already (a rescue, the applied records
+		// lost): then only the record is written, and nothing on disk is touched.
+		if adopted, err := a.adopt(ctx, w, r.ID); err != nil || adopted {
+			return false, err
+		}
+	}
 	clearLeftovers(w.path, "staging")
 	parent, base := filepath.Split(w.path)
 	staging, err := os.MkdirTemp(parent, "."+base+".mesh-staging-*")
@@ -329,6 +336,28 @@ func (a archiveApplier) Apply(ctx context.Context, r wire.Resource) (bool, error
 		created = created || e.Created
 	}
 	return created, a.saveManifest(m)
+}
+
+// adopt writes the record of an archive found extracted at w.path exactly as the archive holds
+// it (nothing created by the host); false when the disk differs.
+func (a archiveApplier) adopt(ctx context.Context, w archiveWant, id string) (bool, error) {
+	ents, err := a.read(ctx, w.source, nil)
+	if err != nil {
+		return false, err
+	}
+	mes := make([]manifestEntry, len(ents))
+	for i, e := range ents {
+		mes[i] = manifestEntry{Entry: e}
+	}
+	if diffs, err := a.compare(w, mes); err != nil || len(diffs) > 0 {
+		return false, err
+	}
+	for _, e := range ents {
+		if err := a.g.Check(filepath.Join(w.path, filepath.FromSlash(e.Name))); err != nil {
+			return false, fmt.Errorf("archive entry %q: %w", text.Bound(e.Name), err)
+		}
+	}
+	return true, a.saveManifest(&manifest{Version: manifestVersion, ID: id, Path: w.path, Source: string(w.source), Entries: mes})
 }
 
 // swapIn moves the whole staged tree into place, path having not existed.
