@@ -504,3 +504,38 @@ func TestAFailedStepsErrorIsBounded(t *testing.T) {
 		t.Errorf("the step's error is not bounded: %d bytes", len(rep.Steps[0].Error))
 	}
 }
+
+// A rescue (Engine.Adopt) over an empty ledger adopts what is in its declared state — owned as
+// found, untouched — applies only what differs, and removes nothing; its plan says the same.
+// Outside a rescue the same steps read "unchanged".
+func TestARescueAdoptsWhatIsInStateAndAppliesOnlyDifferences(t *testing.T) {
+	r := newRig(t)
+	if err := os.Mkdir(r.p("etc"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.p("etc/a.conf"), []byte("a=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	os.Chtimes(r.p("etc/a.conf"), old, old)
+	d := declaration(dir(r.p("etc"), "0750"), file(r.p("etc/a.conf"), "a=1\n", "0600"), file(r.p("etc/b.conf"), "b=2\n", "0600"))
+	r.e.Adopt = true
+	plan, err := r.e.Plan(context.Background(), d)
+	if err != nil || actions(plan) != "etc:adopted a.conf:adopted b.conf:changed" || plan.Changed() != 1 {
+		t.Fatalf("plan: %s, changed %d, %v", actions(plan), plan.Changed(), err)
+	}
+	rep, err := r.apply(d)
+	if err != nil || actions(rep) != "etc:adopted a.conf:adopted b.conf:created" || rep.Counts[apply.ActionAdopted] != 2 {
+		t.Fatalf("rescue apply: %s, %v", actions(rep), err)
+	}
+	if fi, err := os.Stat(r.p("etc/a.conf")); err != nil || !fi.ModTime().Equal(old) {
+		t.Errorf("the adopted file was touched: %v %v", fi.ModTime(), err)
+	}
+	if got := strings.Join(r.owned(), ","); got != "directory etc created=false,file a.conf created=false,file b.conf created=true" {
+		t.Errorf("owned %s", got)
+	}
+	r.e.Adopt = false
+	if again, err := r.apply(d); err != nil || actions(again) != "etc:unchanged a.conf:unchanged b.conf:unchanged" {
+		t.Errorf("after the rescue: %s, %v", actions(again), err)
+	}
+}

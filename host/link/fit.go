@@ -33,6 +33,12 @@ type fitStep func(hb *wire.Heartbeat) (again bool)
 func fitSteps() []fitStep {
 	return []fitStep{
 		cutDriftWhats, dropOldestDrift, dropLastDisk,
+		func(hb *wire.Heartbeat) bool { // the command printed them, the journal has them
+			if hb.Rescue != nil {
+				hb.Rescue.NotAdopted, hb.Rescue.SetAside = nil, nil
+			}
+			return false
+		},
 		cutRollbackOutputs, emptyRollbackOutputs, cutRollbackReasons, dropOldestRollback,
 		func(hb *wire.Heartbeat) bool { cutErrors(hb, fitErrorBytes); return false },
 		func(hb *wire.Heartbeat) bool { cutErrors(hb, fitErrorLast); return false },
@@ -189,6 +195,10 @@ func copyHeartbeat(hb wire.Heartbeat) wire.Heartbeat {
 	if hb.Launcher != nil {
 		l := *hb.Launcher
 		hb.Launcher = &l
+	}
+	if hb.Rescue != nil {
+		r := *hb.Rescue
+		hb.Rescue = &r
 	}
 	hb.Drift = append([]wire.Drifted(nil), hb.Drift...)
 	if hb.Inventory != nil {

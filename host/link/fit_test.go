@@ -171,7 +171,7 @@ func TestFitHeartbeatKeepsTheStartAndTheEndOfEachError(t *testing.T) {
 }
 
 // A rollout judges a node by its launcher (docs/wire.md, "Heartbeat size"): cutting never drops
-// it, and only its rollback reason is cut, with the rollbacks' reasons (step 6).
+// it, and only its rollback reason is cut, with the rollbacks' reasons (step 7).
 func TestFitHeartbeatKeepsTheLauncherAndCutsOnlyItsRollbackReason(t *testing.T) {
 	at := time.Date(2026, 11, 29, 7, 12, 3, 0, time.UTC)
 	launcher := wire.Launcher{Version: "v1.0.0", Floor: "v1.0.0", State: wire.LauncherFloor, RolledBackFrom: "v1.1.0",
@@ -208,7 +208,7 @@ func TestFitHeartbeatKeepsTheLauncherAndCutsOnlyItsRollbackReason(t *testing.T) 
 	}
 }
 
-// rollbackCut256 is a launcher reason as step 6 leaves it.
+// rollbackCut256 is a launcher reason as step 7 leaves it.
 func rollbackCut256() string {
 	return text.Cut(strings.Repeat("r", wire.MaxReasonBytes), fitReasonBytes)
 }
