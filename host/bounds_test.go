@@ -92,7 +92,10 @@ func TestHostRefusesADeclarationOverItsLimitAndKeepsTheHeldOne(t *testing.T) {
 		t.Fatalf("built %d bytes, want 10,000", len(at))
 	}
 	rev = b.Declare("n1", at)
-	meshtest.WaitHeartbeat(t, hbs, "the declaration at the limit held", func(hb wire.Heartbeat) bool { return hb.DeclarationRevision == rev })
+	// Held comes before its reconcile ends: wait for the reconcile the good one triggers.
+	meshtest.WaitHeartbeat(t, hbs, "the declaration at the limit reconciled", func(hb wire.Heartbeat) bool {
+		return hb.DeclarationRevision == rev && th.reconciles().Count("declaration") >= 2
+	})
 	if n := th.reconciles().Count("declaration"); n != 2 {
 		t.Errorf("%d declaration reconciles, want 2 (the refused one triggers none)", n)
 	}
