@@ -463,3 +463,88 @@ func waitBeatOf(t *testing.T, ctx context.Context, hbs <-chan wire.Heartbeat, n 
 		}
 	}
 }
+
+// beforeRescue is the last commit of main before issue 31 (rescue): its store has no rescues
+// table, and its heartbeat no rescue.
+const beforeRescue = "b721c57b8af1aa81a9aa28a60c47693e1ddd3da5"
+
+// Issue 31, section 2, and the upgrade path both ways: a node on a host from before rescue
+// receives this tree's host over the bus; a store.db that is then no database makes that host
+// rescue itself on start — the file adopted as it is, the rescue in the heartbeat — instead of
+// failing; and stepping down to the host from before rescue, over the store the rescue made,
+// still reconciles.
+func TestHostRescuesItselfOverAnUnreadableStoreAndAnOlderHostReadsTheStoreAfter(t *testing.T) {
+	t.Parallel()
+	ctx := meshtest.Context(t, 5*time.Minute)
+	old := buildAt(t, beforeRescue, PkgHost, "v1.0.0")
+	b := meshtest.StartBus(t)
+	rel := newRelease(t, b)
+	pub, err := rel.Keygen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hbs := b.Heartbeats("lab")
+	n := newNode(t, "MESH_HOST_NATS_URL="+b.URL(), "MESH_HOST_TRUSTED_KEYS="+pub, "MESH_HOST_HEARTBEAT_INTERVAL=500ms")
+	if err := n.PlaceVersion("v1.0.0", old); err != nil {
+		t.Fatal(err)
+	}
+	start(t, n)
+	motd := filepath.Join(t.TempDir(), "motd")
+	rev := b.Declare("lab", []byte(fmt.Sprintf(`{"version": 1, "node": "lab", "resources": [{"type": "file", "id": %q, "spec": {"content": "hi\n"}}]}`, motd)))
+	meshtest.WaitHeartbeat(t, hbs, "the old host applied the declaration", func(hb wire.Heartbeat) bool {
+		return hb.KnownGood == "v1.0.0" && hb.DeclarationRevision == rev && hb.LastReconcile != nil && hb.LastReconcile.OK
+	})
+	if err := rel.Ship(ctx, "v1.1.0", build(t, PkgHost, "v1.1.0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rel.Target(ctx, "v1.1.0", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitHeartbeat(t, hbs, "v1.1.0 delivered to the old host and confirmed", func(hb wire.Heartbeat) bool {
+		return hb.Running == "v1.1.0" && hb.KnownGood == "v1.1.0"
+	})
+	stop := func() {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := n.Stop(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	stat, err := os.Stat(motd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"store.db-wal", "store.db-shm"} {
+		os.Remove(filepath.Join(n.Root, f))
+	}
+	if err := os.WriteFile(filepath.Join(n.Root, "store.db"), bytes.Repeat([]byte("not a database "), 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, n)
+	hb := meshtest.WaitHeartbeat(t, hbs, "v1.1.0 rescued itself", func(hb wire.Heartbeat) bool {
+		return hb.Running == "v1.1.0" && hb.Rescue != nil && !hb.Rescue.Pending
+	})
+	if r := hb.Rescue; !r.OK || r.Adopted != 1 || r.Changed != 0 || r.Reason != "store.db is not a readable database" {
+		t.Errorf("rescue %+v, want the file adopted, nothing changed", *r)
+	}
+	if now, err := os.Stat(motd); err != nil || !now.ModTime().Equal(stat.ModTime()) || now.Sys().(*syscall.Stat_t).Ino != stat.Sys().(*syscall.Stat_t).Ino {
+		t.Errorf("the rescue touched %s (%v)", motd, err)
+	}
+	if !strings.Contains(n.Log(), "moved it aside and rescuing") {
+		t.Errorf("the journal does not say the host rescued itself:\n%s", n.Log())
+	}
+
+	// Step down: v1.1.0 gone from disk, the launcher runs the host from before rescue over the
+	// store the rescue made.
+	stop()
+	if err := os.RemoveAll(filepath.Join(n.Root, "versions", "v1.1.0")); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	start(t, n)
+	meshtest.WaitHeartbeat(t, hbs, "the host from before rescue reconciled over the rescued store", func(hb wire.Heartbeat) bool {
+		return hb.Running == "v1.0.0" && hb.Rescue == nil && hb.LastReconcile != nil && hb.LastReconcile.OK && hb.LastReconcile.At.After(since)
+	})
+}
