@@ -212,3 +212,20 @@ func TestFitHeartbeatKeepsTheLauncherAndCutsOnlyItsRollbackReason(t *testing.T) 
 func rollbackCut256() string {
 	return text.Cut(strings.Repeat("r", wire.MaxReasonBytes), fitReasonBytes)
 }
+
+// A rescue's names go before anything of the launcher's or the rollbacks' (docs/wire.md step 4):
+// its counts stay, and the caller's heartbeat keeps its names.
+func TestFitHeartbeatDropsTheRescuesNamesBeforeTheRollbacksAndKeepsItsCounts(t *testing.T) {
+	in := hugeHeartbeat()
+	in.Rescue = &wire.Rescue{Reason: "mesh-host rescue", OK: true, Adopted: 7, Changed: 20}
+	for i := 0; i < wire.MaxRescueNames; i++ {
+		in.Rescue.NotAdopted = append(in.Rescue.NotAdopted, fmt.Sprintf("created file /etc/%0290d", i))
+	}
+	out := fitParsed(t, in, 1<<20)
+	if out.Rescue == nil || out.Rescue.NotAdopted != nil || out.Rescue.Adopted != 7 || out.Rescue.Changed != 20 || len(out.Rollbacks) != 5 {
+		t.Errorf("1 MiB: rescue %+v, %d rollbacks; want the names dropped, the counts and every rollback kept", out.Rescue, len(out.Rollbacks))
+	}
+	if len(in.Rescue.NotAdopted) != wire.MaxRescueNames {
+		t.Error("FitHeartbeat changed the caller's rescue")
+	}
+}
