@@ -265,6 +265,10 @@ func TestRescueDerivesTheNodeAgainFromTheMesh(t *testing.T) {
 	t.Run("new token after revocation", func(t *testing.T) {
 		stopNode()
 		runOK(t, release, "node", "revoke", "r1", "--data", data, "--nats", url)
+		waitFor(t, ctx, "the server to refuse r1's revoked credentials", func() bool {
+			err := connectAs(ctx, url, filepath.Join(n.Root, "node.creds"), filepath.Join(n.Root, "ca.pem"))
+			return err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+		})
 		code, _, stderr := runCmd(t, host, "rescue", "--root", n.Root, "--wait", "5s")
 		if code != 1 || !strings.Contains(stderr, "--token") {
 			t.Errorf("rescue with revoked credentials: exit %d, want 1 saying to rescue with --token\n%s", code, stderr)
