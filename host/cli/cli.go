@@ -2,7 +2,9 @@
 // host.
 //
 // Its commands: `run` (started by mesh-launcher), `preflight` (proves a staged binary can run on
-// this node before anything stands aside), `enrol` (joins the mesh with a token) and `version`.
+// this node before anything stands aside), `enrol` (joins the mesh with a token), `apply`, `plan`
+// and `owned` (the engine once, from the command line), `profile`, `rescue` (the local state
+// derived again from the mesh) and `version`.
 package cli
 
 import (
